@@ -1,0 +1,113 @@
+"""The check contract. A check kind is one module in `gatekeeper/checks/` defining one
+subclass of `MaskCheck` or `AggregateCheck` with a `kind`; the registry finds it.
+
+- `MaskCheck`: judged point by point. `violations()` returns, for each new point, whether
+  it violates — optionally looking back over `context` earlier points (rolling windows).
+  The engine handles step selection, reduction, non-finite values, debounce (`for: N`)
+  and reporting, so a pointwise check is a few lines.
+- `AggregateCheck`: judged over the selected sequence as a whole (`reach`, `fraction`).
+  It keeps its own small state, fed chunk by chunk, so a live poll costs O(new points).
+
+Both are pydantic models of the check's parameters (frozen, unknown fields rejected).
+A check's YAML value may be a mapping of its fields, or a shorthand: a scalar or list
+that `from_shorthand` turns into fields (`abs_max: 1e-9`, `between: [0, 1]`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from gatekeeper.verdict import Status
+
+
+def fmt(x: float | None) -> str:
+    """A number as a person reads it in a report: short, exact enough, NaN/Inf spelled out."""
+    if x is None:
+        return "-"
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == int(x) and abs(x) < 1e15:
+        return str(int(x))
+    return f"{x:.6g}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a check concluded; the engine adds policy, rule, severity and source."""
+
+    status: Status
+    message: str
+    step: int | None = None
+    value: float | None = None
+    violations: int = 0
+    judged: int = 0
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    """What a check may know beyond its points: run metadata and stored history."""
+
+    run: Any = None
+    history: Any = None
+    rule_key: Any = None
+
+
+class Check(BaseModel):
+    """Base of every check kind: the parameters, validated at policy load."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: ClassVar[str]
+
+    @classmethod
+    def from_shorthand(cls, value: Any) -> dict[str, Any]:
+        """Turn a non-mapping YAML value into fields. Default: a single `value` field."""
+        return {"value": value}
+
+    @classmethod
+    def parse(cls, raw: Any) -> Check:
+        data = raw if isinstance(raw, dict) else cls.from_shorthand(raw)
+        return cls.model_validate(data)
+
+    def describe(self) -> str:
+        """The bound as a person reads it, e.g. `|x| <= 1e-09`."""
+        raise NotImplementedError
+
+
+class MaskCheck(Check):
+    """A check judged point by point (over finite values; the engine handles NaN/Inf)."""
+
+    def context(self) -> int:
+        """How many earlier points `violations` needs to judge a point (window - 1)."""
+        return 0
+
+    def violations(self, values: np.ndarray, n_context: int) -> np.ndarray:
+        """Boolean mask over values[n_context:]: True where the point violates."""
+        raise NotImplementedError
+
+    def explain(self, value: float) -> str:
+        """Why a violating value violates, e.g. `|x| = 0.3 > 1e-09`."""
+        return f"x = {fmt(value)}, expected {self.describe()}"
+
+
+class AggregateCheck(Check):
+    """A check judged over the whole selected sequence, fed incrementally."""
+
+    def start(self) -> Any:
+        """Fresh state for one rule on one run."""
+        raise NotImplementedError
+
+    def feed(self, state: Any, steps: np.ndarray, values: np.ndarray) -> Any:
+        """Fold new selected points (sorted by step) into the state; return the state."""
+        raise NotImplementedError
+
+    def outcome(self, state: Any, *, final: bool, ctx: EvalContext) -> Outcome:
+        """Judge what has been fed. Live (`final=False`): PENDING when it cannot tell yet."""
+        raise NotImplementedError

@@ -1,0 +1,116 @@
+"""`reach: {value: v, by_step: n, window: k}` — the k-point rolling mean is >= v at some
+step <= n. Recipes say this: "raw_reward above 0.75 within 80 steps (5-step means)".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt
+from gatekeeper.verdict import Status
+
+
+@dataclass
+class _ReachState:
+    tail: np.ndarray = field(default_factory=lambda: np.empty(0))  # last k-1 values <= by_step
+    reached_step: int | None = None
+    reached_value: float | None = None
+    best: float | None = None  # best full-window mean seen so far
+    best_step: int | None = None
+    last_step: int | None = None
+    judged: int = 0
+
+
+class Reach(AggregateCheck):
+    kind = "reach"
+    value: float
+    by_step: int = Field(ge=0)
+    window: int = Field(default=1, ge=1)
+
+    @classmethod
+    def from_shorthand(cls, value: Any) -> dict[str, Any]:
+        raise ValueError("reach takes a mapping: {value: v, by_step: n, window: k}")
+
+    def describe(self) -> str:
+        mean = f"{self.window}-point mean" if self.window > 1 else "x"
+        return f"{mean} >= {fmt(self.value)} by step {self.by_step}"
+
+    def start(self) -> _ReachState:
+        return _ReachState()
+
+    def feed(self, state: _ReachState, steps: np.ndarray, values: np.ndarray) -> _ReachState:
+        if steps.size:
+            state.last_step = int(steps[-1]) if state.last_step is None else max(
+                state.last_step, int(steps[-1])
+            )
+        if state.reached_step is not None:
+            return state
+        keep = steps <= self.by_step
+        steps, values = steps[keep], values[keep]
+        if not values.size:
+            return state
+        state.judged += int(values.size)
+        joined = np.concatenate([state.tail, values])
+        k = self.window
+        if joined.size >= k:
+            csum = np.concatenate([[0.0], np.cumsum(joined)])
+            means = (csum[k:] - csum[:-k]) / k  # means[i] ends at joined[i + k - 1]
+            ends = np.arange(k - 1, joined.size) - state.tail.size  # index into values
+            valid = ends >= 0
+            means, ends = means[valid], ends[valid]
+            if means.size:
+                hit = np.flatnonzero(means >= self.value)
+                if hit.size:
+                    i = int(hit[0])
+                    state.reached_step = int(steps[ends[i]])
+                    state.reached_value = float(means[i])
+                j = int(np.argmax(means))
+                if state.best is None or means[j] > state.best:
+                    state.best, state.best_step = float(means[j]), int(steps[ends[j]])
+        state.tail = joined[-(k - 1) :] if k > 1 else np.empty(0)
+        return state
+
+    def outcome(self, state: _ReachState, *, final: bool, ctx: EvalContext) -> Outcome:
+        what = f"{self.window}-point mean" if self.window > 1 else "value"
+        if state.reached_step is not None:
+            return Outcome(
+                Status.PASS,
+                f"{what} reached {fmt(state.reached_value)} >= {fmt(self.value)} at step "
+                f"{state.reached_step}",
+                step=state.reached_step,
+                value=state.reached_value,
+                judged=state.judged,
+            )
+        deadline_passed = state.last_step is not None and state.last_step >= self.by_step
+        if not (final or deadline_passed):
+            return Outcome(
+                Status.PENDING,
+                f"not yet {fmt(self.value)}; waiting until step {self.by_step}",
+                judged=state.judged,
+            )
+        if state.best is None:
+            if state.judged == 0:
+                return Outcome(
+                    Status.ERROR,
+                    f"no points at or before step {self.by_step} to judge",
+                    judged=0,
+                )
+            return Outcome(
+                Status.ERROR,
+                f"only {state.judged} point(s) at or before step {self.by_step}; a "
+                f"{self.window}-point mean needs {self.window}",
+                judged=state.judged,
+            )
+        return Outcome(
+            Status.FAIL,
+            f"{what} never reached {fmt(self.value)} by step {self.by_step} "
+            f"(best {fmt(state.best)} at step {state.best_step})",
+            step=state.best_step,
+            value=state.best,
+            violations=1,
+            judged=state.judged,
+        )

@@ -1,0 +1,374 @@
+"""Apply policies to a run. Pure: no clock, no network, no files.
+
+`evaluate(policies, run, final=...)` judges a whole run. Live watchers keep an
+`Evaluation` and `feed` it only the new points of each poll (O(new points)); its
+`verdict` is the same function of all points fed so far.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from dataclasses import replace
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome, fmt
+from gatekeeper.model import Run, Series
+from gatekeeper.policy.conditions import first_failing, parse_conditions
+from gatekeeper.policy.schema import Reduce, Steps
+from gatekeeper.policy.spec import PolicySpec, RuleSpec
+from gatekeeper.verdict import RuleResult, Severity, Status, Verdict
+
+ALL_STEPS = Steps(kind="all")
+_REDUCERS = {
+    Reduce.MEAN: np.mean,
+    Reduce.MEDIAN: np.median,
+    Reduce.MIN: np.min,
+    Reduce.MAX: np.max,
+    Reduce.LAST: lambda v: v[-1],
+}
+
+
+def _run_lengths(mask: np.ndarray, carry: int) -> np.ndarray:
+    """Length of the run of consecutive True ending at each index (carry continues a run)."""
+    counts = np.cumsum(mask)
+    resets = np.maximum.accumulate(np.where(~mask, counts, 0))
+    runs = counts - resets
+    if carry:
+        before_first_false = np.cumsum(~mask) == 0
+        runs = runs + np.where(before_first_false, carry, 0)
+    return runs
+
+
+class RuleTracker:
+    """The state of one rule on one run, fed the new points of its metric chunk by chunk."""
+
+    def __init__(self, rule: RuleSpec):
+        self.rule = rule
+        self.step_key: str | None = None
+        self.seen = 0
+        self.min_step: int | None = None
+        self.max_step: int | None = None
+        self.first_taken = False
+        self.missing_steps = set(rule.steps.steps) if rule.steps.kind == "list" else set()
+        self.tail: list[tuple[np.ndarray, np.ndarray]] = []  # for steps {last: n} / last
+        self.reduced: list[np.ndarray] = []  # selected values, for reduce != none
+        self.reduced_steps: list[np.ndarray] = []
+        # point-by-point judging state
+        self.judged = 0
+        self.selected = 0
+        self.violations = 0
+        self.run = 0  # consecutive violating points at the end of what was judged
+        self.context = np.empty(0)
+        self.fail: tuple[int, float] | None = None
+        self.error: tuple[int, float, str] | None = None
+        self.last: tuple[int, float] | None = None
+        self.agg_state: Any = (
+            rule.check.start() if isinstance(rule.check, AggregateCheck) else None
+        )
+
+    # ---- feeding ---------------------------------------------------------------------
+    def feed(self, steps: np.ndarray, values: np.ndarray, step_key: str) -> None:
+        if not steps.size:
+            return
+        self.step_key = step_key
+        self.seen += int(steps.size)
+        lo, hi = int(steps.min()), int(steps.max())
+        self.min_step = lo if self.min_step is None else min(self.min_step, lo)
+        self.max_step = hi if self.max_step is None else max(self.max_step, hi)
+        sel = self.rule.steps
+        if sel.kind in ("tail", "last"):
+            self._keep_tail(steps, values, sel.count or 1)
+            return
+        if sel.kind == "first":
+            if self.first_taken:
+                return
+            self.first_taken = True
+            i = int(np.argmin(steps))
+            steps, values = steps[i : i + 1], values[i : i + 1]
+        elif sel.kind == "list":
+            keep = np.isin(steps, sel.steps)
+            steps, values = steps[keep], values[keep]
+            self.missing_steps.difference_update(int(s) for s in steps)
+        elif sel.kind == "range":
+            keep = np.ones(steps.shape, bool)
+            if sel.start is not None:
+                keep &= steps >= sel.start
+            if sel.end is not None:
+                keep &= steps <= sel.end
+            steps, values = steps[keep], values[keep]
+        if steps.size:
+            self._judge(steps, values)
+
+    def _keep_tail(self, steps: np.ndarray, values: np.ndarray, n: int) -> None:
+        self.tail.append((steps[-n:], values[-n:]))
+        total = sum(len(s) for s, _ in self.tail)
+        while self.tail and total - len(self.tail[0][0]) >= n:
+            total -= len(self.tail.pop(0)[0])
+
+    def _judge(self, steps: np.ndarray, values: np.ndarray) -> None:
+        self.selected += int(steps.size)
+        if self.rule.reduce is not Reduce.NONE:
+            self.reduced.append(values)
+            self.reduced_steps.append(steps)
+            return
+        if self.error is not None:
+            return
+        bad = ~np.isfinite(values)
+        if bad.any():
+            i = int(np.argmax(bad))
+            self._judge_finite(steps[:i], values[:i])
+            self.error = (int(steps[i]), float(values[i]), "non-finite")
+            return
+        self._judge_finite(steps, values)
+
+    def _judge_finite(self, steps: np.ndarray, values: np.ndarray) -> None:
+        if not steps.size:
+            return
+        self.last = (int(steps[-1]), float(values[-1]))
+        check = self.rule.check
+        if isinstance(check, AggregateCheck):
+            self.agg_state = check.feed(self.agg_state, steps, values)
+            self.judged += int(steps.size)
+            return
+        assert isinstance(check, MaskCheck)
+        need = check.context()
+        joined = np.concatenate([self.context, values]) if self.context.size else values
+        n_ctx = self.context.size
+        mask = np.asarray(check.violations(joined, n_ctx), dtype=bool)
+        # Points without a full window of context are not judged yet.
+        unjudged = max(0, need - n_ctx)
+        if unjudged:
+            mask = mask.copy()
+            mask[: min(unjudged, mask.size)] = False
+        self.judged += max(0, int(values.size) - unjudged)
+        self.context = joined[-need:] if need else self.context
+        self.violations += int(mask.sum())
+        runs = _run_lengths(mask, self.run)
+        self.run = int(runs[-1])
+        if self.fail is None:
+            fired = np.flatnonzero(runs >= self.rule.for_)
+            if fired.size:
+                i = int(fired[0])
+                self.fail = (int(steps[i]), float(values[i]))
+
+    # ---- judging -----------------------------------------------------------------------
+    def outcome(self, *, final: bool, ctx: EvalContext) -> Outcome:
+        rule = self.rule
+        axis = self.step_key or "step"
+        if self.seen == 0:
+            return self._absent(final, ctx)
+        if rule.steps.kind in ("tail", "last"):
+            if not final:
+                return Outcome(Status.PENDING, f"judged when the run ends ({rule.steps.describe()})")
+            return self._judge_tail(ctx)
+        if rule.reduce is not Reduce.NONE:
+            return self._reduced(final, axis)
+        if self.error is not None:
+            step, value, _ = self.error
+            return Outcome(
+                Status.ERROR,
+                f"non-finite value {fmt(value)} at {axis} {step}",
+                step=step,
+                value=value,
+                judged=self.judged,
+            )
+        if self.fail is not None:
+            step, value = self.fail
+            assert isinstance(rule.check, MaskCheck)
+            streak = f" for {rule.for_} consecutive points" if rule.for_ > 1 else ""
+            return Outcome(
+                Status.FAIL,
+                f"{rule.check.explain(value)} at {axis} {step}{streak} "
+                f"({self.violations} of {self.judged} judged points violate)",
+                step=step,
+                value=value,
+                violations=self.violations,
+                judged=self.judged,
+            )
+        gap = self._selection_gap(axis)
+        if gap:
+            return Outcome(Status.ERROR if final else Status.PENDING, gap, judged=self.judged)
+        if isinstance(rule.check, AggregateCheck):
+            return rule.check.outcome(self.agg_state, final=final, ctx=ctx)
+        step, value = self.last if self.last else (None, None)
+        what = f"{self.judged} point" + ("s" if self.judged != 1 else "")
+        return Outcome(
+            Status.PASS,
+            f"{what} within {rule.check.describe()}"
+            + (f"; last {fmt(value)} at {axis} {step}" if self.judged > 1 else ""),
+            step=step,
+            value=value,
+            judged=self.judged,
+        )
+
+    def _absent(self, final: bool, ctx: EvalContext) -> Outcome:
+        metric = self.rule.metric
+        if not final:
+            return Outcome(Status.PENDING, f"waiting for metric {metric}")
+        available = list(getattr(ctx.run, "series", {}) or {})
+        close = difflib.get_close_matches(metric, available, n=3, cutoff=0.6)
+        hint = f"; similar: {', '.join(close)}" if close else f"; the run has {len(available)} metrics"
+        return Outcome(Status.ERROR, f"metric {metric} is not in the run{hint}")
+
+    def _selection_gap(self, axis: str) -> str | None:
+        sel = self.rule.steps
+        have = f"{axis} has {self.min_step}..{self.max_step}"
+        if sel.kind == "list" and self.missing_steps:
+            missing = ",".join(map(str, sorted(self.missing_steps)))
+            return f"required {axis} {missing} missing ({have})"
+        if self.selected == 0:
+            return f"no points in steps {sel.describe()} ({have})"
+        if isinstance(self.rule.check, MaskCheck) and self.judged == 0:
+            need = self.rule.check.context() + 1
+            return f"needs {need} points for its window, has {self.selected}"
+        return None
+
+    def _reduced(self, final: bool, axis: str) -> Outcome:
+        rule = self.rule
+        gap = self._selection_gap(axis)
+        sel = rule.steps
+        complete = final or (
+            not gap
+            and (
+                (sel.kind == "list")
+                or (sel.kind == "first")
+                or (sel.kind == "range" and sel.end is not None and (self.max_step or 0) > sel.end)
+            )
+        )
+        if gap and final:
+            return Outcome(Status.ERROR, gap)
+        if not complete:
+            return Outcome(Status.PENDING, f"{rule.reduce.value} judged once steps {sel.describe()} are in")
+        values = np.concatenate(self.reduced)
+        steps = np.concatenate(self.reduced_steps)
+        span = f"{axis} {int(steps.min())}..{int(steps.max())}"
+        bad = ~np.isfinite(values)
+        if bad.any():
+            i = int(np.argmax(bad))
+            return Outcome(
+                Status.ERROR,
+                f"non-finite value {fmt(float(values[i]))} at {axis} {int(steps[i])} inside the "
+                f"{rule.reduce.value}",
+                step=int(steps[i]),
+                value=float(values[i]),
+            )
+        value = float(_REDUCERS[rule.reduce](values))
+        assert isinstance(rule.check, MaskCheck)
+        violates = bool(rule.check.violations(np.array([value]), 0)[0])
+        label = f"{rule.reduce.value} over {span} ({values.size} points)"
+        if violates:
+            return Outcome(
+                Status.FAIL,
+                f"{label}: {rule.check.explain(value)}",
+                value=value,
+                violations=1,
+                judged=1,
+            )
+        return Outcome(
+            Status.PASS, f"{label} = {fmt(value)} within {rule.check.describe()}", value=value, judged=1
+        )
+
+    def _judge_tail(self, ctx: EvalContext) -> Outcome:
+        n = self.rule.steps.count or 1
+        steps = np.concatenate([s for s, _ in self.tail])[-n:]
+        values = np.concatenate([v for _, v in self.tail])[-n:]
+        tracker = RuleTracker(replace(self.rule, steps=ALL_STEPS))
+        tracker.feed(steps, values, self.step_key or "step")
+        return tracker.outcome(final=True, ctx=ctx)
+
+
+class Evaluation:
+    """Rule trackers for a set of policies on one run; feed new points, ask for a verdict."""
+
+    def __init__(self, policies: Iterable[PolicySpec]):
+        self.policies = list(policies)
+        self.trackers: list[RuleTracker] = [RuleTracker(r) for p in self.policies for r in p.rules]
+        self.by_metric: dict[str, list[RuleTracker]] = {}
+        for tracker in self.trackers:
+            self.by_metric.setdefault(tracker.rule.metric, []).append(tracker)
+
+    def feed(self, series: Mapping[str, Series]) -> None:
+        """Fold new points (per metric, sorted by step) into every rule that reads them."""
+        for metric, trackers in self.by_metric.items():
+            s = series.get(metric)
+            if s is not None and len(s):
+                for tracker in trackers:
+                    tracker.feed(s.steps, s.values, s.step_key)
+
+    def verdict(self, run: Run, *, final: bool, history: Any = None) -> Verdict:
+        ctx = EvalContext(run=run, history=history)
+        results: list[RuleResult] = []
+        by_policy = {p.name: p for p in self.policies}
+        skip_reason = {p.name: _policy_mismatch(p, run) for p in self.policies}
+        for tracker in self.trackers:
+            rule = tracker.rule
+            outcome = _applicability(rule, run, skip_reason[rule.policy])
+            if outcome is None:
+                outcome = tracker.outcome(final=final, ctx=ctx)
+            results.append(_result(rule, outcome, tracker.step_key, by_policy[rule.policy]))
+        return Verdict(run=run.summary(), results=results, final=final)
+
+
+def evaluate(
+    policies: Iterable[PolicySpec], run: Run, *, final: bool = True, history: Any = None
+) -> Verdict:
+    """Judge a whole run against the policies."""
+    ev = Evaluation(policies)
+    ev.feed(run.series)
+    return ev.verdict(run, final=final, history=history)
+
+
+def _policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
+    match = policy.match
+    if match is None:
+        return None
+    if match.tags and not set(match.tags) & set(run.tags):
+        return f"policy {policy.name} applies to runs tagged {', '.join(match.tags)}"
+    if match.name and not fnmatch.fnmatchcase(run.name, match.name):
+        return f"policy {policy.name} applies to runs named {match.name!r}, not {run.name!r}"
+    if match.config:
+        failing = first_failing(parse_conditions({f"config.{k}": v for k, v in match.config.items()}), run)
+        if failing is not None:
+            return f"policy {policy.name} applies when {failing.describe()}"
+    return None
+
+
+def _applicability(rule: RuleSpec, run: Run, mismatch: str | None) -> Outcome | None:
+    if mismatch:
+        return Outcome(Status.SKIP, mismatch)
+    if rule.off:
+        return Outcome(Status.SKIP, f"switched off by override: {rule.override}")
+    failing = first_failing(list(rule.conditions), run)
+    if failing is not None:
+        found, value = run.lookup(failing.key)
+        has = f"run has {value!r}" if found else "run does not set it"
+        return Outcome(Status.SKIP, f"not applicable: needs {failing.describe()} ({has})")
+    return None
+
+
+def _result(rule: RuleSpec, out: Outcome, step_key: str | None, policy: PolicySpec) -> RuleResult:
+    status = out.status
+    if status is Status.FAIL and rule.severity is Severity.WARN:
+        status = Status.WARN
+    return RuleResult(
+        policy=rule.policy,
+        rule=rule.id,
+        status=status,
+        severity=rule.severity,
+        mode=rule.mode,
+        metric=rule.metric,
+        message=out.message,
+        source=rule.source,
+        step=out.step,
+        step_key=step_key,
+        value=out.value,
+        expected=rule.describe_expected(),
+        override=rule.override,
+        description=rule.description,
+        violations=out.violations,
+        judged=out.judged,
+    )

@@ -1,0 +1,67 @@
+"""The library entry points the CLI (and CI scripts) call: load, judge, report."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from gatekeeper.engine import evaluate
+from gatekeeper.errors import GatekeeperError
+from gatekeeper.policy.loader import load_policies
+from gatekeeper.policy.overrides import CliOverride, apply_cli_overrides
+from gatekeeper.policy.spec import PolicySpec
+from gatekeeper.report import console, github, json_report, junit
+from gatekeeper.sources import RunOverrides, open_source
+from gatekeeper.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    json_path: str | None = None
+    junit_path: str | None = None
+    github: str = "auto"  # auto: when GITHUB_ACTIONS=true | always | never
+    quiet: bool = False
+    show_skipped: bool = True
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def load(policy_paths: list[str], overrides: list[CliOverride]) -> list[PolicySpec]:
+    return apply_cli_overrides(load_policies(policy_paths), overrides)
+
+
+def check(
+    source: str,
+    policies: list[PolicySpec],
+    run_overrides: RunOverrides | None = None,
+) -> Verdict:
+    """Read a finished run whole and judge it (missing data is ERROR, never a pass)."""
+    run = open_source(source).read()
+    if run_overrides is not None:
+        run = run_overrides.apply(run)
+    return evaluate(policies, run, final=True)
+
+
+def github_enabled(mode: str) -> bool:
+    if mode == "always":
+        return True
+    if mode == "never":
+        return False
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def write_reports(verdict: Verdict, opts: ReportOptions, stream: TextIO | None = None) -> None:
+    """Every report the options ask for. Files are written atomically."""
+    stream = stream or sys.stdout
+    if not opts.quiet:
+        console.render(verdict, stream, show_skipped=opts.show_skipped)
+    if opts.json_path:
+        json_report.write(verdict, opts.json_path)
+    if opts.junit_path:
+        junit.write(verdict, opts.junit_path)
+    if github_enabled(opts.github):
+        github.emit(verdict, stream, os.environ.get("GITHUB_STEP_SUMMARY"))
+
+
+__all__ = ["GatekeeperError", "ReportOptions", "check", "load", "write_reports"]

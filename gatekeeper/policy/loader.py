@@ -1,0 +1,292 @@
+"""Load policy files (YAML 1.2, ruamel) into `PolicySpec`s; every error names file:line:field."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from gatekeeper.checks import registry
+from gatekeeper.errors import PolicyError
+from gatekeeper.policy.schema import Policy, Rule, RuleOverride
+from gatekeeper.policy.spec import PolicySpec, RuleSpec
+from gatekeeper.verdict import Mode
+
+POLICY_SUFFIXES = (".yaml", ".yml")
+
+
+def display_path(path: str) -> str:
+    """A path as reports show it: relative to the working directory when inside it."""
+    absolute = os.path.abspath(path)
+    rel = os.path.relpath(absolute)
+    return absolute if rel.startswith("..") else rel
+
+
+def policy_files(paths: list[str]) -> list[str]:
+    """Expand files and directories (recursively, `*.yaml`/`*.yml`, sorted)."""
+    out: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = sorted(
+                os.path.join(root, name)
+                for root, _, names in os.walk(path)
+                for name in names
+                if name.endswith(POLICY_SUFFIXES)
+            )
+            if not found:
+                raise PolicyError("directory holds no *.yaml policy files", file=path)
+            out.extend(found)
+        elif os.path.isfile(path):
+            out.append(path)
+        else:
+            raise PolicyError("no such policy file or directory", file=path)
+    return list(dict.fromkeys(os.path.normpath(p) for p in out))
+
+
+def load_policies(paths: list[str]) -> list[PolicySpec]:
+    """Load every policy under `paths`. A base that another loaded policy extends is not
+    run on its own: the extending policy (with its overrides) replaces it."""
+    specs = [load_policy(p) for p in policy_files(paths)]
+    extended = {os.path.abspath(s.extends) for s in specs if s.extends}
+    specs = [s for s in specs if os.path.abspath(s.file) not in extended]
+    seen: dict[str, str] = {}
+    for spec in specs:
+        if spec.name in seen:
+            raise PolicyError(
+                f"policy name {spec.name!r} is also used by {seen[spec.name]}; names are unique",
+                file=spec.file,
+                line=1,
+            )
+        seen[spec.name] = spec.file
+    return specs
+
+
+def read_yaml(path: str) -> Any:
+    """Parse one YAML file, keeping line information; errors carry file:line."""
+    yaml = YAML(typ="rt")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.load(fh)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise PolicyError(f"invalid YAML: {problem}", file=display_path(path), line=line) from None
+    except YAMLError as exc:
+        raise PolicyError(f"invalid YAML: {exc}", file=display_path(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"cannot read policy: {exc}", file=display_path(path)) from None
+
+
+def load_policy(path: str, _chain: tuple[str, ...] = ()) -> PolicySpec:
+    shown = display_path(path)
+    tree = read_yaml(path)
+    if not isinstance(tree, CommentedMap):
+        raise PolicyError("a policy file is a YAML mapping (version, name, rules, ...)", file=shown, line=1)
+    try:
+        policy = Policy.model_validate(plain(tree))
+    except ValidationError as exc:
+        raise _policy_error(exc, tree, shown) from None
+    rules = tuple(
+        _rule_spec(policy, rule, tree, ("rules", i), shown, policy.mode)
+        for i, rule in enumerate(policy.rules)
+    )
+    spec = PolicySpec(
+        name=policy.name,
+        file=shown,
+        mode=policy.mode,
+        description=policy.description,
+        match=policy.match,
+        rules=rules,
+    )
+    if policy.extends:
+        spec = _extend(spec, policy, tree, path, _chain)
+    return spec
+
+
+def _extend(
+    spec: PolicySpec, policy: Policy, tree: CommentedMap, path: str, chain: tuple[str, ...]
+) -> PolicySpec:
+    shown = spec.file
+    base_path = os.path.normpath(os.path.join(os.path.dirname(path), policy.extends or ""))
+    line = line_of(tree, ("extends",))
+    if os.path.abspath(base_path) in chain or os.path.abspath(base_path) == os.path.abspath(path):
+        raise PolicyError(f"extends {policy.extends!r} makes a cycle", file=shown, line=line)
+    if not os.path.isfile(base_path):
+        raise PolicyError(
+            f"extends: no such policy file {policy.extends!r} (resolved to {base_path})",
+            file=shown,
+            line=line,
+        )
+    base = load_policy(base_path, (*chain, os.path.abspath(path)))
+    inherited = {r.id: r for r in base.rules}
+    for i, override in enumerate(policy.overrides):
+        where = ("overrides", i)
+        if override.rule not in inherited:
+            raise PolicyError(
+                f"overrides[{i}].rule: {override.rule!r} is not a rule of {base.name} "
+                f"(rules: {', '.join(inherited)})",
+                file=shown,
+                line=line_of(tree, (*where, "rule")),
+            )
+        inherited[override.rule] = apply_override(
+            inherited[override.rule], override, tree, where, shown
+        )
+    own_ids = {r.id for r in spec.rules}
+    clash = own_ids & set(inherited)
+    if clash:
+        raise PolicyError(
+            f"rule id(s) {sorted(clash)} are also inherited from {base.name}; use overrides "
+            "to change an inherited rule",
+            file=shown,
+            line=line_of(tree, ("rules",)),
+        )
+    fields = policy.model_fields_set
+    rules = tuple(replace(r, policy=spec.name) for r in inherited.values())
+    rules = tuple(
+        replace(r, mode=spec.mode if "mode" in fields else base.mode) for r in rules
+    ) + spec.rules
+    return PolicySpec(
+        name=spec.name,
+        file=shown,
+        mode=spec.mode if "mode" in fields else base.mode,
+        description=spec.description if "description" in fields else base.description,
+        match=spec.match if "match" in fields else base.match,
+        rules=rules,
+        extends=base_path,
+    )
+
+
+def apply_override(
+    rule: RuleSpec,
+    override: RuleOverride,
+    tree: Any = None,
+    where: tuple[Any, ...] = (),
+    shown: str = "--override",
+) -> RuleSpec:
+    """The rule as an override changes it; the override's reason travels with it."""
+    changes: dict[str, Any] = {"override": override.reason}
+    if override.off:
+        changes["off"] = True
+    if override.severity is not None:
+        changes["severity"] = override.severity
+    if override.steps is not None:
+        changes["steps"] = override.steps
+    if override.check is not None:
+        changes["check"] = parse_check(override.check, tree, (*where, "check"), shown)
+    return replace(rule, **changes)
+
+
+def parse_check(raw: dict[str, Any], tree: Any, where: tuple[Any, ...], shown: str) -> Any:
+    ((kind, value),) = raw.items()
+    try:
+        return registry()[kind].parse(value)
+    except ValidationError as exc:
+        raise _policy_error(exc, tree, shown, prefix=(*where, kind)) from None
+    except ValueError as exc:
+        line = line_of(tree, (*where, kind)) if tree is not None else None
+        raise PolicyError(f"{_dotted((*where, kind))}: {exc}", file=shown, line=line) from None
+
+
+def _rule_spec(
+    policy: Policy, rule: Rule, tree: Any, where: tuple[Any, ...], shown: str, mode: Mode
+) -> RuleSpec:
+    check = parse_check(rule.check, tree, (*where, "check"), shown)
+    if rule.reduce.value != "none" and not hasattr(check, "violations"):
+        raise PolicyError(
+            f"{_dotted((*where, 'reduce'))}: {check.kind} judges the series itself; "
+            f"reduce must be none, got {rule.reduce.value}",
+            file=shown,
+            line=line_of(tree, (*where, "reduce")),
+        )
+    return RuleSpec(
+        policy=policy.name,
+        id=rule.id,
+        metric=rule.metric,
+        steps=rule.steps,
+        reduce=rule.reduce,
+        check=check,
+        severity=rule.severity,
+        mode=mode,
+        conditions=tuple(rule.conditions()),
+        source=f"{shown}:{line_of(tree, where)}",
+        for_=rule.for_,
+        description=rule.description,
+    )
+
+
+def plain(node: Any) -> Any:
+    """ruamel's commented containers and scalar subclasses as plain Python values."""
+    if isinstance(node, dict):
+        return {plain(k): plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [plain(v) for v in node]
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    return node
+
+
+def line_of(tree: Any, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the deepest node on `loc` that exists in the YAML tree."""
+    line: int | None = None
+    node = tree
+    if isinstance(node, (CommentedMap, CommentedSeq)):
+        line = node.lc.line + 1
+    for part in loc:
+        if isinstance(node, CommentedMap) and part in node:
+            line = node.lc.key(part)[0] + 1
+            node = node[part]
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+            line = node.lc.item(part)[0] + 1
+            node = node[part]
+        else:
+            break
+    return line
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _policy_error(
+    exc: ValidationError, tree: Any, shown: str, prefix: tuple[Any, ...] = ()
+) -> PolicyError:
+    lines: list[str] = []
+    first_line: int | None = None
+    for err in exc.errors(include_url=False):
+        loc = tuple(
+            p
+            for p in (*prefix, *err["loc"])
+            if not (isinstance(p, str) and p.startswith(("function-", "literal[")))
+        )
+        where = line_of(tree, loc) if tree is not None else None
+        first_line = first_line or where
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        if err["type"] == "missing":
+            msg = "is required"
+        elif not isinstance(got, (dict, list)) and got is not None and "got" not in msg:
+            msg += f", got {got!r}"
+        field = _dotted(loc) or "(top level)"
+        location = f"{shown}:{where}: " if where else f"{shown}: "
+        lines.append(f"{location}{field}: {msg}")
+    if len(lines) == 1:
+        return PolicyError(lines[0])
+    return PolicyError(f"{len(lines)} problems in {shown}:\n  " + "\n  ".join(lines))

@@ -1,0 +1,183 @@
+"""Policy language v1, as pydantic models. Field docs here are the reference the README
+mirrors. Check parameters are validated by each check kind's own model (see checks/).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gatekeeper.checks import registry
+from gatekeeper.policy.conditions import Condition, parse_conditions
+from gatekeeper.verdict import Mode, Severity
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+
+
+class Reduce(str, enum.Enum):
+    NONE = "none"
+    MEAN = "mean"
+    MEDIAN = "median"
+    MIN = "min"
+    MAX = "max"
+    LAST = "last"
+
+
+class Steps(BaseModel):
+    """Which points of the metric's own step axis a rule judges."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["all", "first", "last", "list", "range", "tail"]
+    steps: tuple[int, ...] = ()
+    start: int | None = None
+    end: int | None = None
+    count: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, raw: Any) -> Any:
+        if isinstance(raw, Steps):
+            return raw
+        if raw in ("all", "first", "last"):
+            return {"kind": raw}
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return {"kind": "list", "steps": (raw,)}
+        if isinstance(raw, list):
+            if not raw or not all(isinstance(s, int) and not isinstance(s, bool) for s in raw):
+                raise ValueError(f"a step list holds whole numbers, got {raw!r}")
+            return {"kind": "list", "steps": tuple(dict.fromkeys(raw))}
+        if isinstance(raw, dict) and set(raw) == {"last"}:
+            n = raw["last"]
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError(f"steps.last must be a whole number >= 1, got {n!r}")
+            return {"kind": "tail", "count": n}
+        if isinstance(raw, dict) and raw and set(raw) <= {"from", "to"}:
+            lo, hi = raw.get("from"), raw.get("to")
+            for name, v in (("from", lo), ("to", hi)):
+                if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                    raise ValueError(f"steps.{name} must be a whole number, got {v!r}")
+            if lo is not None and hi is not None and lo > hi:
+                raise ValueError(f"steps.from ({lo}) must be <= steps.to ({hi})")
+            return {"kind": "range", "start": lo, "end": hi}
+        if isinstance(raw, dict) and "kind" in raw:
+            return raw
+        raise ValueError(
+            "steps must be all, first, last, a list of steps like [0, 1], "
+            f"{{from: a, to: b}} or {{last: n}}; got {raw!r}"
+        )
+
+    def describe(self) -> str:
+        if self.kind == "list":
+            return ",".join(map(str, self.steps))
+        if self.kind == "range":
+            lo = "" if self.start is None else self.start
+            hi = "" if self.end is None else self.end
+            return f"{lo}..{hi}"
+        if self.kind == "tail":
+            return f"last {self.count}"
+        return self.kind
+
+
+class Rule(BaseModel):
+    """One rule: a metric, the points to judge, a reduction and exactly one check."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    id: str = Field(pattern=ID_PATTERN)
+    metric: str = Field(min_length=1)
+    steps: Steps = Field(default_factory=lambda: Steps(kind="all"))
+    reduce: Reduce = Reduce.NONE
+    check: dict[str, Any]
+    severity: Severity = Severity.FAIL
+    when: dict[str, Any] = Field(default_factory=dict)
+    for_: int = Field(default=1, ge=1, alias="for")
+    description: str = ""
+
+    @field_validator("check")
+    @classmethod
+    def _one_known_check(cls, value: dict[str, Any]) -> dict[str, Any]:
+        kinds = registry()
+        if len(value) != 1:
+            raise ValueError(
+                f"a rule has exactly one check, got {len(value)} ({', '.join(map(str, value))}); "
+                f"known checks: {', '.join(kinds)}"
+            )
+        (kind,) = value
+        if kind not in kinds:
+            raise ValueError(f"unknown check {kind!r}; known checks: {', '.join(kinds)}")
+        return value
+
+    @field_validator("when")
+    @classmethod
+    def _conditions(cls, value: dict[str, Any]) -> dict[str, Any]:
+        parse_conditions(value)
+        return value
+
+    def conditions(self) -> list[Condition]:
+        return parse_conditions(self.when)
+
+
+class Match(BaseModel):
+    """Which runs a policy applies to; every given key must hold."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tags: list[str] = Field(default_factory=list)
+    name: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("config")
+    @classmethod
+    def _conditions(cls, value: dict[str, Any]) -> dict[str, Any]:
+        parse_conditions({f"config.{k}": v for k, v in value.items()})
+        return value
+
+
+class RuleOverride(BaseModel):
+    """In a policy that `extends` another: relax or switch off one inherited rule."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: str
+    reason: str = Field(min_length=1)
+    off: bool = False
+    severity: Severity | None = None
+    check: dict[str, Any] | None = None
+    steps: Steps | None = None
+
+    @model_validator(mode="after")
+    def _does_something(self) -> RuleOverride:
+        if not (self.off or self.severity or self.check or self.steps):
+            raise ValueError("an override sets off: true, severity, check or steps")
+        if self.check is not None:
+            Rule._one_known_check(self.check)
+        return self
+
+
+class Policy(BaseModel):
+    """A policy file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1]
+    name: str = Field(pattern=ID_PATTERN)
+    description: str = ""
+    mode: Mode = Mode.ENFORCE
+    match: Match | None = None
+    extends: str | None = None
+    overrides: list[RuleOverride] = Field(default_factory=list)
+    rules: list[Rule] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> Policy:
+        seen: set[str] = set()
+        for rule in self.rules:
+            if rule.id in seen:
+                raise ValueError(f"rule id {rule.id!r} is used twice; ids are unique in a policy")
+            seen.add(rule.id)
+        if not self.rules and not self.extends:
+            raise ValueError("a policy needs rules (or extends another policy)")
+        return self

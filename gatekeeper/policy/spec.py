@@ -1,0 +1,54 @@
+"""Loaded policies as the engine sees them: checks parsed, sources (file:line) attached."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from gatekeeper.checks import Check
+from gatekeeper.policy.conditions import Condition
+from gatekeeper.policy.schema import Match, Reduce, Steps
+from gatekeeper.verdict import Mode, Severity
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    policy: str
+    id: str
+    metric: str
+    steps: Steps
+    reduce: Reduce
+    check: Check
+    severity: Severity
+    mode: Mode
+    conditions: tuple[Condition, ...]
+    source: str  # "file:line" where the rule is declared
+    for_: int = 1
+    description: str = ""
+    off: bool = False
+    override: str | None = None  # reason an override gave; shown in every report
+
+    @property
+    def key(self) -> str:
+        return f"{self.policy}/{self.id}"
+
+    def describe_expected(self) -> str:
+        bound = self.check.describe()
+        if self.reduce is not Reduce.NONE:
+            bound = f"{self.reduce.value}: {bound}"
+        if self.for_ > 1:
+            bound += f" (fires after {self.for_} consecutive)"
+        return bound
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str
+    file: str
+    mode: Mode = Mode.ENFORCE
+    description: str = ""
+    match: Match | None = None
+    rules: tuple[RuleSpec, ...] = field(default_factory=tuple)
+    extends: str | None = None  # resolved path of the base policy file
+
+    def with_rules(self, rules: tuple[RuleSpec, ...]) -> PolicySpec:
+        return replace(self, rules=rules)

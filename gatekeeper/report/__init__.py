@@ -1,0 +1,1 @@
+"""Reporters: each turns a Verdict into one output (console, JSON, JUnit, GitHub)."""

@@ -1,0 +1,44 @@
+"""Shared wording for reporters: one-line verdicts and cell formatting."""
+
+from __future__ import annotations
+
+from gatekeeper.checks import fmt
+from gatekeeper.verdict import RuleResult, Verdict
+
+
+def step_text(r: RuleResult) -> str:
+    if r.step is None:
+        return "-"
+    return f"{r.step_key}={r.step}" if r.step_key and r.step_key != "step" else str(r.step)
+
+
+def value_text(r: RuleResult) -> str:
+    return fmt(r.value) if r.value is not None else "-"
+
+
+def result_line(r: RuleResult) -> str:
+    """`miles-ci/ppo-kl-step0 fail: |x| = 0.3 > 1e-09 at train/step 0 (policies/x.yaml:12)`."""
+    extra = f" [override: {r.override}]" if r.override else ""
+    return f"{r.policy}/{r.rule} {r.status.value}: {r.message}{extra} ({r.source})"
+
+
+def summary_line(v: Verdict) -> str:
+    counts = v.counts()
+    parts = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    name = v.run.get("name", "run")
+    head = {
+        "pass": "PASSED",
+        "fail": "FAILED",
+        "error": "FAILED (could not judge every rule)",
+        "pending": "PENDING",
+    }[v.status.value]
+    failing = v.failing()
+    why = ""
+    if failing:
+        shown = ", ".join(f"{r.policy}/{r.rule}" for r in failing[:3])
+        more = f" +{len(failing) - 3} more" if len(failing) > 3 else ""
+        why = f" — failing: {shown}{more}"
+    stopped = ""
+    if v.stopped:
+        stopped = f" — run stopped at {v.stopped.get('step_key', 'step')} {v.stopped.get('step')}"
+    return f"gate {head}: {name}: {parts or 'no rules'}{why}{stopped}"

@@ -1,0 +1,92 @@
+"""`JsonlSource`: a JSONL record file or a directory of per-process record files."""
+
+from __future__ import annotations
+
+import os
+
+from gatekeeper.errors import SourceError, SourceNotFound
+from gatekeeper.model import Run, RunState, Series, merge_chunks
+from gatekeeper.sources.base import Source
+from gatekeeper.sources.jsonl import JsonlParser, jsonl_files, parse_file
+from gatekeeper.sources.metadata import read_sidecar, sidecar_for
+
+
+class JsonlSource(Source):
+    """A finished (or snapshot of a live) run stored as JSONL, read whole."""
+
+    kind = "jsonl"
+
+    def __init__(self, spec: str, step_aliases: dict[str, str] | None = None):
+        super().__init__(spec)
+        self.path = spec[len("file://") :] if spec.startswith("file://") else spec
+        self.step_aliases = step_aliases
+
+    @classmethod
+    def accepts(cls, spec: str) -> bool:
+        return "://" not in spec or spec.startswith("file://")
+
+    def files(self) -> list[str]:
+        if os.path.isdir(self.path):
+            found = jsonl_files(self.path)
+            if not found:
+                raise SourceNotFound(f"{self.path}: directory holds no *.jsonl record files")
+            return found
+        if os.path.isfile(self.path):
+            return [self.path]
+        raise SourceNotFound(f"{self.path}: no such file or directory")
+
+    def _parser(self, path: str) -> JsonlParser:
+        if self.step_aliases is None:
+            return JsonlParser(path)
+        return JsonlParser(path, step_aliases=dict(self.step_aliases))
+
+    def read(self) -> Run:
+        chunks: dict[str, list[tuple]] = {}
+        step_keys: dict[str, str] = {}
+        ended_state: RunState | None = None
+        for path in self.files():
+            parser = self._parser(path)
+            try:
+                parse_file(parser, final=True)
+            except OSError as exc:
+                raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+            for metric, parts in parser.chunks.items():
+                key = parser.step_keys[metric]
+                if step_keys.setdefault(metric, key) != key:
+                    raise SourceError(
+                        f"{path}: metric {metric!r} is on step axis {key!r} here but on "
+                        f"{step_keys[metric]!r} in another file of this run"
+                    )
+                chunks.setdefault(metric, []).extend(parts)
+            for event in parser.events:
+                if event.get("event") == "end":
+                    ended_state = _end_state(event.get("state"))
+        series: dict[str, Series] = {
+            m: merge_chunks(m, parts, step_keys[m]) for m, parts in sorted(chunks.items())
+        }
+        return self._run(series, ended_state)
+
+    def _run(self, series: dict[str, Series], ended_state: RunState | None) -> Run:
+        base = os.path.basename(os.path.normpath(self.path))
+        name = base[: -len(".jsonl")] if base.endswith(".jsonl") else base
+        run = Run(name=name, source=self.path, series=series)
+        sidecar = sidecar_for(self.path)
+        if sidecar:
+            meta = read_sidecar(sidecar)
+            run.name = meta.get("name") or run.name
+            run.run_id = meta.get("id")
+            run.tags = tuple(meta.get("tags", ()))
+            run.config = dict(meta.get("config", {}))
+            run.url = meta.get("url")
+            if meta.get("state") is not None:
+                run.state = meta["state"]
+        if ended_state is not None:
+            run.state = ended_state
+        return run
+
+
+def _end_state(value: object) -> RunState:
+    try:
+        return RunState(value) if value else RunState.FINISHED
+    except ValueError:
+        return RunState.FINISHED

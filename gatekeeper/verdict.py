@@ -1,0 +1,139 @@
+"""Statuses, per-rule results and the gate verdict: what every reporter consumes."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    """Outcome of one rule on one run."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    ERROR = "error"
+    SKIP = "skip"
+    PENDING = "pending"
+
+
+class GateStatus(str, enum.Enum):
+    """Outcome of the whole gate. `fail` wins over `error`; `pending` only while live."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    PENDING = "pending"
+
+
+class Severity(str, enum.Enum):
+    FAIL = "fail"
+    WARN = "warn"
+
+
+class Mode(str, enum.Enum):
+    ENFORCE = "enforce"
+    SHADOW = "shadow"
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """One rule judged on one run; explains itself (metric, step, value, bound, source)."""
+
+    policy: str
+    rule: str
+    status: Status
+    severity: Severity
+    mode: Mode
+    metric: str
+    message: str
+    source: str  # policy file:line of the rule
+    step: int | None = None
+    step_key: str | None = None
+    value: float | None = None
+    expected: str = ""
+    override: str | None = None  # reason, when an override changed this rule
+    description: str = ""
+    violations: int = 0  # judged points that violated
+    judged: int = 0  # points judged
+
+    @property
+    def gating(self) -> bool:
+        """True when this result fails the gate."""
+        return (
+            self.mode is Mode.ENFORCE
+            and self.severity is Severity.FAIL
+            and self.status in (Status.FAIL, Status.ERROR)
+        )
+
+    @property
+    def file(self) -> str:
+        return self.source.rsplit(":", 1)[0]
+
+    @property
+    def line(self) -> int | None:
+        tail = self.source.rsplit(":", 1)
+        return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("status", "severity", "mode"):
+            data[key] = data[key].value
+        value = data["value"]
+        if value is not None and value != value:  # NaN is not JSON
+            data["value"] = "NaN"
+        elif value in (float("inf"), float("-inf")):
+            data["value"] = "Infinity" if value > 0 else "-Infinity"
+        return data
+
+
+@dataclass
+class Verdict:
+    """All rule results for one run and the gate outcome derived from them."""
+
+    run: dict[str, Any]
+    results: list[RuleResult] = field(default_factory=list)
+    final: bool = True
+    stopped: dict[str, Any] | None = None  # set when a live run was stopped by the gate
+
+    @property
+    def status(self) -> GateStatus:
+        gating = [r for r in self.results if r.gating]
+        if any(r.status is Status.FAIL for r in gating):
+            return GateStatus.FAIL
+        if gating:
+            return GateStatus.ERROR
+        if not self.final and any(
+            r.status is Status.PENDING and r.mode is Mode.ENFORCE and r.severity is Severity.FAIL
+            for r in self.results
+        ):
+            return GateStatus.PENDING
+        return GateStatus.PASS
+
+    @property
+    def passed(self) -> bool:
+        return self.status in (GateStatus.PASS, GateStatus.PENDING)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in Status}
+        for r in self.results:
+            out[r.status.value] += 1
+        return out
+
+    def failing(self) -> list[RuleResult]:
+        return [r for r in self.results if r.gating]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "final": self.final,
+            "run": self.run,
+            "counts": self.counts(),
+            "stopped": self.stopped,
+            "results": [r.to_dict() for r in self.results],
+        }
