@@ -222,7 +222,11 @@ class RuleTracker:
             return f"required {axis} {missing} missing ({have})"
         if self.selected == 0:
             return f"no points in steps {sel.describe()} ({have})"
-        if isinstance(self.rule.check, MaskCheck) and self.judged == 0:
+        if (
+            isinstance(self.rule.check, MaskCheck)
+            and self.rule.reduce is Reduce.NONE
+            and self.judged == 0
+        ):
             need = self.rule.check.context() + 1
             return f"needs {need} points for its window, has {self.selected}"
         return None

@@ -1,0 +1,66 @@
+"""Small, readable writers for the record files and policies tests need."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def marker(v: Any) -> Any:
+    """A value as miles writes it: non-finite floats as "NaN"/"Infinity"/"-Infinity"."""
+    if isinstance(v, float) and math.isnan(v):
+        return "NaN"
+    if isinstance(v, float) and math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+def write_record(path: Path, metrics: Mapping[str, Iterable[tuple[int, Any]]]) -> Path:
+    """A miles metric-history record: one line per metric with its [step, value] series."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        for name, points in metrics.items():
+            series = [[s, marker(v)] for s, v in points]
+            fh.write(json.dumps({"metric": name, "series": series}) + "\n")
+    return path
+
+
+def write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Per-step rows, with Python's json (bare NaN/Infinity tokens, as a trainer writes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        for row in rows:
+            fh.write(json.dumps(dict(row)) + "\n")
+    return path
+
+
+def write_meta(directory: Path, **meta: Any) -> Path:
+    path = directory / "run.json"
+    path.write_text(json.dumps(meta))
+    return path
+
+
+def write_policy(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+def gatekeeper(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a child process."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "gatekeeper", *args],
+        cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
+    )

@@ -1,0 +1,192 @@
+"""The engine's semantics: magnitude, missing data, NaN, selections, modes, live vs final."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gatekeeper.engine import Evaluation, evaluate
+from gatekeeper.model import Run, Series
+from gatekeeper.policy.loader import load_policies
+from gatekeeper.verdict import GateStatus, Status
+from tests.helpers import write_policy
+
+
+def policy(tmp_path, rules: str, head: str = "", name: str = "p"):
+    text = f"version: 1\nname: {name}\n{head}rules:\n{rules}"
+    return load_policies([str(write_policy(tmp_path / f"{name}.yaml", text))])
+
+
+def run_of(metrics: dict[str, list[tuple[int, float]]], **meta) -> Run:
+    series = {
+        m: Series.from_lists(m, [s for s, _ in pts], [v for _, v in pts], "train/step")
+        for m, pts in metrics.items()
+    }
+    return Run(name=meta.pop("name", "r"), source="mem", series=series, **meta)
+
+
+def one(verdict):
+    (result,) = verdict.results
+    return result
+
+
+KL = "  - {id: kl, metric: train/ppo_kl, steps: [0], check: {abs_max: 1.0e-9}}\n"
+
+
+def test_signed_check_bug_is_caught_by_magnitude(tmp_path):
+    run = run_of({"train/ppo_kl": [(0, -0.3), (1, 0.01)]})
+    signed = policy(tmp_path, "  - {id: kl, metric: train/ppo_kl, steps: [0], check: {max: 1.0e-8}}\n", name="old")
+    assert one(evaluate(signed, run)).status is Status.PASS  # what miles' assert did
+    r = one(evaluate(policy(tmp_path, KL), run))
+    assert r.status is Status.FAIL and r.step == 0 and r.value == -0.3
+    assert "|x| = 0.3 > 1e-09 at train/step 0" in r.message
+    assert r.expected == "|x| <= 1e-09" and r.source.endswith("p.yaml:4")
+
+
+def test_nan_at_a_judged_step_is_an_error_never_a_pass(tmp_path):
+    run = run_of({"train/ppo_kl": [(0, 0.0), (1, math.nan), (2, 0.0)]})
+    rules = "  - {id: kl, metric: train/ppo_kl, check: {abs_max: 1.0}}\n"
+    v = evaluate(policy(tmp_path, rules), run)
+    assert one(v).status is Status.ERROR and one(v).step == 1 and "non-finite value NaN" in one(v).message
+    assert v.status is GateStatus.ERROR and v.exit_code == 1
+    live = Evaluation(policy(tmp_path, rules))
+    live.feed(run.series)
+    assert one(live.verdict(run, final=False)).status is Status.ERROR  # at once, even live
+
+
+def test_missing_metric_and_missing_step(tmp_path):
+    run = run_of({"train/ppo_kl": [(1, 0.0)], "train/other": [(0, 1.0)]})
+    v = evaluate(policy(tmp_path, KL + "  - {id: gone, metric: train/ppo_k1, check: {max: 1}}\n"), run)
+    kl, gone = v.results
+    assert kl.status is Status.ERROR and "required train/step 0 missing (train/step has 1..1)" in kl.message
+    assert gone.status is Status.ERROR and "not in the run; similar: train/ppo_kl" in gone.message
+    live = Evaluation(policy(tmp_path, KL))
+    live.feed(run.series)
+    assert one(live.verdict(run, final=False)).status is Status.PENDING
+
+
+def test_warn_severity_and_shadow_mode_never_fail_the_gate(tmp_path):
+    run = run_of({"train/ppo_kl": [(0, 5.0)]})
+    warn = policy(tmp_path, KL.replace("}}\n", "}, severity: warn}\n"))
+    assert one(evaluate(warn, run)).status is Status.WARN
+    assert evaluate(warn, run).status is GateStatus.PASS
+    shadow = policy(tmp_path, KL, head="mode: shadow\n")
+    v = evaluate(shadow, run)
+    assert one(v).status is Status.FAIL and not one(v).gating and v.exit_code == 0
+
+
+def test_when_and_match(tmp_path):
+    rules = (
+        "  - {id: lora, metric: train/ppo_kl, steps: [0], check: {abs_max: 1.0e-8},"
+        " when: {config.lora_rank: {gt: 0}}}\n"
+        "  - {id: plain, metric: train/ppo_kl, steps: [0], check: {abs_max: 1.0e-9},"
+        " when: {config.lora_rank: {truthy: false}}}\n"
+    )
+    data = {"train/ppo_kl": [(0, 5e-9)]}
+    lora = evaluate(policy(tmp_path, rules), run_of(data, config={"lora_rank": 8}))
+    assert [r.status for r in lora.results] == [Status.PASS, Status.SKIP]
+    assert "needs config.lora_rank falsy" not in lora.results[1].message
+    plain = evaluate(policy(tmp_path, rules), run_of(data))  # lora_rank not set at all
+    assert [r.status for r in plain.results] == [Status.SKIP, Status.FAIL]
+    assert "run does not set it" in plain.results[0].message
+
+    head = "match: {tags: [e2e], name: 'qwen3-*', config: {backend: megatron}}\n"
+    matched = policy(tmp_path, KL, head=head, name="m")
+    ok = run_of(data, name="qwen3-4b", tags=("e2e",), config={"backend": "megatron"})
+    assert one(evaluate(matched, ok)).status is Status.FAIL
+    for other in (
+        run_of(data, name="qwen3-4b", tags=("nightly",), config={"backend": "megatron"}),
+        run_of(data, name="llama", tags=("e2e",), config={"backend": "megatron"}),
+        run_of(data, name="qwen3-4b", tags=("e2e",), config={"backend": "fsdp"}),
+    ):
+        assert one(evaluate(matched, other)).status is Status.SKIP
+
+
+def test_debounce_fires_on_the_nth_consecutive_violation(tmp_path):
+    rules = "  - {id: g, metric: train/grad_norm, check: {max: 1.0}, for: 3}\n"
+    two = run_of({"train/grad_norm": [(0, 5), (1, 5), (2, 0.1), (3, 5), (4, 5)]})
+    assert one(evaluate(policy(tmp_path, rules), two)).status is Status.PASS
+    three = run_of({"train/grad_norm": [(0, 5), (1, 5), (2, 0.1), (3, 5), (4, 5), (5, 5), (6, 5)]})
+    r = one(evaluate(policy(tmp_path, rules), three))
+    assert r.status is Status.FAIL and r.step == 5 and "for 3 consecutive points" in r.message
+
+
+def test_debounce_carries_across_chunks(tmp_path):
+    ev = Evaluation(policy(tmp_path, "  - {id: g, metric: m, check: {max: 1.0}, for: 3}\n"))
+    for step in range(3):
+        ev.feed({"m": Series.from_lists("m", [step], [9.0])})
+    assert one(ev.verdict(run_of({}), final=False)).status is Status.FAIL
+
+
+@pytest.mark.parametrize(
+    "steps, reduce, check, status, value",
+    [
+        ("first", "none", "{max: 0.5}", Status.PASS, 0.1),
+        ("last", "none", "{max: 0.5}", Status.FAIL, 0.9),
+        ("{last: 3}", "mean", "{between: [0.6, 0.8]}", Status.PASS, 0.7),
+        ("{from: 1, to: 3}", "max", "{max: 0.55}", Status.FAIL, 0.6),
+        ("{from: 1, to: 3}", "median", "{approx: {value: 0.4, abs: 0.001}}", Status.PASS, 0.4),
+        ("[0, 2]", "min", "{min: 0.1}", Status.PASS, 0.1),
+        ("all", "last", "{max: 0.95}", Status.PASS, 0.9),
+    ],
+)
+def test_selections_and_reductions(tmp_path, steps, reduce, check, status, value):
+    run = run_of({"m": list(enumerate([0.1, 0.2, 0.4, 0.6, 0.6, 0.6, 0.9]))})
+    rules = f"  - {{id: r, metric: m, steps: {steps}, reduce: {reduce}, check: {check}}}\n"
+    r = one(evaluate(policy(tmp_path, rules), run))
+    assert r.status is status, r.message
+    assert r.value == pytest.approx(value)
+
+
+def test_range_without_points_is_an_error(tmp_path):
+    rules = "  - {id: r, metric: m, steps: {from: 50, to: 60}, check: {max: 1}}\n"
+    r = one(evaluate(policy(tmp_path, rules), run_of({"m": [(0, 0.1), (10, 0.1)]})))
+    assert r.status is Status.ERROR and "no points in steps 50..60" in r.message
+
+
+def test_reach(tmp_path):
+    rules = "  - {id: r, metric: m, check: {reach: {value: 0.75, by_step: 80, window: 5}}}\n"
+    rising = [(s, 0.5 + 0.4 * s / 40 if s < 40 else 0.9) for s in range(100)]
+    r = one(evaluate(policy(tmp_path, rules), run_of({"m": rising})))
+    assert r.status is Status.PASS and r.step is not None and r.step <= 80
+    flat = [(s, 0.6) for s in range(100)]
+    r = one(evaluate(policy(tmp_path, rules), run_of({"m": flat})))
+    assert r.status is Status.FAIL and "never reached 0.75 by step 80 (best 0.6" in r.message
+    # Live: before step 80 it cannot tell yet; once past it, it fails without waiting.
+    ev = Evaluation(policy(tmp_path, rules))
+    ev.feed(run_of({"m": flat[:50]}).series)
+    assert one(ev.verdict(run_of({}), final=False)).status is Status.PENDING
+    ev.feed(run_of({"m": flat[50:]}).series)
+    assert one(ev.verdict(run_of({}), final=False)).status is Status.FAIL
+
+
+def test_override_off_is_skip_with_reason(tmp_path):
+    from gatekeeper.policy.overrides import apply_cli_overrides, parse_override
+
+    policies = apply_cli_overrides(policy(tmp_path, KL), [parse_override("p/kl=off:MLA kernels differ")])
+    r = one(evaluate(policies, run_of({"train/ppo_kl": [(0, -0.3)]})))
+    assert r.status is Status.SKIP and r.override == "MLA kernels differ"
+    assert "switched off by override: MLA kernels differ" in r.message
+
+
+def test_chunked_feeding_matches_one_shot(tmp_path):
+    rules = (
+        "  - {id: a, metric: m, check: {abs_max: 2.5}, for: 2}\n"
+        "  - {id: b, metric: m, check: {reach: {value: 2, by_step: 900, window: 7}}}\n"
+        "  - {id: c, metric: m, steps: {from: 100, to: 400}, reduce: mean, check: {between: [-1, 1]}}\n"
+        "  - {id: d, metric: m, steps: {last: 10}, check: {max: 3}}\n"
+    )
+    rng = np.random.default_rng(1)
+    values = rng.normal(0, 1, 1000)
+    run = Run(name="r", source="mem", series={"m": Series("m", np.arange(1000), values)})
+    whole = evaluate(policy(tmp_path, rules), run)
+    ev = Evaluation(policy(tmp_path, rules))
+    for lo in range(0, 1000, 37):
+        ev.feed({"m": Series("m", np.arange(lo, min(lo + 37, 1000)), values[lo : lo + 37])})
+    chunked = ev.verdict(run, final=True)
+    for a, b in zip(whole.results, chunked.results, strict=True):
+        da, db = a.to_dict(), b.to_dict()
+        assert da.pop("value") == pytest.approx(db.pop("value"), rel=1e-12)  # rolling-sum rounding
+        assert da == db
