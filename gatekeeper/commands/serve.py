@@ -1,0 +1,81 @@
+"""`gatekeeper serve -c FILE`: run the daemon; `--check-config` validates and exits.
+
+--check-config loads the config, every target's policies and every notifier's secrets
+from the environment, and opens an existing state file read-only to check it, without
+polling, listening or sending anything. Exit 0 when all is well, 2 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import logging
+import os
+from typing import Any
+
+from gatekeeper.cli import EXTENSIONS
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="watch runs as a daemon: metrics, state, chat alerts")
+    p.add_argument(
+        "-c",
+        "--config",
+        dest="daemon_config",
+        required=True,
+        metavar="FILE",
+        help="daemon config (YAML); see docs/daemon.md",
+    )
+    p.add_argument(
+        "--check-config",
+        action="store_true",
+        help="validate the config, policies, secrets and state file, then exit",
+    )
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from gatekeeper.daemon.config import load_config
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run
+    config = load_config(args.daemon_config)
+    if args.check_config:
+        return _check(config)
+    from gatekeeper.daemon.service import Daemon
+
+    Daemon(config).serve()
+    return 0
+
+
+def _check(config: Any) -> int:
+    from gatekeeper.daemon.service import load_targets
+    from gatekeeper.daemon.state import StateStore
+    from gatekeeper.notify import build_notifier
+
+    targets = load_targets(config, lambda spec: None)  # type: ignore[arg-type,return-value]
+    for watched, source, pattern in targets:
+        found = 1 if source else len(glob.glob(pattern or ""))
+        rules = sum(len(p.rules) for p in watched.policies)
+        print(
+            f"target {watched.target}: {source or pattern} ({found} now), "
+            f"{len(watched.policies)} policies, {rules} rules, every {watched.interval:g}s"
+        )
+    for n in config.notifiers:
+        build_notifier(n).close()  # resolves URL and secret from the environment
+        print(f"notifier {n.name}: {n.kind}, alerts on {', '.join(n.statuses)}")
+    if os.path.exists(config.state):
+        runs = StateStore(config.state).load_runs()
+        print(f"state {config.state}: ok, {len(runs)} runs")
+    else:
+        print(f"state {config.state}: will be created")
+    auth = "bearer token" if config.http.token_env else "no token (loopback only)"
+    print(f"http {config.http.address}:{config.http.port}: {auth}")
+    print(f"ok: {config.file}")
+    return 0
+
+
+EXTENSIONS.append(register)

@@ -1,0 +1,212 @@
+"""The daemon configuration file (YAML, pydantic-validated); errors name file:line:field.
+
+Secrets never live in the file: a notifier names the environment variable that holds its
+URL or signing secret (`url_env`, `secret_env`), the HTTP listener its token
+(`http.token_env`). `GATEKEEPER_STATE` and `GATEKEEPER_HTTP_ADDRESS` override the state
+path and listen address (handy in containers).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from ruamel.yaml.comments import CommentedMap
+
+from gatekeeper.errors import ConfigError, PolicyError
+from gatekeeper.policy.loader import _policy_error, display_path, line_of, plain, read_yaml
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def _seconds(raw: Any) -> Any:
+    """`30`, `30s`, `5m`, `4h`, `1d`, `250ms` as seconds (float)."""
+    if isinstance(raw, bool):
+        raise ValueError(f"expected a duration like 30s, 5m or 4h, got {raw!r}")
+    if isinstance(raw, (int, float)):
+        return float(raw)
+    if isinstance(raw, str):
+        m = _DURATION.match(raw)
+        if m:
+            return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    raise ValueError(f"expected a duration like 30s, 5m or 4h, got {raw!r}")
+
+
+Duration = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]
+PositiveDuration = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PollSettings(_Model):
+    interval: PositiveDuration = 30.0
+    jitter: Duration = 2.0  # random delay added to each poll, spreads load
+    timeout: PositiveDuration = 20.0  # a poll taking longer is abandoned and counted
+    backoff_max: PositiveDuration = 600.0  # ceiling of the error backoff
+    discovery_interval: PositiveDuration = 30.0  # how often globs are re-expanded
+    workers: int = Field(default=8, ge=1, le=256)  # concurrent polls
+    debounce: int = Field(default=1, ge=1)  # polls a new rule status must hold before it counts
+
+
+class Target(_Model):
+    """What to watch: one `source`, or every run directory/file matching `glob`."""
+
+    name: str | None = None
+    source: str | None = None
+    glob: str | None = None
+    policies: list[str] = Field(min_length=1)
+    interval: PositiveDuration | None = None
+    tags: list[str] = []  # added to every run of this target
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Target:
+        if (self.source is None) == (self.glob is None):
+            raise ValueError("a target has exactly one of source: or glob:")
+        return self
+
+
+class Notifier(_Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    kind: Literal["slack", "lark", "webhook"]
+    url: str | None = None  # prefer url_env: a webhook URL is a secret
+    url_env: str | None = None
+    secret_env: str | None = None  # lark: signing secret
+    statuses: list[Literal["fail", "error", "warn"]] = ["fail", "error"]
+    repeat_interval: Duration = 4 * 3600.0  # re-send while still firing; 0 = never
+    group_wait: Duration = 2.0  # collect state changes this long before sending
+    timeout: PositiveDuration = 10.0
+    retries: int = Field(default=3, ge=0, le=10)
+    retry_backoff: PositiveDuration = 1.0  # first retry pause, doubling; Retry-After wins
+    queue_size: int = Field(default=1000, ge=1)
+    max_lines: int = Field(default=20, ge=1)  # run lines per group before "+N more"
+
+    @model_validator(mode="after")
+    def _url(self) -> Notifier:
+        if (self.url is None) == (self.url_env is None):
+            raise ValueError("a notifier has exactly one of url: or url_env:")
+        return self
+
+    def resolved_url(self) -> str:
+        if self.url is not None:
+            return self.url
+        value = os.environ.get(self.url_env or "")
+        if not value:
+            raise ConfigError(
+                f"notifier {self.name}: environment variable {self.url_env} is not set "
+                "(it holds the webhook URL)"
+            )
+        return value
+
+    def resolved_secret(self) -> str | None:
+        if not self.secret_env:
+            return None
+        value = os.environ.get(self.secret_env)
+        if not value:
+            raise ConfigError(
+                f"notifier {self.name}: environment variable {self.secret_env} is not set "
+                "(it holds the signing secret)"
+            )
+        return value
+
+
+class HttpSettings(_Model):
+    address: str = "127.0.0.1"
+    port: int = Field(default=9464, ge=0, le=65535)
+    token_env: str | None = None  # bearer token for /metrics and /api when set
+
+    def is_loopback(self) -> bool:
+        if self.address == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.address).is_loopback
+        except ValueError:
+            return False
+
+    def token(self) -> str | None:
+        return os.environ.get(self.token_env) if self.token_env else None
+
+
+class DaemonConfig(_Model):
+    version: Literal[1] = 1
+    state: str = "gatekeeper-state.db"
+    http: HttpSettings = HttpSettings()
+    poll: PollSettings = PollSettings()
+    targets: list[Target] = Field(min_length=1)
+    notifiers: list[Notifier] = []
+    file: str = ""  # where it was read from (set by the loader)
+
+    @model_validator(mode="after")
+    def _unique(self) -> DaemonConfig:
+        names = [n.name for n in self.notifiers]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"notifier names must be unique, repeated: {', '.join(sorted(dup))}")
+        return self
+
+
+def load_config(path: str) -> DaemonConfig:
+    """Read and validate a daemon config; relative paths resolve against its directory."""
+    shown = display_path(path)
+    try:
+        tree = read_yaml(path)
+    except PolicyError as exc:
+        raise ConfigError(str(exc).replace("cannot read policy", "cannot read config")) from None
+    if not isinstance(tree, CommentedMap):
+        raise ConfigError(f"{shown}:1: a daemon config is a YAML mapping (state, targets, ...)")
+    raw = plain(tree)
+    raw.pop("file", None)
+    try:
+        config = DaemonConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(str(_policy_error(exc, tree, shown))) from None
+    config = _resolve(config, os.path.dirname(os.path.abspath(path)), shown)
+    _check_listener(config, tree, shown)
+    return config
+
+
+def _resolve(config: DaemonConfig, base: str, shown: str) -> DaemonConfig:
+    def at(p: str) -> str:
+        p = os.path.expanduser(p)
+        return p if os.path.isabs(p) or "://" in p else os.path.normpath(os.path.join(base, p))
+
+    targets = [
+        t.model_copy(
+            update={
+                "source": at(t.source) if t.source else None,
+                "glob": at(t.glob) if t.glob else None,
+                "policies": [at(p) for p in t.policies],
+            }
+        )
+        for t in config.targets
+    ]
+    state = os.environ.get("GATEKEEPER_STATE") or at(config.state)
+    http = config.http
+    if os.environ.get("GATEKEEPER_HTTP_ADDRESS"):
+        http = http.model_copy(update={"address": os.environ["GATEKEEPER_HTTP_ADDRESS"]})
+    return config.model_copy(
+        update={"targets": targets, "state": state, "http": http, "file": shown}
+    )
+
+
+def _check_listener(config: DaemonConfig, tree: Any, shown: str) -> None:
+    http = config.http
+    if http.is_loopback():
+        return
+    line = line_of(tree, ("http", "address"))
+    where = f"{shown}:{line}" if line else shown
+    if not http.token_env:
+        raise ConfigError(
+            f"{where}: http.address {http.address} is not a loopback address; set "
+            "http.token_env to the environment variable holding a bearer token"
+        )
+    if not http.token():
+        raise ConfigError(
+            f"{where}: http.address {http.address} needs a bearer token but environment "
+            f"variable {http.token_env} is not set"
+        )

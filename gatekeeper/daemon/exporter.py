@@ -1,0 +1,120 @@
+"""Prometheus metrics of the daemon. Current state is read at scrape time by a Collector;
+events (polls, points, errors, notifications) are counters and a histogram.
+
+Every object that owns metrics takes a `registry`, so tests use a fresh one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gatekeeper.verdict import GateStatus
+
+
+@dataclass(frozen=True)
+class RuleView:
+    policy: str
+    rule: str
+    severity: str
+    status: str  # debounced status
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What the exporter needs to know of one run, at scrape time."""
+
+    name: str
+    status: str  # gate status of the latest verdict
+    last_success: float | None
+    rules: tuple[RuleView, ...]
+
+
+class StateCollector(Collector):
+    """Yields the current status of every watched run and rule when scraped."""
+
+    def __init__(self, snapshot: Callable[[], Iterable[RunView]]):
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        rule_status = GaugeMetricFamily(
+            "gatekeeper_rule_status",
+            "1 for the current (debounced) status of a rule on a watched run",
+            labels=["run", "policy", "rule", "severity", "status"],
+        )
+        by_status = GaugeMetricFamily(
+            "gatekeeper_runs", "Watched runs by gate status", labels=["status"]
+        )
+        last_ok = GaugeMetricFamily(
+            "gatekeeper_last_successful_poll_timestamp_seconds",
+            "Unix time of the last poll of a run that succeeded",
+            labels=["run"],
+        )
+        counts = {s.value: 0 for s in GateStatus}
+        for run in self.snapshot():
+            counts[run.status] = counts.get(run.status, 0) + 1
+            if run.last_success is not None:
+                last_ok.add_metric([run.name], run.last_success)
+            for r in run.rules:
+                rule_status.add_metric([run.name, r.policy, r.rule, r.severity, r.status], 1.0)
+        for status, n in counts.items():
+            by_status.add_metric([status], n)
+        yield rule_status
+        yield by_status
+        yield last_ok
+
+
+class DaemonMetrics:
+    """The daemon's event metrics plus the state collector, on one registry."""
+
+    def __init__(self, registry: CollectorRegistry, snapshot: Callable[[], Iterable[RunView]]):
+        self.registry = registry
+        self.points = Counter(
+            "gatekeeper_points_ingested", "Metric points read from sources", registry=registry
+        )
+        self.polls = Counter(
+            "gatekeeper_polls", "Polls of watched runs", ["outcome"], registry=registry
+        )
+        self.poll_errors = Counter(
+            "gatekeeper_poll_errors", "Polls that failed or timed out", ["kind"], registry=registry
+        )
+        self.poll_duration = Histogram(
+            "gatekeeper_poll_duration_seconds",
+            "Time to poll a run, evaluate it and commit the state",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=registry,
+        )
+        self.poll_lag = Histogram(
+            "gatekeeper_poll_lag_seconds",
+            "How late a poll started against its schedule",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=registry,
+        )
+        self.notifications = Counter(
+            "gatekeeper_notifications",
+            "Alerts by channel and outcome (sent, failed, dropped)",
+            ["channel", "outcome"],
+            registry=registry,
+        )
+        self.watched = Counter(
+            "gatekeeper_runs_discovered", "Runs added to the watch list", registry=registry
+        )
+        registry.register(StateCollector(snapshot))
+
+    def count_notification(self, channel: str, outcome: str, n: int = 1) -> None:
+        self.notifications.labels(channel=channel, outcome=outcome).inc(n)
+
+    def prime(self, channels: Iterable[str], **_: Any) -> None:
+        """Create the labelled series at 0, so rate() works from the first scrape."""
+        for ch in channels:
+            for outcome in ("sent", "failed", "dropped"):
+                self.notifications.labels(channel=ch, outcome=outcome)
+        for kind in ("error", "timeout"):
+            self.poll_errors.labels(kind=kind)
+        for outcome in ("ok", "error", "skipped"):
+            self.polls.labels(outcome=outcome)

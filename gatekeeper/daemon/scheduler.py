@@ -1,0 +1,181 @@
+"""Poll scheduling with APScheduler 3: one interval job per watched run.
+
+Jobs never overlap for one run (`max_instances=1`), missed runs coalesce into one, and
+a jitter spreads the load. Each poll's source I/O runs on a separate pool under a
+timeout: a poll that hangs is abandoned (counted, backed off) and its run is not polled
+again until the hung call returns, so one slow or failing source never stalls the
+others. A discovery job re-expands the globs to add new runs; runs whose source says
+they ended get a final verdict and are retired.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor as PollPool
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import datetime, timedelta
+from typing import Any
+
+from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from gatekeeper.daemon.config import PollSettings
+from gatekeeper.daemon.exporter import DaemonMetrics
+from gatekeeper.daemon.state import RunRecord, StateStore
+from gatekeeper.daemon.watch import RunWatcher, Watched
+
+log = logging.getLogger("gatekeeper.daemon")
+DISCOVERY_JOB = "__discovery__"
+Offer = Callable[[int, str, dict[str, Any]], None]
+
+
+class PollScheduler:
+    """Owns the watchers and the APScheduler jobs that poll them."""
+
+    def __init__(
+        self,
+        settings: PollSettings,
+        targets: list[tuple[Watched, str | None, str | None]],  # (watched, source, glob)
+        store: StateStore,
+        metrics: DaemonMetrics,
+        offer: Offer,
+        records: dict[str, RunRecord],
+    ):
+        self.settings = settings
+        self.targets = targets
+        self.store = store
+        self.metrics = metrics
+        self.offer = offer
+        self.records = records
+        self.watchers: dict[str, RunWatcher] = {}
+        self.lock = threading.Lock()
+        self.discovered = threading.Event()  # first discovery done: ready
+        # Room for hung calls on top of the workers; a hung call holds a thread until it returns.
+        self.pool = PollPool(max_workers=settings.workers * 4, thread_name_prefix="poll")
+        self._scheduled: dict[str, datetime] = {}
+        self.scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(settings.workers)},
+            job_defaults={"max_instances": 1, "coalesce": True},
+            timezone="UTC",
+        )
+        self.scheduler.add_listener(self._submitted, EVENT_JOB_SUBMITTED)
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        self.scheduler.start()
+        self.scheduler.add_job(
+            self.discover,
+            "interval",
+            seconds=self.settings.discovery_interval,
+            id=DISCOVERY_JOB,
+            next_run_time=datetime.now().astimezone(),
+            max_instances=1,
+        )
+
+    def stop(self) -> None:
+        self.scheduler.shutdown(wait=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def snapshot(self) -> list[RunWatcher]:
+        with self.lock:
+            return list(self.watchers.values())
+
+    # ---- discovery ----------------------------------------------------------------------
+    def discover(self) -> None:
+        """Add a job for every source or glob match not yet watched and not ended."""
+        for watched, source, pattern in self.targets:
+            keys = [source] if source else sorted(glob.glob(pattern or ""))
+            for key in keys:
+                self._watch(key, watched)
+        self.discovered.set()
+
+    def _watch(self, key: str, watched: Watched) -> None:
+        with self.lock:
+            if key in self.watchers:
+                return
+            record = self.records.pop(key, None)
+            watcher = RunWatcher(key, watched, self.store, record)
+            self.watchers[key] = watcher
+        if watcher.ended:
+            return  # judged whole before a restart: shown, not polled
+        self.metrics.watched.inc()
+        interval = watched.interval
+        first = datetime.now().astimezone() + timedelta(seconds=random.uniform(0, min(interval, 5)))
+        self.scheduler.add_job(
+            self.poll,
+            "interval",
+            args=[key],
+            id=key,
+            seconds=interval,
+            jitter=self.settings.jitter or None,
+            next_run_time=first,
+            misfire_grace_time=max(1, int(interval)),
+        )
+
+    def _submitted(self, event: JobSubmissionEvent) -> None:
+        if event.scheduled_run_times:
+            self._scheduled[event.job_id] = event.scheduled_run_times[-1]
+
+    # ---- one poll -----------------------------------------------------------------------
+    def poll(self, key: str) -> None:
+        watcher = self.watchers.get(key)
+        if watcher is None:
+            return
+        due = self._scheduled.pop(key, None)
+        if due is not None:
+            self.metrics.poll_lag.observe(
+                max(0.0, datetime.now(due.tzinfo).timestamp() - due.timestamp())
+            )
+        started = time.time()
+        if watcher.in_flight is not None and not watcher.in_flight.done():
+            self.metrics.polls.labels(outcome="skipped").inc()
+            return  # the previous fetch is still hung
+        watcher.in_flight = None
+        if started < watcher.next_allowed:
+            self.metrics.polls.labels(outcome="skipped").inc()
+            return  # backing off after errors
+        with self.metrics.poll_duration.time():
+            self._poll(watcher, started)
+        if watcher.ended:
+            self._retire(watcher)
+
+    def _poll(self, watcher: RunWatcher, started: float) -> None:
+        future = self.pool.submit(watcher.fetch)
+        try:
+            poll = future.result(timeout=self.settings.timeout)
+        except FutureTimeout:
+            watcher.in_flight = future
+            self._failed(watcher, "timeout", f"poll timed out after {self.settings.timeout:g}s")
+            return
+        except Exception as exc:  # any source failure: count, back off, keep the loop going
+            self._failed(watcher, "error", f"{type(exc).__name__}: {exc}")
+            return
+        try:
+            alerts = watcher.apply(poll, time.time())
+        except Exception as exc:
+            log.exception("run %s: evaluating or committing the poll failed", watcher.key)
+            self._failed(watcher, "error", f"{type(exc).__name__}: {exc}")
+            return
+        self.metrics.points.inc(poll.points)
+        self.metrics.polls.labels(outcome="ok").inc()
+        for alert_id, channel, payload in alerts:
+            self.offer(alert_id, channel, payload)
+
+    def _failed(self, watcher: RunWatcher, kind: str, error: str) -> None:
+        log.warning("run %s: %s", watcher.key, error)
+        self.metrics.poll_errors.labels(kind=kind).inc()
+        self.metrics.polls.labels(outcome="error").inc()
+        watcher.failed(error, time.time(), self.settings.backoff_max)
+
+    def _retire(self, watcher: RunWatcher) -> None:
+        log.info("run %s ended (%s): retired", watcher.key, watcher.status)
+        try:
+            self.scheduler.remove_job(watcher.key)
+        except Exception:  # already removed by a concurrent retire
+            pass

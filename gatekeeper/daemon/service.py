@@ -1,0 +1,186 @@
+"""The daemon assembled from its parts: state, notifier channels, scheduler, HTTP.
+
+`Daemon(config)` opens the state (a corrupt file raises StateError here, before any
+poll), loads every target's policies, builds the channels (missing secrets raise
+ConfigError), and `serve()` runs until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from gatekeeper.daemon.config import DaemonConfig
+from gatekeeper.daemon.exporter import DaemonMetrics, RuleView, RunView
+from gatekeeper.daemon.http import Api, HttpServer
+from gatekeeper.daemon.scheduler import PollScheduler
+from gatekeeper.daemon.state import StateStore
+from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched
+from gatekeeper.notify import Channel, ChannelHooks, build_notifier
+from gatekeeper.policy.loader import load_policies
+from gatekeeper.policy.spec import PolicySpec
+from gatekeeper.sources.base import LiveSource
+
+log = logging.getLogger("gatekeeper.daemon")
+
+
+def default_open_source(spec: str) -> LiveSource:
+    from gatekeeper.sources import open_live_source  # type: ignore[attr-defined]
+
+    return open_live_source(spec)  # type: ignore[no-any-return]
+
+
+def fingerprint(policies: list[PolicySpec]) -> str:
+    """Identifies a policy set; a stored evaluation is reused only under the same one."""
+    return hashlib.sha256(repr(policies).encode()).hexdigest()[:16]
+
+
+def load_targets(
+    config: DaemonConfig, open_source: Callable[[str], LiveSource]
+) -> list[tuple[Watched, str | None, str | None]]:
+    channels = [
+        ChannelRule(n.name, frozenset(n.statuses), n.repeat_interval) for n in config.notifiers
+    ]
+    cache: dict[tuple[str, ...], list[PolicySpec]] = {}
+    out = []
+    for i, t in enumerate(config.targets):
+        paths = tuple(t.policies)
+        if paths not in cache:
+            cache[paths] = load_policies(list(paths))
+        policies = cache[paths]
+        watched = Watched(
+            target=t.name or f"targets[{i}]",
+            policies=policies,
+            fingerprint=fingerprint(policies),
+            tags=tuple(t.tags),
+            interval=t.interval or config.poll.interval,
+            debounce=config.poll.debounce,
+            channels=channels,
+            open_source=open_source,
+        )
+        out.append((watched, t.source, t.glob))
+    return out
+
+
+class Daemon:
+    def __init__(
+        self, config: DaemonConfig, open_source: Callable[[str], LiveSource] | None = None
+    ):
+        self.config = config
+        targets = load_targets(config, open_source or default_open_source)
+        self.store = StateStore(config.state)
+        records = self.store.load_runs()
+        self.registry = CollectorRegistry()
+        self.metrics = DaemonMetrics(self.registry, self._views)
+        self.channels = {n.name: self._channel(n) for n in config.notifiers}
+        self.metrics.prime(self.channels)
+        self.scheduler = PollScheduler(
+            config.poll, targets, self.store, self.metrics, self._offer, records
+        )
+        self.http = HttpServer(self._api(), config.http.address, config.http.port)
+        self.stopped = threading.Event()
+
+    def _channel(self, n: Any) -> Channel:
+        hooks = ChannelHooks(
+            mark=lambda ids, outcome, detail: self.store.mark_alerts(
+                ids, outcome, time.time(), detail
+            ),
+            count=self.metrics.count_notification,
+        )
+        return Channel(
+            build_notifier(n),
+            hooks,
+            queue_size=n.queue_size,
+            group_wait=n.group_wait,
+            retries=n.retries,
+            retry_backoff=n.retry_backoff,
+        )
+
+    def _offer(self, alert_id: int, channel: str, payload: dict[str, Any]) -> None:
+        ch = self.channels.get(channel)
+        if ch is None:
+            self.store.mark_alerts([alert_id], "dropped", time.time(), "channel not configured")
+            return
+        ch.offer(alert_id, payload)
+
+    # ---- views for the exporter and the API ---------------------------------------------
+    def _views(self) -> list[RunView]:
+        watchers = self.scheduler.snapshot()
+        names = [w.name for w in watchers]
+        return [
+            RunView(
+                name=w.name if names.count(w.name) == 1 else w.key,
+                status=w.status,
+                last_success=w.last_success,
+                rules=tuple(
+                    RuleView(r.policy, r.rule, r.severity, r.status) for r in w.rules.values()
+                ),
+            )
+            for w in watchers
+        ]
+
+    def _find(self, ident: str) -> dict[str, Any] | None:
+        for w in self.scheduler.snapshot():
+            if ident in (w.key, w.name):
+                return {**w.summary(), "verdict": w.verdict, "rules": _rules(w)}
+        return None
+
+    def _api(self) -> Api:
+        return Api(
+            registry=self.registry,
+            healthy=lambda: self.scheduler.scheduler.running,
+            ready=self.scheduler.discovered.is_set,
+            runs=lambda: [w.summary() for w in self.scheduler.snapshot()],
+            run=self._find,
+            alerts=lambda: self.store.alert_log(),
+            token=self.config.http.token(),
+        )
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        for ch in self.channels.values():
+            ch.start()
+        for alert_id, channel, payload in self.store.pending_alerts():
+            self._offer(alert_id, channel, payload)  # committed before a crash, not yet sent
+        self.scheduler.start()
+        self.http.start()
+        log.info("serving on http://%s:%d", self.config.http.address, self.http.port)
+
+    def stop(self) -> None:
+        self.http.stop()
+        self.scheduler.stop()
+        for ch in self.channels.values():
+            ch.stop()
+        self.store.close()
+
+    def serve(self) -> None:
+        """Run until SIGTERM or SIGINT."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stopped.set())
+        self.start()
+        try:
+            self.stopped.wait()
+        finally:
+            self.stop()
+
+
+def _rules(w: RunWatcher) -> list[dict[str, Any]]:
+    return [
+        {
+            "policy": r.policy,
+            "rule": r.rule,
+            "severity": r.severity,
+            "status": r.status,
+            "since": r.since,
+            "candidate": r.candidate,
+            "message": r.message,
+        }
+        for r in w.rules.values()
+    ]

@@ -1,0 +1,156 @@
+"""When to alert and how alerts become messages. Pure: no I/O, no clock (`now` is passed).
+
+- One alert per state change of a rule on a run (firing, resolved), per channel; a rule
+  still firing is re-sent once per `repeat_interval`.
+- Alerts with the same analysis (state, policy, rule, status and reason class) become one
+  group that keeps one line and link per run. An alert with an empty analysis (no
+  message) is never merged into a group.
+- Cutting happens after grouping: a group keeps `max_lines` run lines then "+N more";
+  a message that still does not fit keeps whole groups then "+N more groups".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gatekeeper.verdict import RuleResult
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def reason_class(message: str) -> str:
+    """The analysis of a result without its numbers: two runs failing the same way share it."""
+    return _NUMBER.sub("#", message).strip()
+
+
+@dataclass
+class ChannelState:
+    firing: bool
+    last_sent: float
+
+
+def alert_payload(
+    result: RuleResult, run: Mapping[str, Any], run_key: str, state: str, now: float, repeat: bool
+) -> dict[str, Any]:
+    """One alert as stored in the outbox and sent to generic webhooks (JSON-safe)."""
+    data = result.to_dict()
+    return {
+        "state": state,
+        "repeat": repeat,
+        "time": now,
+        "run": run.get("name") or run_key,
+        "run_key": run_key,
+        "url": run.get("url"),
+        "policy": result.policy,
+        "rule": result.rule,
+        "status": result.status.value,
+        "severity": result.severity.value,
+        "metric": result.metric,
+        "message": result.message,
+        "reason_class": reason_class(result.message),
+        "step": data["step"],
+        "value": data["value"],
+        "expected": result.expected,
+        "rule_source": result.source,
+    }
+
+
+def decide(
+    results: Iterable[tuple[RuleResult, str]],
+    states: Mapping[tuple[str, str], ChannelState],
+    *,
+    statuses: frozenset[str],
+    repeat_interval: float,
+    now: float,
+) -> tuple[list[tuple[RuleResult, str, bool]], dict[tuple[str, str], ChannelState]]:
+    """Alerts due for one channel: (result, 'firing'|'resolved', is_repeat) per rule.
+
+    `results` pairs each rule result with its debounced (confirmed) status; `states` is
+    the channel's memory per (policy, rule). Returns the alerts and the updated states.
+    """
+    due: list[tuple[RuleResult, str, bool]] = []
+    updated: dict[tuple[str, str], ChannelState] = {}
+    for result, confirmed in results:
+        key = (result.policy, result.rule)
+        prev = states.get(key)
+        firing = confirmed in statuses
+        if firing and (prev is None or not prev.firing):
+            due.append((result, "firing", False))
+            updated[key] = ChannelState(True, now)
+        elif (
+            firing
+            and prev is not None
+            and repeat_interval > 0
+            and now - prev.last_sent >= repeat_interval
+        ):
+            due.append((result, "firing", True))
+            updated[key] = ChannelState(True, now)
+        elif not firing and prev is not None and prev.firing:
+            due.append((result, "resolved", False))
+            updated[key] = ChannelState(False, now)
+    return due, updated
+
+
+@dataclass
+class Group:
+    """Alerts sharing one analysis; `alerts` holds one entry per run."""
+
+    state: str
+    policy: str
+    rule: str
+    status: str
+    severity: str
+    reason: str
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        verb = "resolved" if self.state == "resolved" else self.status.upper()
+        runs = len(self.alerts)
+        return f"{verb}: {self.policy}/{self.rule} on {runs} run{'s' if runs != 1 else ''}"
+
+
+def group_alerts(alerts: Iterable[dict[str, Any]]) -> list[Group]:
+    """Group alert payloads by analysis, in first-seen order; empty analyses stay alone."""
+    groups: dict[tuple[Any, ...], Group] = {}
+    for i, a in enumerate(alerts):
+        reason = a.get("reason_class") or ""
+        key: tuple[Any, ...] = (a["state"], a["policy"], a["rule"], a["status"], reason)
+        if not reason:
+            key = ("alone", i)
+        if key not in groups:
+            groups[key] = Group(
+                a["state"], a["policy"], a["rule"], a["status"], a["severity"], reason
+            )
+        if all(x["run_key"] != a["run_key"] for x in groups[key].alerts):
+            groups[key].alerts.append(a)
+    return list(groups.values())
+
+
+def run_line(alert: Mapping[str, Any], link: str = "{text}") -> str:
+    """One run of a group: name (linked when it has a URL), then its own analysis."""
+    name = str(alert["run"])
+    text = link.format(text=name, url=alert["url"]) if alert.get("url") else name
+    repeat = " (still firing)" if alert.get("repeat") else ""
+    return f"{text}: {alert['message'] or alert['status']}{repeat}"
+
+
+def cut_lines(lines: list[str], max_lines: int, max_chars: int) -> list[str]:
+    """Keep whole lines within both limits; the rest become one "+N more" line."""
+    kept: list[str] = []
+    used = 0
+    for i, line in enumerate(lines):
+        after = len(lines) - i - 1
+        reserve = len(f"\n+{after} more runs") if after else 0
+        if i == 0:  # the first line always shows, shortened when it alone is too long
+            line = line[: max(0, max_chars - reserve)]
+        if len(kept) >= max_lines or used + len(line) + reserve > max_chars:
+            rest = len(lines) - i
+            kept.append(f"+{rest} more run{'s' if rest != 1 else ''}")
+            return kept
+        kept.append(line)
+        used += len(line) + 1
+    return kept

@@ -1,0 +1,66 @@
+"""Slack incoming webhook: Block Kit, within 50 blocks and 3,000 characters a text.
+
+Slack allows about one message a second per webhook and answers 429 with Retry-After.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gatekeeper.notify.base import Limit, Notifier
+from gatekeeper.notify.grouping import Group, cut_lines, run_line
+
+MAX_BLOCKS = 50
+MAX_TEXT = 3000
+_EMOJI = {"fail": ":red_circle:", "error": ":warning:", "warn": ":large_yellow_circle:"}
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class SlackNotifier(Notifier):
+    kind = "slack"
+    limits = (Limit(1, 1.0),)
+
+    def render(self, groups: Sequence[Group]) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = []
+        firing = sum(1 for g in groups if g.state == "firing")
+        header = f"gatekeeper: {firing} firing, {len(groups) - firing} resolved"
+        blocks.append({"type": "header", "text": {"type": "plain_text", "text": header[:150]}})
+        # Two blocks per group (section + divider); keep room for the "+N more" context.
+        room = (MAX_BLOCKS - 2) // 2
+        for group in groups[:room]:
+            blocks.append(
+                {"type": "section", "text": {"type": "mrkdwn", "text": self._text(group)}}
+            )
+            blocks.append({"type": "divider"})
+        if len(groups) > room:
+            more = len(groups) - room
+            blocks.append(
+                {
+                    "type": "context",
+                    "elements": [
+                        {"type": "mrkdwn", "text": f"+{more} more group{'s' if more != 1 else ''}"}
+                    ],
+                }
+            )
+        fallback = "; ".join(g.title for g in groups)[:MAX_TEXT]
+        return [{"text": fallback, "blocks": blocks}]
+
+    def _text(self, group: Group) -> str:
+        icon = ":white_check_mark:" if group.state == "resolved" else _EMOJI.get(group.status, "")
+        head = f"{icon} *{_escape(group.title)}*"
+        if group.reason:
+            head += f"\n_{_escape(group.reason)}_"
+        lines = [
+            "• "
+            + run_line(
+                {**a, "run": _escape(str(a["run"])), "message": _escape(a["message"])},
+                "<{url}|{text}>",
+            )
+            for a in group.alerts
+        ]
+        budget = MAX_TEXT - len(head) - 1
+        return head + "\n" + "\n".join(cut_lines(lines, self.max_lines, budget))
