@@ -156,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Other command modules add their subcommands here (watch, run, serve, history).
 EXTENSIONS: list[Callable[[Any], None]] = []
+import gatekeeper.commands.serve  # noqa: E402,F401 - registers `serve` in EXTENSIONS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
