@@ -1,0 +1,159 @@
+"""wandb history rows to per-metric numpy columns, each metric on its own step axis.
+
+A metric's axis is the step metric `define_metric` declared for it (exactly by name, else
+by the first matching glob such as `train/*`), `_step` otherwise. A row that lacks its
+metric's step value takes the last value seen for that step metric (wandb's `step_sync`);
+a point with no step value at all yet cannot be placed and is counted in `unplaced`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Series, merge_chunks
+
+DEFAULT_AXIS = "_step"
+
+
+@dataclass
+class StepAxes:
+    """The `define_metric` declarations of one run."""
+
+    exact: dict[str, str] = field(default_factory=dict)  # metric -> step metric
+    globs: dict[str, str] = field(default_factory=dict)  # glob -> step metric, in order
+    _cache: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def define(self, name: str, glob: str, step_metric: str) -> None:
+        if not step_metric:
+            return
+        if name:
+            self.exact[name] = step_metric
+        elif glob:
+            self.globs[glob] = step_metric
+        self._cache.clear()
+
+    def axis_of(self, metric: str) -> str:
+        axis = self._cache.get(metric)
+        if axis is None:
+            axis = self.exact.get(metric) or next(
+                (s for g, s in self.globs.items() if fnmatch.fnmatchcase(metric, g)),
+                DEFAULT_AXIS,
+            )
+            if axis == metric:  # a step metric is not on its own axis
+                axis = DEFAULT_AXIS
+            self._cache[metric] = axis
+        return axis
+
+    def to_json(self) -> dict[str, Any]:
+        return {"exact": dict(self.exact), "globs": dict(self.globs)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepAxes:
+        return cls(exact=dict(data.get("exact", {})), globs=dict(data.get("globs", {})))
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> StepAxes:
+        """Read the metric definitions the SDK stores in a run's `_wandb.m` config entry.
+
+        Each entry is a MetricRecord encoded by field number: "1" name, "2" glob name,
+        "4" step metric name, "5" step metric as a 1-based index into the same list.
+        """
+        axes = cls()
+        wb = config.get("_wandb") or {}
+        if isinstance(wb, dict) and isinstance(wb.get("value"), dict):
+            wb = wb["value"]
+        entries = wb.get("m", []) if isinstance(wb, dict) else []
+        entries = [e for e in entries if isinstance(e, dict)]
+        for entry in entries:
+            step = entry.get("4") or ""
+            index = entry.get("5")
+            if not step and isinstance(index, int) and 0 < index <= len(entries):
+                step = entries[index - 1].get("1", "")
+            axes.define(entry.get("1", ""), entry.get("2", ""), step)
+        return axes
+
+
+class Columns:
+    """Accumulates history items of a batch of rows, then turns them into Series chunks.
+
+    Call `add(row, key, value)` per item (`row` counts from 0 within the batch), set
+    `steps[row]` (`_step`), then `finish(axes)`. Values may be JSON text (local files) or
+    Python numbers (the API); both become float64 with NaN/±Inf kept.
+    """
+
+    def __init__(self, carry: dict[str, float] | None = None):
+        self.rows: dict[str, list[int]] = {}
+        self.vals: dict[str, list[Any]] = {}
+        self.steps: list[float] = []
+        self.carry = carry if carry is not None else {}  # step metric -> last value seen
+        self.unplaced: dict[str, int] = {}
+
+    def finish(self, axes: StepAxes) -> dict[str, Series]:
+        nrows = len(self.steps)
+        values = {k: to_floats(v) for k, v in self.vals.items()}
+        axis_cols: dict[str, np.ndarray] = {DEFAULT_AXIS: np.asarray(self.steps, VALUE_DTYPE)}
+        out: dict[str, Series] = {}
+        for key, (vals, numeric) in values.items():
+            if key.startswith("_"):
+                continue
+            axis = axes.axis_of(key)
+            col = axis_cols.get(axis)
+            if col is None:
+                col = axis_cols[axis] = self._axis_column(axis, values.get(axis), nrows)
+            steps = col[np.asarray(self.rows[key], np.intp)]
+            placed = ~np.isnan(steps)
+            if numeric is not None:
+                if not numeric.any():
+                    continue
+                steps, vals, placed = steps[numeric], vals[numeric], placed[numeric]
+            if not placed.all():
+                self.unplaced[key] = self.unplaced.get(key, 0) + int((~placed).sum())
+                steps, vals = steps[placed], vals[placed]
+            out[key] = merge_chunks(key, [(steps.astype(STEP_DTYPE), vals)], axis)
+        for axis, col in axis_cols.items():
+            if axis != DEFAULT_AXIS and col.size:
+                self.carry[axis] = float(col[-1])
+        return out
+
+    def _axis_column(
+        self, axis: str, vals: tuple[np.ndarray, np.ndarray | None] | None, nrows: int
+    ) -> np.ndarray:
+        """The step metric's value on every row, forward-filled (step_sync) from the carry."""
+        col = np.full(nrows + 1, np.nan)
+        col[0] = self.carry.get(axis, np.nan)
+        if vals is not None:
+            col[np.asarray(self.rows[axis], np.intp) + 1] = vals[0]
+        known = ~np.isnan(col)
+        last = np.maximum.accumulate(np.where(known, np.arange(nrows + 1), 0))
+        return col[last][1:]
+
+
+_SPECIAL = {"true": 1.0, "false": 0.0, "NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
+
+
+def to_floats(values: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    """JSON texts or Python values to float64 (NaN/±Inf kept) and a mask of the numeric
+    ones (None when all are): text, media, lists and null are not metric points."""
+    try:
+        return np.array(values, dtype=VALUE_DTYPE), None
+    except (ValueError, TypeError):
+        floats = [_one_float(v) for v in values]
+        mask = np.array([f is not None for f in floats], dtype=bool)
+        return np.array([np.nan if f is None else f for f in floats], VALUE_DTYPE), mask
+
+
+def _one_float(value: Any) -> float | None:
+    if isinstance(value, str):
+        if value in _SPECIAL:
+            return float(_SPECIAL[value])
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    if isinstance(value, bool | int | float):
+        return float(value)
+    return None

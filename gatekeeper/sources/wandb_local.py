@@ -1,0 +1,257 @@
+"""`WandbLocalSource`: a wandb run directory on disk, read from its `.wandb` transaction log.
+
+Accepts `wandb/offline-run-*/`, `wandb/run-*/`, a `run-*.wandb` file, and a `wandb/`
+folder (or the directory holding one), which means its `latest-run` — resolved once, when
+the source is opened, so a watch keeps following the same run. Polls read only the
+records appended since the last poll.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf.message import DecodeError
+
+from gatekeeper.errors import RecordError, SourceError, SourceNotFound
+from gatekeeper.model import Run, RunState, Series
+from gatekeeper.sources.base import LiveSource, Poll
+from gatekeeper.sources.wandb_axes import Columns, StepAxes
+from gatekeeper.sources.wandb_log import LogReader
+
+if TYPE_CHECKING:
+    from wandb.proto import wandb_internal_pb2 as pb
+
+_CURSOR_VERSION = 1
+
+
+@functools.cache
+def _record_parser() -> Any:
+    # Imported on first use: `import wandb` costs a second, and most commands never read wandb.
+    try:
+        from wandb.proto import wandb_internal_pb2
+    except ImportError as exc:
+        raise SourceError(
+            f"reading wandb runs needs the wandb SDK ({exc}); install gatekeeper[wandb]"
+        ) from None
+    return wandb_internal_pb2.Record.FromString
+
+
+def resolve_run_dir(path: str) -> str | None:
+    """The run directory `path` names (following `latest-run`), or None if it names none."""
+    if path.endswith(".wandb"):
+        return os.path.dirname(os.path.abspath(path))
+    for candidate in (path, os.path.join(path, "wandb")):
+        latest = os.path.join(candidate, "latest-run")
+        if os.path.isdir(latest):
+            return os.path.realpath(latest)
+    base = os.path.basename(os.path.normpath(path))
+    if base.startswith(("run-", "offline-run-")) or glob.glob(os.path.join(path, "*.wandb")):
+        return os.path.abspath(path)
+    return None
+
+
+class WandbLocalSource(LiveSource):
+    """A local wandb run (offline or synced), tailed through its transaction log."""
+
+    kind = "wandb run directory"
+
+    def __init__(self, spec: str):
+        super().__init__(spec)
+        path = spec[len("file://") :] if spec.startswith("file://") else spec
+        self.log_file = path if path.endswith(".wandb") else None
+        run_dir = resolve_run_dir(path)
+        if run_dir is None:
+            raise SourceNotFound(f"{path}: not a wandb run directory (no run-*.wandb file)")
+        self.run_dir = run_dir
+        self._reader: LogReader | None = None
+        self._axes = StepAxes()
+        self._carry: dict[str, float] = {}
+        self._meta: dict[str, Any] = {"config": {}, "tags": []}
+        self._state = RunState.RUNNING
+
+    @classmethod
+    def accepts(cls, spec: str) -> bool:
+        if "://" in spec and not spec.startswith("file://"):
+            return False
+        path = spec.removeprefix("file://")
+        if path.endswith(".wandb"):
+            return True
+        return os.path.isdir(path) and resolve_run_dir(path) is not None
+
+    # -- LiveSource ---------------------------------------------------------------------
+
+    def poll(self) -> Poll:
+        reader = self._open_reader()
+        if reader is None:
+            return Poll(series={}, run=self._run({}), ended=False)
+        series = self._decode(reader)
+        points = sum(len(s) for s in series.values())
+        ended = not self._state.is_live
+        return Poll(series=series, run=self._run({}), ended=ended, points=points)
+
+    def cursor(self) -> dict[str, Any]:
+        return {
+            "version": _CURSOR_VERSION,
+            "file": self._reader.path if self._reader else None,
+            "offset": self._reader.offset if self._reader else 0,
+            "axes": self._axes.to_json(),
+            "carry": dict(self._carry),
+            "meta": self._meta,
+            "state": self._state.value,
+        }
+
+    def restore(self, cursor: dict[str, Any]) -> None:
+        if cursor.get("version") != _CURSOR_VERSION:
+            raise RecordError(
+                f"cursor version {cursor.get('version')!r} is not {_CURSOR_VERSION}; "
+                "drop the saved position to re-read the run",
+                file=self.run_dir,
+            )
+        if cursor.get("file"):
+            self._reader = LogReader(cursor["file"], int(cursor.get("offset", 0)))
+        self._axes = StepAxes.from_json(cursor.get("axes", {}))
+        self._carry = {k: float(v) for k, v in cursor.get("carry", {}).items()}
+        self._meta = dict(cursor.get("meta", {"config": {}, "tags": []}))
+        self._state = RunState(cursor.get("state", RunState.RUNNING.value))
+
+    # -- Source -------------------------------------------------------------------------
+
+    def read(self) -> Run:
+        reader = self._open_reader()
+        if reader is None:
+            raise SourceNotFound(f"{self.run_dir}: holds no run-*.wandb transaction log")
+        return self._run(self._decode(reader))
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _open_reader(self) -> LogReader | None:
+        if self._reader is None:
+            path = self.log_file or _find_log(self.run_dir)
+            if path is None or not os.path.exists(path):
+                return None  # the writer has not created it yet
+            self._reader = LogReader(path)
+        return self._reader
+
+    def _decode(self, reader: LogReader) -> dict[str, Series]:
+        """Read every new complete record; history goes to columns, the rest to metadata."""
+        cols = Columns(self._carry)
+        steps = cols.steps
+        entries: dict[str, tuple[list[int], list[Any]]] = {}
+        parse = _record_parser()
+        try:
+            for raw in reader.records():
+                rec = parse(raw)
+                kind = rec.WhichOneof("record_type")
+                if kind == "history":
+                    _add_history(rec.history, len(steps), steps, entries)
+                elif kind is not None and kind != "summary":
+                    self._apply(kind, rec)
+        except DecodeError as exc:
+            raise RecordError(
+                f"record ending at byte {reader.offset} is not a wandb protobuf Record ({exc}); "
+                "the file is damaged or of an unknown format",
+                file=reader.path,
+            ) from None
+        for key, (rows, vals) in entries.items():
+            cols.rows[key] = rows
+            cols.vals[key] = vals
+        return cols.finish(self._axes)
+
+    def _apply(self, kind: str, rec: pb.Record) -> None:
+        if kind == "metric":
+            m = rec.metric
+            self._axes.define(m.name, m.glob_name, m.step_metric)
+        elif kind == "run":
+            self._apply_run(rec.run)
+        elif kind == "config":
+            _update_config(self._meta["config"], rec.config)
+        elif kind == "exit":
+            self._state = RunState.FINISHED if rec.exit.exit_code == 0 else RunState.FAILED
+
+    def _apply_run(self, r: pb.RunRecord) -> None:
+        meta = self._meta
+        meta["id"] = r.run_id or meta.get("id")
+        meta["name"] = r.display_name or meta.get("name") or r.run_id
+        meta["entity"] = r.entity or meta.get("entity")
+        meta["project"] = r.project or meta.get("project")
+        meta["tags"] = list(r.tags) or meta.get("tags", [])
+        if r.HasField("config"):
+            _update_config(meta["config"], r.config)
+
+    def _run(self, series: dict[str, Series]) -> Run:
+        meta = self._meta
+        return Run(
+            name=meta.get("name") or os.path.basename(self.run_dir),
+            source=self.run_dir,
+            tags=tuple(meta.get("tags", ())),
+            config=dict(meta.get("config", {})),
+            state=self._state,
+            run_id=meta.get("id"),
+            series=series,
+        )
+
+
+def _add_history(
+    h: pb.HistoryRecord,
+    row: int,
+    steps: list[float],
+    entries: dict[str, tuple[list[int], list[Any]]],
+) -> None:
+    """One history row into per-key (row indices, JSON texts). The hot loop of the reader."""
+    step = float("nan")
+    for it in h.item:
+        nk = it.nested_key
+        key = nk[0] if len(nk) == 1 else (".".join(nk) if nk else it.key)
+        value = it.value_json or _typed_value(it)
+        if key == "_step" and value is not None:
+            step = float(value)
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = ([], [])
+        entry[0].append(row)
+        entry[1].append(value)
+    if step != step and h.HasField("step"):
+        step = float(h.step.num)
+    steps.append(step if step == step else float(row))
+
+
+def _typed_value(it: pb.HistoryItem) -> Any:
+    """Newer SDKs may send a typed value instead of JSON text."""
+    kind = it.WhichOneof("value")
+    if kind in ("integer", "number", "boolean"):
+        return getattr(it, kind)
+    return None
+
+
+def _update_config(config: dict[str, Any], rec: pb.ConfigRecord) -> None:
+    for item in rec.update:
+        keys = list(item.nested_key) or [item.key]
+        if keys[0] == "_wandb":
+            continue
+        try:
+            value = json.loads(item.value_json)
+        except ValueError:
+            value = item.value_json
+        cur = config
+        for k in keys[:-1]:
+            cur = cur.setdefault(k, {})
+        cur[keys[-1]] = value
+    for item in rec.remove:
+        keys = list(item.nested_key) or [item.key]
+        cur = config
+        for k in keys[:-1]:
+            cur = cur.get(k, {})
+        if isinstance(cur, dict):
+            cur.pop(keys[-1], None)
+
+
+def _find_log(run_dir: str) -> str | None:
+    found = sorted(glob.glob(os.path.join(run_dir, "*.wandb")), key=os.path.getmtime)
+    return found[-1] if found else None
+
+
+__all__ = ["WandbLocalSource", "resolve_run_dir"]
