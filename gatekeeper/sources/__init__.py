@@ -5,10 +5,11 @@ from __future__ import annotations
 from gatekeeper.errors import UsageError
 from gatekeeper.sources.base import RunOverrides, Source
 from gatekeeper.sources.jsonl_source import JsonlSource
+from gatekeeper.sources.wandb_local import WandbLocalSource
 
 # Tried in order; a kind is registered by adding its class here (remote schemes first,
 # the catch-all local-path kind last).
-SOURCE_KINDS: list[type[Source]] = [JsonlSource]
+SOURCE_KINDS: list[type[Source]] = [WandbLocalSource, JsonlSource]
 
 
 def register(kind: type[Source], *, first: bool = True) -> None:
