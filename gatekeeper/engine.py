@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome, fmt
+from gatekeeper.expr import Aligner, missing_inputs
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.conditions import first_failing, parse_conditions
 from gatekeeper.policy.schema import Reduce, Steps
@@ -210,6 +211,8 @@ class RuleTracker:
         if not final:
             return Outcome(Status.PENDING, f"waiting for metric {metric}")
         available = list(getattr(ctx.run, "series", {}) or {})
+        if self.rule.expr is not None:
+            return Outcome(Status.ERROR, missing_inputs(self.rule.expr, available))
         close = difflib.get_close_matches(metric, available, n=3, cutoff=0.6)
         hint = f"; similar: {', '.join(close)}" if close else f"; the run has {len(available)} metrics"
         return Outcome(Status.ERROR, f"metric {metric} is not in the run{hint}")
@@ -292,8 +295,12 @@ class Evaluation:
         self.policies = list(policies)
         self.trackers: list[RuleTracker] = [RuleTracker(r) for p in self.policies for r in p.rules]
         self.by_metric: dict[str, list[RuleTracker]] = {}
+        self.derived: list[tuple[Aligner, RuleTracker]] = []  # expr rules: inputs aligned first
         for tracker in self.trackers:
-            self.by_metric.setdefault(tracker.rule.metric, []).append(tracker)
+            if tracker.rule.expr is not None:
+                self.derived.append((Aligner(tracker.rule.expr), tracker))
+            else:
+                self.by_metric.setdefault(tracker.rule.metric, []).append(tracker)
 
     def feed(self, series: Mapping[str, Series]) -> None:
         """Fold new points (per metric, sorted by step) into every rule that reads them."""
@@ -302,6 +309,10 @@ class Evaluation:
             if s is not None and len(s):
                 for tracker in trackers:
                     tracker.feed(s.steps, s.values, s.step_key)
+        for aligner, tracker in self.derived:
+            new = aligner.feed(series)
+            if new is not None:
+                tracker.feed(new[0], new[1], aligner.step_key or "step")
 
     def verdict(self, run: Run, *, final: bool, history: Any = None) -> Verdict:
         ctx = EvalContext(run=run, history=history)
@@ -312,7 +323,7 @@ class Evaluation:
             rule = tracker.rule
             outcome = _applicability(rule, run, skip_reason[rule.policy])
             if outcome is None:
-                outcome = tracker.outcome(final=final, ctx=ctx)
+                outcome = tracker.outcome(final=final, ctx=replace(ctx, rule_key=rule.key))
             results.append(_result(rule, outcome, tracker.step_key, by_policy[rule.policy]))
         return Verdict(run=run.summary(), results=results, final=final)
 

@@ -13,6 +13,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from gatekeeper.checks import registry
 from gatekeeper.errors import PolicyError
+from gatekeeper.expr import parse_expr
 from gatekeeper.policy.schema import Policy, Rule, RuleOverride
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import Mode
@@ -197,7 +198,7 @@ def _rule_spec(
     policy: Policy, rule: Rule, tree: Any, where: tuple[Any, ...], shown: str, mode: Mode
 ) -> RuleSpec:
     check = parse_check(rule.check, tree, (*where, "check"), shown)
-    if rule.reduce.value != "none" and not hasattr(check, "violations"):
+    if rule.reduce.value != "none" and (not hasattr(check, "violations") or check.context()):
         raise PolicyError(
             f"{_dotted((*where, 'reduce'))}: {check.kind} judges the series itself; "
             f"reduce must be none, got {rule.reduce.value}",
@@ -207,7 +208,7 @@ def _rule_spec(
     return RuleSpec(
         policy=policy.name,
         id=rule.id,
-        metric=rule.metric,
+        metric=rule.metric or rule.expr or "",
         steps=rule.steps,
         reduce=rule.reduce,
         check=check,
@@ -217,6 +218,7 @@ def _rule_spec(
         source=f"{shown}:{line_of(tree, where)}",
         for_=rule.for_,
         description=rule.description,
+        expr=parse_expr(rule.expr) if rule.expr else None,
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gatekeeper.checks import registry
+from gatekeeper.expr import parse_expr
 from gatekeeper.policy.conditions import Condition, parse_conditions
 from gatekeeper.verdict import Mode, Severity
 
@@ -87,7 +88,8 @@ class Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     id: str = Field(pattern=ID_PATTERN)
-    metric: str = Field(min_length=1)
+    metric: str | None = Field(min_length=1)  # required unless expr is given
+    expr: str | None = None  # a derived metric instead of `metric` (gatekeeper/expr.py)
     steps: Steps = Field(default_factory=lambda: Steps(kind="all"))
     reduce: Reduce = Reduce.NONE
     check: dict[str, Any]
@@ -115,6 +117,26 @@ class Rule(BaseModel):
     def _conditions(cls, value: dict[str, Any]) -> dict[str, Any]:
         parse_conditions(value)
         return value
+
+    @field_validator("expr")
+    @classmethod
+    def _parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_expr(value)
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expr_instead_of_metric(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and "expr" in raw and "metric" not in raw:
+            return {**raw, "metric": None}
+        return raw
+
+    @model_validator(mode="after")
+    def _metric_or_expr(self) -> Rule:
+        if (self.metric is None) == (self.expr is None):
+            raise ValueError("a rule reads exactly one of metric or expr (a derived metric)")
+        return self
 
     def conditions(self) -> list[Condition]:
         return parse_conditions(self.when)

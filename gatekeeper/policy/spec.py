@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from gatekeeper.checks import Check
+from gatekeeper.expr import Expr
 from gatekeeper.policy.conditions import Condition
 from gatekeeper.policy.schema import Match, Reduce, Steps
 from gatekeeper.verdict import Mode, Severity
@@ -26,6 +27,7 @@ class RuleSpec:
     description: str = ""
     off: bool = False
     override: str | None = None  # reason an override gave; shown in every report
+    expr: Expr | None = None  # a derived metric; then `metric` is its text
 
     @property
     def key(self) -> str:

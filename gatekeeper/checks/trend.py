@@ -1,0 +1,152 @@
+"""`trend: {window: 50, max_slope: 1e-4}` — the least-squares slope (per step) of every
+`window` consecutive points stays within bounds, or their relative growth does:
+"train_rollout_logprob_abs_diff climbing without bound".
+
+Growth is the fitted change across the window relative to the window's mean level:
+slope * (last step - first step) / |mean|. Slopes use the metric's own steps, so step
+gaps are measured as gaps, not as neighbouring points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt
+from gatekeeper.verdict import Status
+
+
+@dataclass
+class _TrendState:
+    tail_steps: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    tail_values: np.ndarray = field(default_factory=lambda: np.empty(0))
+    points: int = 0
+    windows: int = 0
+    violations: int = 0
+    first_bad: tuple[int, float, str] | None = None  # end step, measure, why
+    last: tuple[int, float, float] | None = None  # end step, slope, growth
+
+
+def rolling_fit(steps: np.ndarray, values: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares slope and growth of each run of w consecutive points (len - w + 1)."""
+    x = (steps - steps[0]).astype(np.float64)  # shift: keeps the sums of squares small
+    y = values
+
+    def sums(a: np.ndarray) -> np.ndarray:
+        c = np.concatenate([[0.0], np.cumsum(a)])
+        return c[w:] - c[:-w]
+
+    sx, sy, sxx, sxy = sums(x), sums(y), sums(x * x), sums(x * y)
+    denom = w * sxx - sx * sx
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.where(denom > 0, (w * sxy - sx * sy) / denom, 0.0)
+        mean = sy / w
+        span = x[w - 1 :] - x[: x.size - w + 1]
+        growth = np.where(mean != 0, slope * span / np.abs(mean), 0.0)
+    return slope, growth
+
+
+class Trend(AggregateCheck):
+    kind = "trend"
+    window: int = Field(ge=3)
+    max_slope: float | None = None
+    min_slope: float | None = None
+    max_growth: float | None = None
+    min_growth: float | None = None
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> Trend:
+        if all(
+            b is None for b in (self.max_slope, self.min_slope, self.max_growth, self.min_growth)
+        ):
+            raise ValueError("trend needs a bound: max_slope, min_slope, max_growth or min_growth")
+        for lo, hi, name in (
+            (self.min_slope, self.max_slope, "slope"),
+            (self.min_growth, self.max_growth, "growth"),
+        ):
+            if lo is not None and hi is not None and lo > hi:
+                raise ValueError(f"min_{name} ({fmt(lo)}) must be <= max_{name} ({fmt(hi)})")
+        return self
+
+    def describe(self) -> str:
+        parts = []
+        for name, lo, hi in (
+            ("slope/step", self.min_slope, self.max_slope),
+            ("growth", self.min_growth, self.max_growth),
+        ):
+            if lo is not None and hi is not None:
+                parts.append(f"{fmt(lo)} <= {name} <= {fmt(hi)}")
+            elif hi is not None:
+                parts.append(f"{name} <= {fmt(hi)}")
+            elif lo is not None:
+                parts.append(f"{name} >= {fmt(lo)}")
+        return f"{', '.join(parts)} over every {self.window} points"
+
+    def start(self) -> _TrendState:
+        return _TrendState()
+
+    def feed(self, state: _TrendState, steps: np.ndarray, values: np.ndarray) -> _TrendState:
+        state.points += int(values.size)
+        js = np.concatenate([state.tail_steps, steps])
+        jv = np.concatenate([state.tail_values, values])
+        w = self.window
+        state.tail_steps, state.tail_values = js[-(w - 1) :], jv[-(w - 1) :]
+        if jv.size < w:
+            return state
+        slope, growth = rolling_fit(js, jv, w)
+        ends = js[w - 1 :]
+        bad = np.zeros(slope.shape, bool)
+        why = np.full(slope.shape, "", dtype=object)
+        for arr, bound, op, label in (
+            (slope, self.max_slope, np.greater, "slope"),
+            (slope, self.min_slope, np.less, "slope"),
+            (growth, self.max_growth, np.greater, "growth"),
+            (growth, self.min_growth, np.less, "growth"),
+        ):
+            if bound is not None:
+                hit = op(arr, bound) & ~bad
+                why[hit] = label
+                bad |= hit
+        state.windows += int(slope.size)
+        state.violations += int(bad.sum())
+        if state.first_bad is None and bad.any():
+            i = int(np.argmax(bad))
+            label = str(why[i])
+            state.first_bad = (
+                int(ends[i]),
+                float(slope[i] if label == "slope" else growth[i]),
+                label,
+            )
+        state.last = (int(ends[-1]), float(slope[-1]), float(growth[-1]))
+        return state
+
+    def outcome(self, state: _TrendState, *, final: bool, ctx: EvalContext) -> Outcome:
+        if state.windows == 0:
+            return Outcome(
+                Status.ERROR if final else Status.PENDING,
+                f"needs {self.window} points for its window, has {state.points}",
+            )
+        if state.first_bad is not None:
+            step, measure, label = state.first_bad
+            unit = "/step" if label == "slope" else ""
+            return Outcome(
+                Status.FAIL,
+                f"{label} {fmt(measure)}{unit} over the {self.window} points ending at step {step}, "
+                f"expected {self.describe()} ({state.violations} of {state.windows} windows violate)",
+                step=step,
+                value=measure,
+                violations=state.violations,
+                judged=state.windows,
+            )
+        assert state.last is not None
+        step, slope, growth = state.last
+        return Outcome(
+            Status.PASS,
+            f"{state.windows} windows within {self.describe()}; last slope {fmt(slope)}/step, "
+            f"growth {fmt(growth)} at step {step}",
+            step=step,
+            value=slope,
+            judged=state.windows,
+        )

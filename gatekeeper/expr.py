@@ -1,0 +1,256 @@
+"""Derived metrics: `expr: "perf/rollout_time / perf/train_time"` on a rule.
+
+A small tokenizer and recursive-descent parser turn the text into a tree that is
+evaluated with numpy over the input metrics aligned on their common steps. Nothing but
+the documented grammar is accepted; Python's eval is never involved.
+
+    expr    := term (("+" | "-") term)*
+    term    := unary (("*" | "/") unary)*
+    unary   := "-" unary | atom
+    atom    := NUMBER | METRIC | FUNC "(" expr ("," expr)* ")" | "(" expr ")"
+
+A METRIC is a name like `train/loss` or `perf/rollout_time` (letters, digits, `_`, `.`
+and `/` between name parts), or any text in backticks: `` `eval/acc@1` ``. A `/` with
+spaces around it, or before a number, divides: `a / b`, `a/2`.
+FUNC is abs, log, exp (one argument) or min, max (two or more, elementwise).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gatekeeper.model import Series
+
+UNARY_FUNCS = {"abs": np.abs, "log": np.log, "exp": np.exp}
+NARY_FUNCS = {"min": np.minimum, "max": np.maximum}
+_BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
+
+_PART = r"[A-Za-z_][A-Za-z0-9_.]*"
+_TOKEN = re.compile(
+    rf"""(?P<ws>\s+)
+    |(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+    |(?P<name>{_PART}(?:/{_PART})*)
+    |`(?P<quoted>[^`]+)`
+    |(?P<op>[-+*/(),])""",
+    re.VERBOSE,
+)
+
+
+class ExprError(ValueError):
+    """An expression does not parse; the message names the column and what was expected."""
+
+
+@dataclass(frozen=True)
+class Node:
+    op: str  # "num", "metric", "neg", one of + - * /, or a function name
+    args: tuple[Node, ...] = ()
+    value: float = 0.0
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # num, name, quoted, op, end
+    text: str
+    col: int  # 1-based
+
+
+def tokenize(text: str) -> list[Token]:
+    out: list[Token] = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise ExprError(f"unexpected character {text[pos]!r} at column {pos + 1} in {text!r}")
+        kind = m.lastgroup or ""
+        if kind != "ws":
+            value = m.group("quoted") if kind == "quoted" else m.group(0)
+            out.append(Token("name" if kind == "quoted" else kind, value, pos + 1))
+        pos = m.end()
+    out.append(Token("end", "", len(text) + 1))
+    return out
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.text = text
+        self.tokens = tokenize(text)
+        self.i = 0
+
+    def peek(self) -> Token:
+        return self.tokens[self.i]
+
+    def take(self) -> Token:
+        tok = self.tokens[self.i]
+        self.i += 1
+        return tok
+
+    def fail(self, tok: Token, expected: str) -> ExprError:
+        seen = "the end" if tok.kind == "end" else repr(tok.text)
+        return ExprError(f"expected {expected} at column {tok.col}, got {seen} in {self.text!r}")
+
+    def expect(self, op: str) -> None:
+        tok = self.take()
+        if tok.kind != "op" or tok.text != op:
+            raise self.fail(tok, repr(op))
+
+    def parse(self) -> Node:
+        node = self.expr()
+        if self.peek().kind != "end":
+            raise self.fail(self.peek(), "an operator or the end")
+        return node
+
+    def expr(self) -> Node:
+        node = self.term()
+        while self.peek().kind == "op" and self.peek().text in "+-":
+            node = Node(self.take().text, (node, self.term()))
+        return node
+
+    def term(self) -> Node:
+        node = self.unary()
+        while self.peek().kind == "op" and self.peek().text in "*/":
+            node = Node(self.take().text, (node, self.unary()))
+        return node
+
+    def unary(self) -> Node:
+        if self.peek().kind == "op" and self.peek().text == "-":
+            self.take()
+            return Node("neg", (self.unary(),))
+        return self.atom()
+
+    def atom(self) -> Node:
+        tok = self.take()
+        if tok.kind == "num":
+            return Node("num", value=float(tok.text))
+        if tok.kind == "op" and tok.text == "(":
+            node = self.expr()
+            self.expect(")")
+            return node
+        if tok.kind != "name":
+            raise self.fail(tok, "a number, a metric name, a function or '('")
+        nxt = self.peek()
+        if not (nxt.kind == "op" and nxt.text == "("):
+            return Node("metric", name=tok.text)
+        return self.call(tok)
+
+    def call(self, tok: Token) -> Node:
+        if tok.text not in UNARY_FUNCS and tok.text not in NARY_FUNCS:
+            known = ", ".join([*UNARY_FUNCS, *NARY_FUNCS])
+            raise ExprError(f"unknown function {tok.text!r} at column {tok.col}; known: {known}")
+        self.expect("(")
+        args = [self.expr()]
+        while self.peek().kind == "op" and self.peek().text == ",":
+            self.take()
+            args.append(self.expr())
+        self.expect(")")
+        want_one = tok.text in UNARY_FUNCS
+        if want_one != (len(args) == 1):
+            need = "one argument" if want_one else "two or more arguments"
+            raise ExprError(f"{tok.text}() takes {need}, got {len(args)} at column {tok.col}")
+        return Node(tok.text, tuple(args))
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A parsed derived metric: its text, tree and input metrics (in first-use order)."""
+
+    text: str
+    tree: Node
+    metrics: tuple[str, ...]
+
+    def evaluate(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Values at aligned points; inputs are equal-length arrays by metric name."""
+        with np.errstate(all="ignore"):  # log(0), x/0: NaN/Inf, judged as an error downstream
+            return np.asarray(_eval(self.tree, inputs), dtype=np.float64)
+
+
+def _eval(node: Node, inputs: Mapping[str, np.ndarray]) -> np.ndarray | float:
+    if node.op == "num":
+        return node.value
+    if node.op == "metric":
+        return inputs[node.name]
+    args = [_eval(a, inputs) for a in node.args]
+    if node.op == "neg":
+        return np.negative(args[0])
+    if node.op in _BINARY:
+        return _BINARY[node.op](args[0], args[1])
+    if node.op in UNARY_FUNCS:
+        return UNARY_FUNCS[node.op](args[0])
+    out = args[0]
+    for a in args[1:]:
+        out = NARY_FUNCS[node.op](out, a)
+    return out
+
+
+def _metrics(node: Node) -> list[str]:
+    if node.op == "metric":
+        return [node.name]
+    return [m for a in node.args for m in _metrics(a)]
+
+
+def parse_expr(text: str) -> Expr:
+    """Parse a derived-metric expression; ExprError says where it went wrong."""
+    if not text.strip():
+        raise ExprError("expr is empty; write e.g. 'perf/rollout_time / perf/train_time'")
+    tree = _Parser(text).parse()
+    metrics = tuple(dict.fromkeys(_metrics(tree)))
+    if not metrics:
+        raise ExprError(f"expr {text!r} reads no metric; a derived metric needs at least one")
+    return Expr(text, tree, metrics)
+
+
+@dataclass
+class Aligner:
+    """Feeds a derived metric incrementally: buffers each input's points until every input
+    has moved past a step, then emits the steps all inputs share (others are dropped)."""
+
+    expr: Expr
+    steps: dict[str, np.ndarray] = field(default_factory=dict)
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    step_key: str | None = None
+
+    def feed(self, series: Mapping[str, Series]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Fold new points of the inputs; the newly complete (steps, values), if any."""
+        for m in self.expr.metrics:
+            s = series.get(m)
+            if s is None or not len(s):
+                continue
+            self.step_key = self.step_key or s.step_key
+            old = self.steps.get(m)
+            self.steps[m] = s.steps if old is None else np.concatenate([old, s.steps])
+            self.values[m] = s.values if old is None else np.concatenate([self.values[m], s.values])
+        if len(self.steps) < len(self.expr.metrics):
+            return None
+        horizon = (
+            min(int(st[-1]) for st in self.steps.values() if st.size)
+            if all(st.size for st in self.steps.values())
+            else None
+        )
+        if horizon is None:
+            return None
+        common: np.ndarray | None = None
+        for st in self.steps.values():
+            done = st[st <= horizon]
+            common = done if common is None else np.intersect1d(common, done)
+        assert common is not None
+        common = np.unique(common)
+        inputs = {}
+        for m, st in self.steps.items():
+            inputs[m] = self.values[m][np.searchsorted(st, common)]
+            keep = st > horizon
+            self.steps[m], self.values[m] = st[keep], self.values[m][keep]
+        if not common.size:
+            return None
+        return common, self.expr.evaluate(inputs)
+
+
+def missing_inputs(expr: Expr, available: list[str]) -> str:
+    """Why a derived metric has no points in a finished run, for its ERROR message."""
+    missing = [m for m in expr.metrics if m not in available]
+    if missing:
+        return f"derived metric {expr.text!r}: input {', '.join(missing)} not in the run"
+    return f"derived metric {expr.text!r}: inputs {', '.join(expr.metrics)} share no step"
