@@ -1,0 +1,95 @@
+"""Local HTTP endpoints that record what notifiers send them (and can misbehave)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# (status, headers, body) for the n-th request (0-based); None means answer normally.
+Script = Callable[[int], "tuple[int, dict[str, str], bytes] | None"]
+
+
+class Recorder:
+    """Records JSON bodies posted to it. `lark_secret` makes it verify Lark signatures."""
+
+    def __init__(self, *, lark_secret: str | None = None, script: Script | None = None,
+                 delay: float = 0.0):
+        self.bodies: list[dict[str, Any]] = []
+        self.requests = 0
+        self.bad_signatures = 0
+        self.times: list[float] = []
+        self.lark_secret = lark_secret
+        self.script = script
+        self.delay = delay
+        self.lock = threading.Lock()
+        rec = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                rec.handle(self, json.loads(body))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def handle(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        with self.lock:
+            n = self.requests
+            self.requests += 1
+            self.times.append(time.monotonic())
+        if self.delay:
+            time.sleep(self.delay)
+        scripted = self.script(n) if self.script else None
+        if scripted is not None:
+            status, headers, raw = scripted
+            return self._answer(h, status, raw, headers)
+        if self.lark_secret is not None:
+            ts = str(body.get("timestamp", ""))
+            key = f"{ts}\n{self.lark_secret}".encode()
+            want = base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
+            if not ts or body.get("sign") != want or abs(time.time() - int(ts)) > 3600:
+                with self.lock:
+                    self.bad_signatures += 1
+                return self._answer(h, 200, b'{"code":19021,"msg":"sign match fail"}')
+            with self.lock:
+                self.bodies.append(body)
+            return self._answer(h, 200, b'{"code":0,"msg":"success"}')
+        with self.lock:
+            self.bodies.append(body)
+        self._answer(h, 200, b"ok")
+
+    def _answer(self, h: BaseHTTPRequestHandler, status: int, raw: bytes,
+                headers: dict[str, str] | None = None) -> None:
+        h.send_response(status)
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.send_header("Content-Length", str(len(raw)))
+        h.end_headers()
+        h.wfile.write(raw)
+
+    def wait(self, pred: Callable[[], bool], timeout: float = 20.0) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if pred():
+                return True
+            time.sleep(0.05)
+        return pred()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
