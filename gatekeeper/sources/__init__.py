@@ -5,11 +5,12 @@ from __future__ import annotations
 from gatekeeper.errors import UsageError
 from gatekeeper.sources.base import RunOverrides, Source
 from gatekeeper.sources.jsonl_source import JsonlSource
+from gatekeeper.sources.wandb_api import WandbApiSource
 from gatekeeper.sources.wandb_local import WandbLocalSource
 
 # Tried in order; a kind is registered by adding its class here (remote schemes first,
 # the catch-all local-path kind last).
-SOURCE_KINDS: list[type[Source]] = [WandbLocalSource, JsonlSource]
+SOURCE_KINDS: list[type[Source]] = [WandbApiSource, WandbLocalSource, JsonlSource]
 
 
 def register(kind: type[Source], *, first: bool = True) -> None:
