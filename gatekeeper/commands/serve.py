@@ -48,7 +48,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gatekeeper.daemon.service import Daemon
 
     Daemon(config).serve()
-    return 0
+    logging.shutdown()
+    # A poll stuck in the kernel (a hung network filesystem) cannot be interrupted and
+    # would block interpreter exit forever; everything is committed by now.
+    os._exit(0)
 
 
 def _check(config: Any) -> int:

@@ -1,0 +1,54 @@
+"""The scheduler in-process: a hung source is timed out and does not stall the others."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from gatekeeper.daemon.config import load_config
+from gatekeeper.daemon.service import Daemon
+from tests.daemon.harness import write_config
+from tests.daemon.sources import HangingSource, open_test_source
+
+
+def rows(path: Path, kl: list[float]) -> None:
+    with open(path, "a") as fh:
+        for step, v in enumerate(kl):
+            fh.write(json.dumps({"train/step": step, "train/ppo_kl": v, "train/loss": 1.0}) + "\n")
+
+
+def wait(pred, timeout: float = 15.0) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_hanging_source_times_out_while_other_runs_keep_being_judged(tmp_path: Path) -> None:
+    config = load_config(str(write_config(tmp_path, interval=0.2, jitter=0, timeout=0.5,
+                                          workers=2)))
+    HangingSource.release.clear()
+    runs = tmp_path / "runs"
+    rows(runs / "hang.jsonl", [0.0])
+    rows(runs / "ok.jsonl", [0.0, 0.0])
+    daemon = Daemon(config, open_test_source)
+    daemon.start()
+    try:
+        watchers = lambda: {w.name: w for w in daemon.scheduler.snapshot()}  # noqa: E731
+        assert wait(lambda: watchers().get("ok") is not None and watchers()["ok"].points == 4)
+        assert wait(lambda: watchers()["hang"].errors >= 1)
+        hung = watchers()["hang"]
+        assert hung.summary()["hung"] and "timed out after 0.5s" in (hung.last_error or "")
+        rows(runs / "ok.jsonl", [0.5])  # the healthy run goes on being polled meanwhile
+        assert wait(lambda: watchers()["ok"].status == "fail")
+        assert daemon.metrics.poll_errors.labels(kind="timeout")._value.get() >= 1
+        assert hung.next_allowed > 0  # backing off, not hammering the stuck source
+        HangingSource.release.set()  # the source recovers: its run is judged after backoff
+        assert wait(lambda: watchers()["hang"].points == 2, timeout=20)
+        assert watchers()["hang"].status == "pass" and watchers()["hang"].errors == 0
+    finally:
+        HangingSource.release.set()
+        daemon.stop()

@@ -1,0 +1,105 @@
+"""The real daemon as a subprocess, watching runs that child processes write live."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+from tests.daemon.harness import DaemonProcess, write_config, writer
+from tests.daemon.recorder import Recorder
+
+
+def firing_lines(bodies: list[dict]) -> Counter[tuple[str, str, str]]:
+    """(run, rule, state) of every alert the generic webhook received."""
+    return Counter(
+        (a["run"], a["rule"], a["state"]) for b in bodies for g in b["groups"] for a in g["alerts"]
+    )
+
+
+def test_live_runs_are_judged_and_alerted_once_grouped_on_every_channel(tmp_path: Path) -> None:
+    slack, lark, hook = Recorder(), Recorder(lark_secret="lark-s3cret"), Recorder()
+    config = write_config(tmp_path, [
+        {"name": "slack", "kind": "slack", "url_env": "T_SLACK", "group_wait": 1.5},
+        {"name": "lark", "kind": "lark", "url_env": "T_LARK", "secret_env": "T_LARK_SECRET",
+         "group_wait": 1.5},
+        {"name": "hook", "kind": "webhook", "url_env": "T_HOOK", "group_wait": 1.5},
+    ])
+    daemon = DaemonProcess(config, {"T_SLACK": slack.url, "T_LARK": lark.url,
+                                    "T_LARK_SECRET": "lark-s3cret", "T_HOOK": hook.url}).start()
+    runs = tmp_path / "runs"
+    kids = [writer(runs / "healthy.jsonl", "--steps", "12", "--end"),
+            writer(runs / "bad-a.jsonl", "--steps", "12", "--bad-at", "4", "--end"),
+            writer(runs / "bad-b.jsonl", "--steps", "12", "--bad-at", "4", "--end")]
+    try:
+        for kid in kids:
+            kid.wait(30)
+        assert daemon.wait(lambda: all(daemon.run(n)["ended"] for n in ("healthy", "bad-a", "bad-b"))), daemon.tail()
+        assert daemon.run("healthy")["status"] == "pass"
+        bad = daemon.run("bad-a")
+        assert bad["status"] == "fail" and bad["points"] == 24
+        kl = next(r for r in bad["verdict"]["results"] if r["rule"] == "kl-small")
+        assert kl["step"] == 4 and kl["value"] == 0.5
+        assert hook.wait(lambda: sum(firing_lines(hook.bodies).values()) >= 2)
+        time.sleep(1.0)  # nothing more may arrive
+        assert firing_lines(hook.bodies) == {("bad-a", "kl-small", "firing"): 1,
+                                             ("bad-b", "kl-small", "firing"): 1}
+        assert len(hook.bodies) == 1 and len(hook.bodies[0]["groups"]) == 1  # grouped
+        assert slack.wait(lambda: len(slack.bodies) == 1)
+        section = slack.bodies[0]["blocks"][1]["text"]["text"]
+        assert "kl/kl-small on 2 runs" in section and "bad-a" in section and "bad-b" in section
+        assert lark.wait(lambda: len(lark.bodies) == 1) and lark.bad_signatures == 0
+        assert "on 2 runs" in lark.bodies[0]["card"]["elements"][0]["text"]["content"]
+        assert daemon.metric('gatekeeper_notifications_total{channel="lark",outcome="sent"}') == 2
+    finally:
+        for kid in kids:
+            kid.kill()
+        assert daemon.stop() == 0
+        for rec in (slack, lark, hook):
+            rec.close()
+
+
+def test_kill9_at_random_moments_loses_no_point_no_verdict_and_sends_no_alert_twice(
+    tmp_path: Path,
+) -> None:
+    hook = Recorder()
+    config = write_config(tmp_path, [{"name": "hook", "kind": "webhook", "url": hook.url,
+                                      "group_wait": 0.2}], interval=0.1, jitter=0)
+    daemon = DaemonProcess(config).start()
+    runs = tmp_path / "runs"
+    kids = [writer(runs / f"r{i}.jsonl", "--steps", "60", "--period", "0.1",
+                   "--bad-at", str(10 + 12 * i), "--end") for i in range(3)]
+    rng = random.Random(6)
+    try:
+        for _ in range(5):
+            time.sleep(rng.uniform(0.4, 1.2))
+            daemon.kill9()
+            daemon.start()
+        for kid in kids:
+            kid.wait(30)
+        assert daemon.wait(lambda: all(daemon.run(f"r{i}")["ended"] for i in range(3)), 30), daemon.tail()
+        for i in range(3):
+            run = daemon.run(f"r{i}")
+            assert run["points"] == 120, run  # every point read exactly once across 6 lives
+            kl = next(r for r in run["verdict"]["results"] if r["rule"] == "kl-small")
+            assert (run["status"], kl["step"]) == ("fail", 10 + 12 * i)
+        assert hook.wait(lambda: len(firing_lines(hook.bodies)) == 3)
+        time.sleep(1.0)
+        assert firing_lines(hook.bodies) == {(f"r{i}", "kl-small", "firing"): 1 for i in range(3)}
+    finally:
+        for kid in kids:
+            kid.kill()
+        daemon.stop()
+        hook.close()
+
+
+def test_a_corrupt_state_file_stops_the_daemon_with_a_clear_error(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    state = tmp_path / "state" / "gatekeeper.db"
+    state.parent.mkdir()
+    state.write_bytes(b"\x00garbage" * 1000)
+    daemon = DaemonProcess(config).start(wait=False)
+    assert daemon.proc is not None and daemon.proc.wait(20) == 2
+    assert "gatekeeper.db is unusable" in daemon.tail() and "move the file aside" in daemon.tail()
+    assert state.read_bytes().startswith(b"\x00garbage")
