@@ -94,11 +94,16 @@ def report_options(args: argparse.Namespace) -> Any:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from gatekeeper import gate
+    from gatekeeper.annotate import annotate_from_args
     from gatekeeper.report.text import summary_line
 
     policies = gate.load(args.policy, [parse_override(o) for o in args.override])
-    verdict = gate.check(args.source, policies, run_overrides(args))
+    from gatekeeper.commands.history import history_options, print_summary
+
+    verdict = gate.check(args.source, policies, run_overrides(args), history=history_options(args))
     gate.write_reports(verdict, report_options(args))
+    print_summary(verdict, args)
+    annotate_from_args(args, verdict)
     if args.quiet:
         print(summary_line(verdict))
     return verdict.exit_code
@@ -130,6 +135,8 @@ def cmd_checks(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gatekeeper.annotate import add_annotate_arg
+
     parser = _Parser(prog="gatekeeper", description="Training-run health gate.")
     parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -139,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_policy_args(p)
     add_run_args(p)
     add_report_args(p)
+    add_annotate_arg(p)
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("validate", help="load policies and report problems (exit 2 if any)")
@@ -157,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Other command modules add their subcommands here (watch, run, serve, history).
 EXTENSIONS: list[Callable[[Any], None]] = []
 import gatekeeper.commands.serve  # noqa: E402,F401 - registers `serve` in EXTENSIONS
+import gatekeeper.commands.history  # noqa: E402,F401 - `history`, check --history
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from gatekeeper.engine import evaluate
 from gatekeeper.errors import GatekeeperError
@@ -15,6 +15,9 @@ from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.report import console, github, json_report, junit
 from gatekeeper.sources import RunOverrides, open_source
 from gatekeeper.verdict import Verdict
+
+if TYPE_CHECKING:
+    from gatekeeper.history.session import HistoryOptions
 
 
 @dataclass(frozen=True)
@@ -35,11 +38,17 @@ def check(
     source: str,
     policies: list[PolicySpec],
     run_overrides: RunOverrides | None = None,
+    history: HistoryOptions | None = None,
 ) -> Verdict:
-    """Read a finished run whole and judge it (missing data is ERROR, never a pass)."""
+    """Read a finished run whole and judge it (missing data is ERROR, never a pass).
+    With `history`, drift rules read their baselines from the store (and record the run)."""
     run = open_source(source).read()
     if run_overrides is not None:
         run = run_overrides.apply(run)
+    if history is not None:
+        from gatekeeper.history.session import judge
+
+        return judge(policies, run, history)
     return evaluate(policies, run, final=True)
 
 

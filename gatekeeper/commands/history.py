@@ -1,0 +1,153 @@
+"""`gatekeeper history record|show|mark-untrusted`, and `check --history URL [--record]`.
+
+The store URL comes from `--history` or the GATEKEEPER_HISTORY environment variable (so a
+PostgreSQL password can stay in a CI secret); it is shown with the password redacted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from gatekeeper.cli import (
+    EXTENSIONS,
+    add_policy_args,
+    add_report_args,
+    add_run_args,
+    report_options,
+    run_overrides,
+)
+from gatekeeper.errors import UsageError
+from gatekeeper.verdict import Verdict
+
+
+def add_history_args(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    p.add_argument(
+        "--history",
+        metavar="URL",
+        help="baseline store for history rules: a SQLite path / sqlite:///path, or "
+        "postgresql://... (default: $GATEKEEPER_HISTORY)"
+        + ("" if required else "; without it history rules are inactive"),
+    )
+    p.add_argument(
+        "--series-key",
+        action="append",
+        metavar="KEY",
+        help="run metadata that identifies which runs share a baseline, e.g. "
+        "config.test_path (repeatable; default: name)",
+    )
+    p.add_argument("--run-id", help="id to record the run under (default: the run's id or name)")
+    p.add_argument("--commit", help="commit to record (default: config.commit or $GITHUB_SHA)")
+
+
+def store_url(args: argparse.Namespace, *, required: bool) -> str | None:
+    url = getattr(args, "history", None) or os.environ.get("GATEKEEPER_HISTORY")
+    if required and not url:
+        raise UsageError("no history store: pass --history URL or set GATEKEEPER_HISTORY")
+    return url or None
+
+
+def history_options(args: argparse.Namespace, *, record: bool | None = None) -> Any:
+    """HistoryOptions from `check`/`history record` arguments, or None without a store."""
+    from gatekeeper.history.session import DEFAULT_SERIES_KEYS, HistoryOptions
+
+    want_record = bool(getattr(args, "record", False)) if record is None else record
+    url = store_url(args, required=want_record)
+    if url is None:
+        return None
+    return HistoryOptions(
+        url=url,
+        record=want_record,
+        series_keys=tuple(getattr(args, "series_key", None) or DEFAULT_SERIES_KEYS),
+        run_id=getattr(args, "run_id", None),
+        commit=getattr(args, "commit", None),
+    )
+
+
+def print_summary(verdict: Verdict, args: argparse.Namespace) -> None:
+    from gatekeeper.history.session import summary
+
+    line = summary(verdict)
+    if line and not getattr(args, "quiet", False):
+        print(line)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """Judge and record; exit 0 once recorded (the trust decision is printed)."""
+    from gatekeeper import gate
+    from gatekeeper.policy.overrides import parse_override
+
+    policies = gate.load(args.policy, [parse_override(o) for o in args.override])
+    opts = history_options(args, record=True)
+    verdict = gate.check(args.source, policies, run_overrides(args), history=opts)
+    gate.write_reports(verdict, report_options(args))
+    print_summary(verdict, argparse.Namespace(quiet=False))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from gatekeeper.history import open_store
+
+    url = store_url(args, required=True)
+    assert url is not None
+    with open_store(url) as store:
+        runs = store.runs(series=args.series, limit=args.limit)
+        print(f"{store.display}: {len(runs)} run(s), newest first")
+        for r in runs:
+            trust = "trusted" if r.trusted else "untrusted"
+            print(
+                f"  {r.created_at}  {r.run_id}  {trust:9}  commit {r.commit or '-'}  "
+                f"{r.values} value(s)  series {r.series}"
+            )
+    return 0
+
+
+def cmd_mark_untrusted(args: argparse.Namespace) -> int:
+    from gatekeeper.history import open_store
+
+    if (args.run_id is None) == (args.commit is None):
+        raise UsageError("history mark-untrusted takes exactly one of --run-id or --commit")
+    url = store_url(args, required=True)
+    assert url is not None
+    with open_store(url) as store:
+        n = store.mark_untrusted(run_id=args.run_id, commit=args.commit)
+    what = f"run {args.run_id}" if args.run_id else f"commit {args.commit}"
+    print(f"{what}: {n} run(s) marked untrusted (rows kept, no longer in any baseline)")
+    if n == 0:
+        print(f"gatekeeper: warning: no recorded run matches {what}", file=sys.stderr)
+    return 0
+
+
+def register(sub: Any) -> None:
+    add_history_args(sub.choices["check"])
+    sub.choices["check"].add_argument(
+        "--record", action="store_true", help="record the run in the --history store afterwards"
+    )
+
+    p = sub.add_parser("history", help="baseline store of history (drift) rules")
+    hsub = p.add_subparsers(dest="history_command", required=True, parser_class=type(p))
+
+    r = hsub.add_parser("record", help="judge a finished run and record it in the store")
+    r.add_argument("source", metavar="SOURCE", help="JSONL record file or run directory")
+    add_policy_args(r)
+    add_run_args(r)
+    add_history_args(r, required=True)
+    add_report_args(r)
+    r.set_defaults(func=cmd_record)
+
+    s = hsub.add_parser("show", help="list recorded runs, newest first")
+    s.add_argument("--history", metavar="URL", help="store (default: $GATEKEEPER_HISTORY)")
+    s.add_argument("--series", help="only runs of this series (canonical JSON as shown)")
+    s.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
+    s.set_defaults(func=cmd_show)
+
+    m = hsub.add_parser("mark-untrusted", help="revoke trust for a run or a commit (rows stay)")
+    m.add_argument("--history", metavar="URL", help="store (default: $GATEKEEPER_HISTORY)")
+    m.add_argument("--run-id", help="the run id it was recorded under")
+    m.add_argument("--commit", help="every run recorded with this commit")
+    m.set_defaults(func=cmd_mark_untrusted)
+
+
+EXTENSIONS.append(register)
