@@ -33,6 +33,7 @@ class RunView:
     status: str  # gate status of the latest verdict
     last_success: float | None
     rules: tuple[RuleView, ...]
+    ended: bool = False  # ended runs are not polled: no last-poll time to go stale
 
 
 class StateCollector(Collector):
@@ -52,13 +53,13 @@ class StateCollector(Collector):
         )
         last_ok = GaugeMetricFamily(
             "gatekeeper_last_successful_poll_timestamp_seconds",
-            "Unix time of the last poll of a run that succeeded",
+            "Unix time of the last successful poll of a run still being watched",
             labels=["run"],
         )
         counts = {s.value: 0 for s in GateStatus}
         for run in self.snapshot():
             counts[run.status] = counts.get(run.status, 0) + 1
-            if run.last_success is not None:
+            if run.last_success is not None and not run.ended:
                 last_ok.add_metric([run.name], run.last_success)
             for r in run.rules:
                 rule_status.add_metric([run.name, r.policy, r.rule, r.severity, r.status], 1.0)

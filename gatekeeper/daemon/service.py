@@ -119,6 +119,7 @@ class Daemon:
                 name=w.name if names.count(w.name) == 1 else w.key,
                 status=w.status,
                 last_success=w.last_success,
+                ended=w.ended,
                 rules=tuple(
                     RuleView(r.policy, r.rule, r.severity, r.status) for r in w.rules.values()
                 ),
