@@ -13,10 +13,13 @@ are converted to numpy together, so no Python object per point outlives its line
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,14 +59,6 @@ def default_step_key(metric: str, aliases: dict[str, str] | None = None) -> str:
     return aliases.get(ns, f"{ns}/step")
 
 
-def _loads(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        # Python's json writes bare NaN/Infinity tokens, which orjson rejects.
-        return json.loads(raw)
-
-
 def _coerce(value: Any, path: str, line: int, what: str) -> float:
     if isinstance(value, (int, float)):  # bool is an int: logged flags judge as 0/1
         return float(value)
@@ -77,6 +72,38 @@ def _coerce(value: Any, path: str, line: int, what: str) -> float:
         file=path,
         line=line,
     )
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Parsed JSON holds no reference cycles, but millions of fresh lists make the cyclic
+    collector run over and over (2x the parse time on a 100k-point series): pause it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _fast_floats(items: list[Any], width: int, *, check_shape: bool = False) -> np.ndarray | None:
+    """All values of `items` (lists of `width` values) as one flat float64 array, or None
+    when anything is not a plain number — the caller then converts value by value, with
+    errors naming the line. numpy's C loop parses the marker strings ("NaN", "Infinity")
+    itself; a NaN in the result is checked against the input, because numpy also turns a
+    JSON null into NaN, and null is not a value."""
+    if check_shape and (set(map(type, items)) != {list} or set(map(len, items)) != {width}):
+        return None
+    try:
+        flat = np.fromiter(chain.from_iterable(items), dtype=np.float64, count=width * len(items))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    for i in np.flatnonzero(np.isnan(flat)).tolist():
+        v = list(items[i // width])[i % width]
+        if not (isinstance(v, float) or (isinstance(v, str) and v.strip().lower() in _MARKERS)):
+            return None
+    return flat
 
 
 def _show(value: Any) -> str:
@@ -98,7 +125,7 @@ def _as_steps(col: np.ndarray, path: str, lines: list[int], key: str) -> np.ndar
 
 @dataclass
 class _Group:
-    rows: list[list[Any]] = field(default_factory=list)
+    rows: list[Any] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
 
 
@@ -118,59 +145,93 @@ class JsonlParser:
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def feed(self, data: bytes | memoryview, *, final: bool) -> int:
-        """Parse the complete lines of `data`; with `final`, a partial tail is an error."""
-        buf = bytes(data)
-        end = buf.rfind(b"\n") + 1
-        if final and end < len(buf) and buf[end:].strip():
-            tail = buf[end:]
-            raise RecordError(
-                f"last line is truncated (no trailing newline; {len(tail)} bytes: "
-                f"{_show(tail[:40].decode('utf-8', 'replace'))}); the file was cut off "
-                "mid-write — it is not judged as whole",
-                file=self.path,
-                line=self.line + buf[:end].count(b"\n") + 1,
-            )
-        if final:
-            end = len(buf)
-        self._parse_lines(buf[:end])
-        return end
+        """Parse the complete lines of `data`; with `final`, a partial tail is an error.
+        Returns how many bytes were consumed (whole lines only, unless `final`)."""
+        buf = data if isinstance(data, bytes) else bytes(data)
+        pieces = buf.split(b"\n")
+        tail = pieces.pop()  # after the last newline: b"" or a partial line
+        if tail.strip() and final:
+            self._truncated(tail, self.line + len(pieces) + 1)
+        self.parse_lines(pieces)
+        return len(buf) - (0 if final else len(tail))
 
-    def _parse_lines(self, buf: bytes) -> None:
-        groups: dict[tuple[str, ...], _Group] = {}
-        line = self.line
-        for raw in buf.split(b"\n"):
-            line += 1
-            if not raw.strip():
-                continue
+    def _truncated(self, tail: bytes, line: int) -> None:
+        raise RecordError(
+            f"last line is truncated (no trailing newline; {len(tail)} bytes: "
+            f"{_show(tail[:40].decode('utf-8', 'replace'))}); the file was cut off "
+            "mid-write — it is not judged as whole",
+            file=self.path,
+            line=line,
+        )
+
+    def parse_lines(self, pieces: list[bytes]) -> None:
+        """Parse whole lines (with or without their newline), in file order."""
+        with _gc_paused():
+            self._parse_lines(pieces)
+
+    def _parse_lines(self, pieces: list[bytes]) -> None:
+        # The hot loop does only what must be per line: parse. Line numbers, classifying
+        # lines and grouping rows by key set are worked out afterwards, per key set.
+        start = self.line + 1
+        objs: list[Any] = []
+        blanks: list[int] = []
+        append = objs.append
+        loads = orjson.loads
+        for raw in pieces:
             try:
-                obj = _loads(raw)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise RecordError(
-                    f"not valid JSON ({exc}): {_show(raw[:60].decode('utf-8', 'replace'))}",
-                    file=self.path,
-                    line=line,
-                ) from None
-            if not isinstance(obj, dict):
-                raise RecordError(
-                    f"expected a JSON object per line, got {type(obj).__name__}",
-                    file=self.path,
-                    line=line,
-                )
-            if "metric" in obj and "series" in obj:
+                append(loads(raw))
+            except orjson.JSONDecodeError:
+                line = start + len(objs) + len(blanks)
+                if raw.strip():
+                    append(self._fallback_loads(raw, line))
+                else:
+                    blanks.append(line)
+        self.line += len(pieces)
+        if not objs:
+            return
+        lines: Sequence[int] = range(start, start + len(objs))
+        if blanks:
+            skip = set(blanks)
+            lines = [n for n in range(start, start + len(pieces)) if n not in skip]
+        if set(map(type, objs)) != {dict}:
+            i = next(i for i, o in enumerate(objs) if type(o) is not dict)
+            raise RecordError(
+                f"expected a JSON object per line, got {type(objs[i]).__name__}",
+                file=self.path,
+                line=lines[i],
+            )
+        keys = list(map(tuple, objs))
+        if len(set(keys)) == 1:
+            self._dispatch(keys[0], _Group(objs, list(lines)))
+            return
+        groups: dict[tuple[str, ...], _Group] = {}
+        for key, obj, line in zip(keys, objs, lines):
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = _Group()
+            group.rows.append(obj)
+            group.lines.append(line)
+        for key, group in groups.items():
+            self._dispatch(key, group)
+
+    def _fallback_loads(self, raw: bytes, line: int) -> Any:
+        try:
+            return json.loads(raw)  # Python's json writes bare NaN/Infinity, orjson rejects them
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RecordError(
+                f"not valid JSON ({exc}): {_show(raw[:60].decode('utf-8', 'replace'))}",
+                file=self.path,
+                line=line,
+            ) from None
+
+    def _dispatch(self, keys: tuple[str, ...], group: _Group) -> None:
+        if "metric" in keys and "series" in keys:
+            for obj, line in zip(group.rows, group.lines):
                 self._record_line(obj, line)
-            elif "event" in obj and obj.keys() <= EVENT_KEYS:
-                obj["line"] = line
-                self.events.append(obj)
-            else:
-                keys = tuple(obj)
-                group = groups.get(keys)
-                if group is None:
-                    group = groups[keys] = _Group()
-                group.rows.append(list(obj.values()))
-                group.lines.append(line)
-        # The split yields one empty piece after the final newline.
-        self.line = line - 1 if buf.endswith(b"\n") or not buf else line
-        for keys, group in groups.items():
+        elif "event" in keys and set(keys) <= EVENT_KEYS:
+            for obj, line in zip(group.rows, group.lines):
+                self.events.append({**obj, "line": line})
+        else:
             self._row_group(keys, group)
 
     def _add(self, metric: str, step_key: str, steps: np.ndarray, values: np.ndarray) -> None:
@@ -198,61 +259,56 @@ class JsonlParser:
                 line=line,
             )
         step_key = obj.get("step_key") or default_step_key(metric, self.step_aliases)
-        try:
-            arr = np.array(series) if series else np.empty((0, 2))
-        except ValueError:
-            arr = np.empty(0)  # ragged: diagnosed point by point below
-        if arr.ndim == 2 and arr.shape[1] == 2 and arr.dtype.kind in "fiub":
-            steps_f = arr[:, 0]
-            values = arr[:, 1].astype(VALUE_DTYPE)
+        flat = _fast_floats(series, 2, check_shape=True)
+        if flat is not None:
+            # copies: a strided view would keep the whole interleaved buffer alive
+            steps_f, values = flat[0::2], flat[1::2].copy()
         else:
-            steps_l, values_l = [], []
-            for i, point in enumerate(series):
-                if not isinstance(point, list) or len(point) != 2:
-                    raise RecordError(
-                        f"series point {i} of {metric!r} is not [step, value]: got {_show(point)}",
-                        file=self.path,
-                        line=line,
-                    )
-                if not isinstance(point[0], (int, float)) or isinstance(point[0], bool):
-                    raise RecordError(
-                        f"series point {i} of {metric!r}: step must be a number, got "
-                        f"{_show(point[0])}",
-                        file=self.path,
-                        line=line,
-                    )
-                steps_l.append(point[0])
-                values_l.append(_coerce(point[1], self.path, line, f"series point {i} of {metric!r}"))
-            steps_f = np.array(steps_l, dtype=np.float64)
-            values = np.array(values_l, dtype=VALUE_DTYPE)
+            steps_f, values = self._slow_series(metric, series, line)
         steps = _as_steps(steps_f, self.path, [line] * len(steps_f), f"series of {metric}")
         self._add(metric, step_key, steps, values)
 
+    def _slow_series(self, metric: str, series: list[Any], line: int) -> tuple[np.ndarray, np.ndarray]:
+        """Point-by-point conversion, for series with markers or malformed points."""
+        steps_l, values_l = [], []
+        for i, point in enumerate(series):
+            if not isinstance(point, list) or len(point) != 2:
+                raise RecordError(
+                    f"series point {i} of {metric!r} is not [step, value]: got {_show(point)}",
+                    file=self.path,
+                    line=line,
+                )
+            if not isinstance(point[0], (int, float)) or isinstance(point[0], bool):
+                raise RecordError(
+                    f"series point {i} of {metric!r}: step must be a number, got {_show(point[0])}",
+                    file=self.path,
+                    line=line,
+                )
+            steps_l.append(point[0])
+            values_l.append(_coerce(point[1], self.path, line, f"series point {i} of {metric!r}"))
+        return np.array(steps_l, dtype=np.float64), np.array(values_l, dtype=VALUE_DTYPE)
+
     def _row_group(self, keys: tuple[str, ...], group: _Group) -> None:
         index = {k: i for i, k in enumerate(keys)}
-        try:
-            table = np.array(group.rows)
-        except ValueError:
-            table = np.empty(0)
-        numeric = table.ndim == 2 and table.dtype.kind in "fiub"
-        if numeric:
-            table = table.astype(np.float64, copy=False)
+        flat = _fast_floats(list(map(dict.values, group.rows)), len(keys))
+        table = flat.reshape(len(group.rows), len(keys)) if flat is not None else None
+        rows = [list(r.values()) for r in group.rows] if table is None else []
         columns: dict[int, np.ndarray] = {}
 
         def column(j: int) -> np.ndarray:
+            if table is not None:
+                return table[:, j]
             if j not in columns:
-                if numeric:
-                    columns[j] = table[:, j]
-                else:
-                    columns[j] = np.array(
-                        [
-                            _coerce(row[j], self.path, ln, f"field {keys[j]!r}")
-                            for row, ln in zip(group.rows, group.lines)
-                        ],
-                        dtype=np.float64,
-                    )
+                columns[j] = np.array(
+                    [
+                        _coerce(row[j], self.path, ln, f"field {keys[j]!r}")
+                        for row, ln in zip(rows, group.lines)
+                    ],
+                    dtype=np.float64,
+                )
             return columns[j]
 
+        step_columns: dict[str, np.ndarray] = {}  # one int64 copy per axis, shared by metrics
         for j, key in enumerate(keys):
             if is_step_key(key):
                 continue
@@ -264,7 +320,10 @@ class JsonlParser:
                     file=self.path,
                     line=group.lines[0],
                 )
-            steps = _as_steps(column(index[step_key]), self.path, group.lines, step_key)
+            steps = step_columns.get(step_key)
+            if steps is None:
+                steps = _as_steps(column(index[step_key]), self.path, group.lines, step_key)
+                step_columns[step_key] = steps
             self._add(key, step_key, steps, np.array(column(j), dtype=VALUE_DTYPE))
 
     def _row_step_key(self, key: str, index: dict[str, int]) -> str | None:
@@ -287,28 +346,29 @@ class JsonlParser:
         return out
 
 
-def iter_blocks(path: str, offset: int = 0, block_size: int = BLOCK_SIZE) -> Iterator[bytes]:
-    with open(path, "rb") as fh:
+def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
+    """Feed a file from byte `offset` to `parser`; return the offset after the last whole
+    line. With `final`, a last line without its newline is a truncation error."""
+    pos = offset
+    with open(parser.path, "rb") as fh:
         fh.seek(offset)
         while True:
-            block = fh.read(block_size)
-            if not block:
-                return
-            yield block
-
-
-def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
-    """Feed a file from `offset` to `parser` in blocks; return the new offset (whole lines)."""
-    pending = b""
-    pos = offset
-    for block in iter_blocks(parser.path, offset):
-        data = pending + block if pending else block
-        used = parser.feed(data, final=False)
-        pos += used
-        pending = data[used:]
-    if final and pending:
-        pos += parser.feed(pending, final=True)
-    return pos
+            lines = fh.readlines(BLOCK_SIZE)  # whole lines, read and split in C
+            if not lines:
+                return pos
+            tail = lines[-1]
+            if not tail.endswith(b"\n"):
+                lines.pop()
+                if final and tail.strip():
+                    parser.parse_lines(lines)
+                    parser._truncated(tail, parser.line + 1)
+                parser.parse_lines(lines)
+                if final:
+                    parser.line += 1
+                    return pos + sum(map(len, lines)) + len(tail)
+                return pos + sum(map(len, lines))
+            parser.parse_lines(lines)
+            pos += sum(map(len, lines))
 
 
 def jsonl_files(directory: str) -> list[str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from gatekeeper.errors import SourceError, SourceNotFound
 from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import Source
@@ -61,10 +63,10 @@ class JsonlSource(Source):
             for event in parser.events:
                 if event.get("event") == "end":
                     ended_state = _end_state(event.get("state"))
-        series: dict[str, Series] = {
-            m: merge_chunks(m, parts, step_keys[m]) for m, parts in sorted(chunks.items())
-        }
-        return self._run(series, ended_state)
+        series: dict[str, Series] = {}
+        for metric in sorted(chunks):
+            series[metric] = merge_chunks(metric, chunks.pop(metric), step_keys[metric])
+        return self._run(share_steps(series), ended_state)
 
     def _run(self, series: dict[str, Series], ended_state: RunState | None) -> Run:
         base = os.path.basename(os.path.normpath(self.path))
@@ -83,6 +85,23 @@ class JsonlSource(Source):
         if ended_state is not None:
             run.state = ended_state
         return run
+
+
+def share_steps(series: dict[str, Series]) -> dict[str, Series]:
+    """Metrics logged on the same rows share one step array (half the memory of a run)."""
+    seen: dict[tuple[str, int], list[Series]] = {}
+    out: dict[str, Series] = {}
+    for name, s in series.items():
+        twin = next(
+            (t for t in seen.get((s.step_key, len(s)), []) if np.array_equal(t.steps, s.steps)),
+            None,
+        )
+        if twin is None:
+            seen.setdefault((s.step_key, len(s)), []).append(s)
+            out[name] = s
+        else:
+            out[name] = Series(s.metric, twin.steps, s.values, s.step_key)
+    return out
 
 
 def _end_state(value: object) -> RunState:

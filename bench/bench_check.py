@@ -1,0 +1,123 @@
+"""Benchmark: `gatekeeper check` vs parsing the same JSONL with orjson alone.
+
+Generates a 100,000-step x 50-metric run in both JSONL forms (cached under bench/out/),
+then, side by side in one run, times in fresh child processes:
+  parse-only   read the file and orjson.loads every line (what any reader must do)
+  check        gatekeeper's whole `check`: parse into numpy columns, 50-rule policy, verdict
+and reports peak memory above the interpreter's baseline against the float64 size of the
+data (steps + values: 100,000 x 50 x 8 bytes x 2).
+
+Targets (issue #3): check <= 1.5x parse-only time; peak memory <= 3x the float64 data.
+Usage: python bench/bench_check.py [--steps N] [--metrics M] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "out")
+
+
+def generate(steps: int, metrics: int) -> tuple[str, str, str]:
+    os.makedirs(OUT, exist_ok=True)
+    tag = f"{steps}x{metrics}"
+    record, rows, policy = (os.path.join(OUT, f"{k}-{tag}.{e}") for k, e in (("record", "jsonl"), ("rows", "jsonl"), ("policy", "yaml")))
+    names = [f"train/m{i:02d}" for i in range(metrics)]
+    if not (os.path.exists(record) and os.path.exists(rows)):
+        rng = np.random.default_rng(0)
+        data = rng.uniform(0.0, 1.0, (metrics, steps)).round(6)
+        data[3, 4242] = np.nan
+        with open(record, "w") as fh:
+            for i, name in enumerate(names):
+                pts = [[s, v] for s, v in zip(range(steps), data[i].tolist())]
+                fh.write(json.dumps({"metric": name, "series": pts}).replace("NaN", '"NaN"') + "\n")
+        with open(rows, "w") as fh:
+            cols = data.T.tolist()
+            for s in range(steps):
+                row = {"train/step": s}
+                row.update(zip(names, cols[s]))
+                fh.write(json.dumps(row).replace("NaN", '"NaN"') + "\n")
+    kinds = [
+        "{abs_max: 2.0}", "{between: [-1, 2]}", "{max: 1.5}", "{min: -0.5}",
+        "{approx: {value: 0.5, abs: 0.6}}", "{reach: {value: 0.9, by_step: 50000, window: 5}}",
+    ]
+    selections = ["all", "all", "[0]", "{from: 100, to: 90000}", "all"]
+    with open(policy, "w") as fh:
+        fh.write("version: 1\nname: bench\nrules:\n")
+        for i, name in enumerate(names):
+            kind = kinds[i % len(kinds)]
+            steps_sel = "all" if "reach" in kind else selections[i % len(selections)]
+            fh.write(f"  - {{id: r{i:02d}, metric: {name}, steps: {steps_sel}, check: {kind}}}\n")
+    return record, rows, policy
+
+
+CHILD = r"""
+import sys, time
+import orjson
+import numpy, pydantic, ruamel.yaml  # the baseline includes the libraries both would load
+def hwm():  # peak RSS of this process (VmHWM; ru_maxrss is inherited across exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+mode, path, policy = sys.argv[1:4]
+if mode != "parse":
+    from gatekeeper import gate
+base = hwm()
+t0 = time.perf_counter()
+if mode == "parse":
+    with open(path, "rb") as fh:
+        for line in fh:
+            orjson.loads(line)
+else:
+    verdict = gate.check(path, gate.load([policy], []))
+    assert len(verdict.results) == 50
+elapsed = time.perf_counter() - t0
+print(f"{elapsed} {hwm() - base}")
+"""
+
+
+def measure(mode: str, path: str, policy: str) -> tuple[float, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, path, policy], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return float(out[0]), float(out[1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--metrics", type=int, default=50)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    record, rows, policy = generate(args.steps, args.metrics)
+    print(f"data ready in {time.perf_counter() - t0:.1f}s "
+          f"(record {os.path.getsize(record) / 1e6:.0f} MB, rows {os.path.getsize(rows) / 1e6:.0f} MB)")
+    data_bytes = args.steps * args.metrics * 8 * 2  # int64 steps + float64 values
+    ok = True
+    for label, path in (("record form", record), ("per-step rows", rows)):
+        parse_t, check_t, check_m = [], [], []
+        for _ in range(args.repeat):  # interleaved so machine noise hits both alike
+            parse_t.append(measure("parse", path, policy)[0])
+            t, m = measure("check", path, policy)
+            check_t.append(t)
+            check_m.append(m)
+        p, c, mem = statistics.median(parse_t), statistics.median(check_t), max(check_m)
+        ratio, mratio = c / p, mem / data_bytes
+        ok &= ratio <= 1.5 and mratio <= 3
+        print(f"{label:14} parse-only {p:6.2f}s  check {c:6.2f}s  ratio {ratio:4.2f}x (target <= 1.5x)  "
+              f"peak +{mem / 1e6:5.0f} MB = {mratio:4.2f}x data (target <= 3x)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
