@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Make a fresh clone usable: a virtualenv in .venv with gatekeeper installed editable.
+#   scripts/bootstrap.sh            runtime only
+#   scripts/bootstrap.sh --test     plus test tools and the system servers the tests start
+#                                   (PostgreSQL and Prometheus from Debian, when missing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+extras=""
+[ "$want_test" = 1 ] && extras="[test]"
+# Reinstall only when the project definition changed since the last install.
+stamp=".venv/.gatekeeper-installed$extras"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "==> installing gatekeeper$extras into .venv"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
+  touch "$stamp"
+fi
+
+if [ "$want_test" = 1 ]; then
+  need=()
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+  command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "==> installing system packages for the tests: ${need[*]}"
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    # The tests start their own throwaway servers; the packaged services are not needed.
+    for svc in prometheus postgresql; do
+      $SUDO service "$svc" stop >/dev/null 2>&1 || true
+    done
+  fi
+fi
