@@ -50,5 +50,5 @@ def miles_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def failed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short run that finished with exit code 3."""
-    return write_run(tmp_path_factory.mktemp("failed"), 20, "--exit-code", "3")
+    """A 150-step run (a few 32 KiB blocks) that finished with exit code 3."""
+    return write_run(tmp_path_factory.mktemp("failed"), 150, "--exit-code", "3")

@@ -1,0 +1,68 @@
+"""The `.wandb` framing reader on a real SDK file: truncation, resume, corruption, header."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gatekeeper.errors import RecordError
+from gatekeeper.sources import wandb_log
+from gatekeeper.sources.wandb_log import BLOCK_LEN, LogReader
+
+
+def _log_file(wandb_dir: Path) -> Path:
+    return next(Path(os.path.realpath(wandb_dir / "latest-run")).glob("*.wandb"))
+
+
+def test_every_cut_yields_a_prefix_and_resuming_yields_the_rest(
+    failed_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wandb_log, "READ_SIZE", 4096)  # exercise buffer refills too
+    data = _log_file(failed_run).read_bytes()
+    assert len(data) > BLOCK_LEN  # records span blocks (FIRST/MIDDLE/LAST chunks)
+    full = list(LogReader(str(_log_file(failed_run))).records())
+    target = tmp_path / "run-cut.wandb"
+    for cut in list(range(0, 64)) + list(range(64, len(data), 331)) + [len(data)]:
+        target.write_bytes(data[:cut])
+        reader = LogReader(str(target))
+        head = list(reader.records())
+        assert head == full[: len(head)], cut
+        assert reader.offset + reader.pending_bytes == max(cut, 0) or cut < 7
+        with open(target, "ab") as fh:
+            fh.write(data[cut:])
+        assert head + list(reader.records()) == full, cut
+
+
+def test_a_damaged_record_is_an_error_naming_its_byte(failed_run: Path, tmp_path: Path) -> None:
+    data = bytearray(_log_file(failed_run).read_bytes())
+    data[5000] ^= 0xFF
+    bad = tmp_path / "run-bad.wandb"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(RecordError, match=r"run-bad\.wandb: corrupt record at byte \d+"):
+        list(LogReader(str(bad)).records())
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        (b":W&B\xe1\xbe\x07", "unknown .wandb format version 7"),
+        (b"LEVELDB", "not a wandb transaction log"),
+    ],
+)
+def test_header_is_checked(
+    failed_run: Path, tmp_path: Path, head: bytes, message: str
+) -> None:
+    data = _log_file(failed_run).read_bytes()
+    other = tmp_path / "run-other.wandb"
+    other.write_bytes(head + data[7:])
+    with pytest.raises(RecordError, match=message):
+        list(LogReader(str(other)).records())
+
+
+def test_a_file_shorter_than_its_header_is_not_yet_written(tmp_path: Path) -> None:
+    short = tmp_path / "run-short.wandb"
+    short.write_bytes(b":W&")
+    reader = LogReader(str(short))
+    assert list(reader.records()) == [] and reader.offset == 0
