@@ -75,6 +75,7 @@ class StandinWandb:
         self.history_requests: list[tuple[int, int]] = []  # (minStep, maxStep) asked
         self.history_rows_served = 0
         self.mutations: list[dict[str, Any]] = []
+        self.failures_served = 0
         self._failures: list[tuple[int, float | None]] = []
         self._hang_seconds = 0.0
         self._hang_ops: set[str] = set()
@@ -112,6 +113,7 @@ class StandinWandb:
             self.ops.append(op)
             if self._failures:
                 status, retry_after = self._failures.pop(0)
+                self.failures_served += 1
                 headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
                 return status, headers, {"errors": [{"message": f"stand-in {status}"}]}
             hang = self._hang_seconds if op in self._hang_ops else 0.0
