@@ -1,0 +1,74 @@
+"""trend: least-squares slope per step, or relative growth, over rolling windows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gatekeeper.errors import PolicyError
+from gatekeeper.verdict import Status
+from tests.checks.util import judge, judge_in_chunks, policy, run_of, series
+
+GAP = "train/train_rollout_logprob_abs_diff"
+
+
+def rule(args: str) -> str:
+    return f"  - {{id: t, metric: {GAP}, check: {{trend: {args}}}}}\n"
+
+
+def gap(n: int = 300, climb_from: int | None = None) -> np.ndarray:
+    rng = np.random.default_rng(5)
+    values = 0.02 + rng.normal(0, 0.001, n)
+    if climb_from is not None:
+        values[climb_from:] += 0.001 * np.arange(n - climb_from)  # +0.001 per step
+    return values
+
+
+def test_a_climbing_logprob_gap_fails_and_a_steady_one_passes(tmp_path):
+    pol = policy(tmp_path, rule("{window: 50, max_slope: 0.0005}"))
+    steady = judge(pol, run_of(series(GAP, gap())))
+    assert steady.status is Status.PASS and steady.judged == 251
+    climbing = judge(pol, run_of(series(GAP, gap(300, 150))))
+    assert climbing.status is Status.FAIL and 150 < climbing.step < 200
+    assert "slope" in climbing.message and "/step" in climbing.message
+    assert judge_in_chunks(pol, run_of(series(GAP, gap(300, 150))), 17).step == climbing.step
+
+
+def test_slope_is_per_step_across_step_gaps(tmp_path):
+    steps = np.arange(0, 200, 10)  # logged every 10 steps
+    values = 0.01 * np.arange(steps.size)  # +0.01 per point = 0.001 per step
+    tight = judge(
+        policy(tmp_path, rule("{window: 5, max_slope: 0.0009}")), run_of(series(GAP, values, steps))
+    )
+    assert tight.status is Status.FAIL and math.isclose(tight.value, 0.001)
+    loose = judge(
+        policy(tmp_path, rule("{window: 5, max_slope: 0.0011}"), "l"),
+        run_of(series(GAP, values, steps)),
+    )
+    assert loose.status is Status.PASS
+
+
+def test_relative_growth_over_the_window(tmp_path):
+    values = np.linspace(1.0, 2.0, 101)  # doubles over 100 steps
+    pol = policy(tmp_path, rule("{window: 101, max_growth: 0.5}"))
+    r = judge(pol, run_of(series(GAP, values)))
+    assert r.status is Status.FAIL and math.isclose(r.value, 1.0 / 1.5)
+    assert "growth" in r.message
+
+
+def test_window_longer_than_the_data_and_nan(tmp_path):
+    pol = policy(tmp_path, rule("{window: 50, max_slope: 0.1}"))
+    short = run_of(series(GAP, gap(20)))
+    assert judge(pol, short, final=False).status is Status.PENDING
+    assert judge(pol, short).status is Status.ERROR
+    values = gap(100)
+    values[60] = math.nan
+    r = judge(pol, run_of(series(GAP, values)))
+    assert r.status is Status.ERROR and r.step == 60
+
+
+def test_a_bound_is_required(tmp_path):
+    with pytest.raises(PolicyError, match="trend needs a bound"):
+        policy(tmp_path, rule("{window: 5}"))
