@@ -111,7 +111,8 @@ def main() -> int:
             t, m = measure("check", path, policy)
             check_t.append(t)
             check_m.append(m)
-        p, c, mem = statistics.median(parse_t), statistics.median(check_t), max(check_m)
+        # min: on a shared machine noise only ever adds time
+        p, c, mem = min(parse_t), min(check_t), max(check_m)
         ratio, mratio = c / p, mem / data_bytes
         ok &= ratio <= 1.5 and mratio <= 3
         print(f"{label:14} parse-only {p:6.2f}s  check {c:6.2f}s  ratio {ratio:4.2f}x (target <= 1.5x)  "
