@@ -23,6 +23,7 @@ from gatekeeper.daemon.http import Api, HttpServer
 from gatekeeper.daemon.scheduler import PollScheduler
 from gatekeeper.daemon.state import StateStore
 from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched
+from gatekeeper.errors import SourceError
 from gatekeeper.notify import Channel, ChannelHooks, build_notifier
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.policy.spec import PolicySpec
@@ -32,9 +33,19 @@ log = logging.getLogger("gatekeeper.daemon")
 
 
 def default_open_source(spec: str) -> LiveSource:
-    from gatekeeper.sources import open_live_source  # type: ignore[attr-defined]
+    """The live source for `spec`: the sources package's `open_live_source` when it has
+    one, else the first registered kind that accepts `spec` and can be followed live."""
+    import gatekeeper.sources as sources
 
-    return open_live_source(spec)  # type: ignore[no-any-return]
+    opener = getattr(sources, "open_live_source", None)
+    if opener is not None:
+        return opener(spec)  # type: ignore[no-any-return]
+    for kind in sources.SOURCE_KINDS:
+        if kind.accepts(spec):
+            if issubclass(kind, LiveSource):
+                return kind(spec)
+            raise SourceError(f"source {spec!r} ({kind.kind}) cannot be followed live")
+    raise SourceError(f"no source kind opens {spec!r}")
 
 
 def fingerprint(policies: list[PolicySpec]) -> str:
