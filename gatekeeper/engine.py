@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 from dataclasses import replace
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import RuleResult, Severity, Status, Verdict
 
 ALL_STEPS = Steps(kind="all")
-_REDUCERS = {
+_REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
     Reduce.MEAN: np.mean,
     Reduce.MEDIAN: np.median,
     Reduce.MIN: np.min,
@@ -195,7 +195,10 @@ class RuleTracker:
             return Outcome(Status.ERROR if final else Status.PENDING, gap, judged=self.judged)
         if isinstance(rule.check, AggregateCheck):
             return rule.check.outcome(self.agg_state, final=final, ctx=ctx)
-        step, value = self.last if self.last else (None, None)
+        step: int | None = None
+        value: float | None = None
+        if self.last:
+            step, value = self.last
         what = f"{self.judged} point" + ("s" if self.judged != 1 else "")
         return Outcome(
             Status.PASS,

@@ -33,7 +33,7 @@ def _level(r: RuleResult) -> str | None:
     return None
 
 
-def annotations(verdict: Verdict) -> list[str]:
+def annotation_lines(verdict: Verdict) -> list[str]:
     """The workflow command lines, within GitHub's per-step annotation limits."""
     out: list[str] = []
     left_over: dict[str, int] = {"error": 0, "warning": 0}
@@ -96,7 +96,7 @@ def step_summary(verdict: Verdict, budget: int = SUMMARY_LIMIT) -> str:
 
 
 def emit(verdict: Verdict, stream: TextIO, summary_path: str | None) -> None:
-    for line in annotations(verdict):
+    for line in annotation_lines(verdict):
         print(line, file=stream)
     if summary_path:
         existing = os.path.getsize(summary_path) if os.path.exists(summary_path) else 0

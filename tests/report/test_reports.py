@@ -55,7 +55,7 @@ def test_annotations_stay_within_githubs_limits():
     v = verdict([result(i, Status.FAIL) for i in range(25)] + [
         result(100 + i, Status.WARN, severity=Severity.WARN) for i in range(12)
     ])
-    lines = github.annotations(v)
+    lines = github.annotation_lines(v)
     assert sum(ln.startswith("::error ") for ln in lines) == 10
     assert sum(ln.startswith("::warning ") for ln in lines) == 10
     (note,) = [ln for ln in lines if ln.startswith("::notice")]
@@ -65,7 +65,7 @@ def test_annotations_stay_within_githubs_limits():
 
 def test_annotation_data_and_properties_are_escaped():
     r = result(0, Status.FAIL, message="100% bad\nsecond line", source="odd,dir/p:x.yaml:12")
-    (line,) = github.annotations(verdict([r]))
+    (line,) = github.annotation_lines(verdict([r]))
     assert "100%25 bad%0Asecond line" in line and "\n" not in line
     assert "file=odd%2Cdir/p%3Ax.yaml,line=12" in line
 
