@@ -195,15 +195,15 @@ class RuleTracker:
             return Outcome(Status.ERROR if final else Status.PENDING, gap, judged=self.judged)
         if isinstance(rule.check, AggregateCheck):
             return rule.check.outcome(self.agg_state, final=final, ctx=ctx)
-        step: int | None = None
-        value: float | None = None
-        if self.last:
-            step, value = self.last
+        return self._passed(axis)
+
+    def _passed(self, axis: str) -> Outcome:
+        step, value = self.last if self.last else (None, None)
         what = f"{self.judged} point" + ("s" if self.judged != 1 else "")
+        last = f"; last {fmt(value)} at {axis} {step}" if self.judged > 1 else ""
         return Outcome(
             Status.PASS,
-            f"{what} within {rule.check.describe()}"
-            + (f"; last {fmt(value)} at {axis} {step}" if self.judged > 1 else ""),
+            f"{what} within {self.rule.check.describe()}{last}",
             step=step,
             value=value,
             judged=self.judged,
