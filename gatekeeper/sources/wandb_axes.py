@@ -86,15 +86,15 @@ class Columns:
     """
 
     def __init__(self, carry: dict[str, float] | None = None):
-        self.rows: dict[str, list[int]] = {}
-        self.vals: dict[str, list[Any]] = {}
+        self.rows: dict[str, Any] = {}  # key -> row indices (list or int array)
+        self.vals: dict[str, Any] = {}  # key -> raw values, or (float64 array, mask) done
         self.steps: list[float] = []
         self.carry = carry if carry is not None else {}  # step metric -> last value seen
         self.unplaced: dict[str, int] = {}
 
     def finish(self, axes: StepAxes) -> dict[str, Series]:
         nrows = len(self.steps)
-        values = {k: to_floats(v) for k, v in self.vals.items()}
+        values = {k: v if isinstance(v, tuple) else to_floats(v) for k, v in self.vals.items()}
         axis_cols: dict[str, np.ndarray] = {DEFAULT_AXIS: np.asarray(self.steps, VALUE_DTYPE)}
         out: dict[str, Series] = {}
         for key, (vals, numeric) in values.items():

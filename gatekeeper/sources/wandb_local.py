@@ -8,36 +8,22 @@ records appended since the last poll.
 
 from __future__ import annotations
 
-import functools
 import glob
 import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf.message import DecodeError
-
-from gatekeeper.errors import RecordError, SourceError, SourceNotFound
+from gatekeeper.errors import RecordError, SourceNotFound
 from gatekeeper.model import Run, RunState, Series
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.wandb_axes import Columns, StepAxes
+from gatekeeper.sources.wandb_decode import decode
 from gatekeeper.sources.wandb_log import LogReader
 
 if TYPE_CHECKING:
     from wandb.proto import wandb_internal_pb2 as pb
 
 _CURSOR_VERSION = 1
-
-
-@functools.cache
-def _record_parser() -> Any:
-    # Imported on first use: `import wandb` costs a second, and most commands never read wandb.
-    try:
-        from wandb.proto import wandb_internal_pb2
-    except ImportError as exc:
-        raise SourceError(
-            f"reading wandb runs needs the wandb SDK ({exc}); install gatekeeper[wandb]"
-        ) from None
-    return wandb_internal_pb2.Record.FromString
 
 
 def resolve_run_dir(path: str) -> str | None:
@@ -138,28 +124,16 @@ class WandbLocalSource(LiveSource):
 
     def _decode(self, reader: LogReader) -> dict[str, Series]:
         """Read every new complete record; history goes to columns, the rest to metadata."""
+        part = decode(reader.path, reader.offset)
+        reader.offset, reader.pending_bytes = part.end, part.pending
+        for rec in part.meta:
+            self._apply(rec.WhichOneof("record_type"), rec)
         cols = Columns(self._carry)
-        steps = cols.steps
-        entries: dict[str, tuple[list[int], list[Any]]] = {}
-        parse = _record_parser()
-        try:
-            for raw in reader.records():
-                rec = parse(raw)
-                kind = rec.WhichOneof("record_type")
-                if kind == "history":
-                    _add_history(rec.history, len(steps), steps, entries)
-                elif kind is not None and kind != "summary":
-                    self._apply(kind, rec)
-        except DecodeError as exc:
-            raise RecordError(
-                f"record ending at byte {reader.offset} is not a wandb protobuf Record ({exc}); "
-                "the file is damaged or of an unknown format",
-                file=reader.path,
-            ) from None
-        for key, (rows, vals) in entries.items():
+        cols.steps = part.steps
+        for key, (rows, values, mask) in part.keys.items():
             cols.rows[key] = rows
-            cols.vals[key] = vals
-        return cols.finish(self._axes)
+            cols.vals[key] = (values, mask)
+        return dict(sorted(cols.finish(self._axes).items()))
 
     def _apply(self, kind: str, rec: pb.Record) -> None:
         if kind == "metric":
@@ -193,38 +167,6 @@ class WandbLocalSource(LiveSource):
             run_id=meta.get("id"),
             series=series,
         )
-
-
-def _add_history(
-    h: pb.HistoryRecord,
-    row: int,
-    steps: list[float],
-    entries: dict[str, tuple[list[int], list[Any]]],
-) -> None:
-    """One history row into per-key (row indices, JSON texts). The hot loop of the reader."""
-    step = float("nan")
-    for it in h.item:
-        nk = it.nested_key
-        key = nk[0] if len(nk) == 1 else (".".join(nk) if nk else it.key)
-        value = it.value_json or _typed_value(it)
-        if key == "_step" and value is not None:
-            step = float(value)
-        entry = entries.get(key)
-        if entry is None:
-            entry = entries[key] = ([], [])
-        entry[0].append(row)
-        entry[1].append(value)
-    if step != step and h.HasField("step"):
-        step = float(h.step.num)
-    steps.append(step if step == step else float(row))
-
-
-def _typed_value(it: pb.HistoryItem) -> Any:
-    """Newer SDKs may send a typed value instead of JSON text."""
-    kind = it.WhichOneof("value")
-    if kind in ("integer", "number", "boolean"):
-        return getattr(it, kind)
-    return None
 
 
 def _update_config(config: dict[str, Any], rec: pb.ConfigRecord) -> None:

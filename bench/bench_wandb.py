@@ -1,0 +1,155 @@
+"""Reading a 100,000-step x 50-metric offline wandb run: gatekeeper vs the SDK vs a bare scan.
+
+    .venv/bin/python bench/bench_wandb.py [--steps N] [--strict]
+
+The run is written once by the real SDK (WANDB_MODE=offline, in a child process) into
+bench/out/wandb-<steps>x50/ and reused. Then, in one process, side by side:
+
+  scan        frame + CRC-check every record and parse it with the SDK's protobuf `Record`
+              (the least any reader of this file must do);
+  gatekeeper  `WandbLocalSource.read()`: the same, plus every history item into numpy
+              columns on its define_metric step axis;
+  sdk         the SDK's own decoding of the same records: `Record.FromString` and
+              `wandb.sdk.lib.proto_util.dict_from_proto_list` (json.loads per value) into
+              one dict per row, then per-metric columns. wandb 0.31 ships no Python reader
+              of the file's framing (its reader is the Go wandb-core), so the frames come
+              from our reader here too — which favours the SDK.
+
+Targets (the issue): gatekeeper >= 5x faster than sdk, and <= 2x the scan time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+METRICS = (
+    [f"train/m{i}" for i in range(20)]
+    + [f"rollout/m{i}" for i in range(15)]
+    + [f"perf/m{i}" for i in range(12)]
+)  # + train/step, rollout/step, eval/score = 50 metrics
+
+
+def generate(out_dir: Path, steps: int) -> None:
+    """Child-process body: log the run with the real SDK."""
+    import wandb
+
+    run = wandb.init(project="bench", mode="offline", dir=str(out_dir))
+    for axis in ("train", "rollout", "eval"):
+        run.define_metric(f"{axis}/step")
+    run.define_metric("train/*", step_metric="train/step")
+    run.define_metric("rollout/*", step_metric="rollout/step")
+    run.define_metric("perf/*", step_metric="rollout/step")
+    for i in range(steps):
+        row = {n: math.sin(i * 0.001 + j) for j, n in enumerate(METRICS)}
+        row |= {"train/step": i, "rollout/step": i, "eval/score": i * 0.5}
+        run.log(row)
+    run.finish()
+
+
+def cached_run(steps: int) -> Path:
+    out = HERE / "out" / f"wandb-{steps}x50"
+    done = out / "COMPLETE"
+    if not done.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"generating {steps} steps x 50 metrics with the wandb SDK into {out} ...")
+        env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
+        subprocess.run(
+            [sys.executable, __file__, "--generate", str(out), "--steps", str(steps)],
+            check=True, env=env,
+        )
+        done.write_text("ok\n")
+    return out / "wandb"
+
+
+def log_file(wandb_dir: Path) -> str:
+    run_dir = Path(os.path.realpath(wandb_dir / "latest-run"))
+    return str(next(run_dir.glob("*.wandb")))
+
+
+def scan(path: str) -> int:
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    from gatekeeper.sources.wandb_log import LogReader
+
+    parse = pb.Record.FromString
+    n = 0
+    for raw in LogReader(path).records():
+        parse(raw).WhichOneof("record_type")
+        n += 1
+    return n
+
+
+def ours(wandb_dir: Path) -> int:
+    from gatekeeper.sources.wandb_local import WandbLocalSource
+
+    run = WandbLocalSource(str(wandb_dir)).read()
+    return sum(len(s) for s in run.series.values())
+
+
+def sdk(path: str) -> int:
+    import numpy as np
+    from wandb.proto import wandb_internal_pb2 as pb
+    from wandb.sdk.lib.proto_util import dict_from_proto_list
+
+    from gatekeeper.sources.wandb_log import LogReader
+
+    rows = []
+    for raw in LogReader(path).records():
+        rec = pb.Record.FromString(raw)
+        if rec.WhichOneof("record_type") == "history":
+            rows.append(dict_from_proto_list(rec.history.item))
+    columns: dict[str, list[float]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, int | float):
+                columns.setdefault(key, []).append(value)
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in columns.items()}
+    return sum(a.size for a in arrays.values())
+
+
+def timed(fn, *args):  # type: ignore[no-untyped-def]
+    t = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t, out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--generate", metavar="DIR")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = ap.parse_args()
+    if args.generate:
+        generate(Path(args.generate), args.steps)
+        return 0
+    wandb_dir = cached_run(args.steps)
+    path = log_file(wandb_dir)
+    size = os.path.getsize(path) / 1e6
+    import wandb.proto.wandb_internal_pb2  # noqa: F401  (import cost out of the timings)
+
+    t_scan, records = timed(scan, path)
+    t_ours, points = timed(ours, wandb_dir)
+    t_sdk, sdk_points = timed(sdk, path)
+    print(f"file {path}: {size:.0f} MB, {records} records, {points} points ({sdk_points} by sdk)")
+    print(f"scan        {t_scan:7.2f} s")
+    print(f"gatekeeper  {t_ours:7.2f} s   {points / t_ours / 1e6:.2f} M points/s")
+    print(f"sdk         {t_sdk:7.2f} s")
+    speedup, vs_scan = t_sdk / t_ours, t_ours / t_scan
+    ok_sdk, ok_scan = speedup >= 5, vs_scan <= 2
+    print(f"gatekeeper vs sdk : {speedup:.2f}x faster (target >= 5x) {'OK' if ok_sdk else 'MISS'}")
+    print(f"gatekeeper vs scan: {vs_scan:.2f}x the scan time (target <= 2x) "
+          f"{'OK' if ok_scan else 'MISS'}")
+    return 1 if args.strict and not (ok_sdk and ok_scan) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

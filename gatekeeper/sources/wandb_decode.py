@@ -1,0 +1,171 @@
+"""History records of a `.wandb` file to per-key numpy columns, serially or in parallel.
+
+`decode_range` reads the records of one byte range: history items become per-key row
+indices and float64 values, every other record but `summary` is handed back raw for the
+caller's metadata. A long file is split at 32 KiB block boundaries (where the framing
+can resynchronise) and decoded by forked worker processes; the parts are joined in order.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from gatekeeper.errors import RecordError, SourceError
+from gatekeeper.sources.wandb_axes import to_floats
+from gatekeeper.sources.wandb_log import BLOCK_LEN, LogReader
+
+# Below this many new bytes, forking workers costs more than it saves.
+PARALLEL_MIN_BYTES = 16 << 20
+
+
+@dataclass
+class Part:
+    """What one byte range held: `steps` per row, per-key (rows, values, numeric mask)."""
+
+    steps: list[float] = field(default_factory=list)
+    keys: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = field(
+        default_factory=dict
+    )
+    meta: list[Any] = field(default_factory=list)  # parsed non-history records, in order
+    end: int = 0  # reader offset after the range
+    pending: int = 0
+
+
+@functools.cache
+def record_parser() -> Any:
+    # Imported on first use: `import wandb` costs a second, and most commands never read wandb.
+    try:
+        from wandb.proto import wandb_internal_pb2
+    except ImportError as exc:
+        raise SourceError(
+            f"reading wandb runs needs the wandb SDK ({exc}); install gatekeeper[wandb]"
+        ) from None
+    return wandb_internal_pb2.Record.FromString
+
+
+def decode_range(path: str, start: int, stop: int | None, resync: bool) -> Part:
+    reader = LogReader(path, start)
+    parse = record_parser()
+    part = Part()
+    steps = part.steps
+    entries: dict[str, tuple[list[int], list[Any]]] = {}
+    try:
+        for raw in reader.records(stop, resync):
+            rec = parse(raw)
+            kind = rec.WhichOneof("record_type")
+            if kind == "history":
+                add_history(rec.history, len(steps), steps, entries)
+            elif kind is not None and kind != "summary":
+                part.meta.append(rec)
+    except DecodeError as exc:
+        raise RecordError(
+            f"record ending at byte {reader.offset} is not a wandb protobuf Record ({exc}); "
+            "the file is damaged or of an unknown format",
+            file=path,
+        ) from None
+    for key, (rows, vals) in entries.items():
+        values, mask = to_floats(vals)
+        part.keys[key] = (np.asarray(rows, np.int64), values, mask)
+    part.end, part.pending = reader.offset, reader.pending_bytes
+    return part
+
+
+def _decode_range_bytes(path: str, start: int, stop: int | None, resync: bool) -> Part:
+    """A worker's part, with metadata records serialized (protobuf messages do not pickle)."""
+    part = decode_range(path, start, stop, resync)
+    part.meta = [rec.SerializeToString() for rec in part.meta]
+    return part
+
+
+def decode(path: str, offset: int) -> Part:
+    """Every complete record after `offset`, joined into one Part."""
+    size = _size(path)
+    workers = min(os.cpu_count() or 1, 8)
+    # fork is only safe while this process has one thread (a daemon has many: read serially)
+    if size - offset < PARALLEL_MIN_BYTES or workers < 2 or threading.active_count() > 1:
+        return decode_range(path, offset, None, False)
+    if offset == 0:
+        record_parser()  # import before forking, so workers inherit it
+    bounds = _bounds(offset, size, workers)
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = [
+            pool.submit(_decode_range_bytes, path, lo, hi, i > 0)
+            for i, (lo, hi) in enumerate(bounds)
+        ]
+        parts = [f.result() for f in futures]
+    parse = record_parser()
+    for part in parts:
+        part.meta = [parse(raw) for raw in part.meta]
+    return join(parts)
+
+
+def _bounds(offset: int, size: int, n: int) -> list[tuple[int, int | None]]:
+    """`n` ranges from `offset` to the end, cut at block boundaries."""
+    step = max(BLOCK_LEN, (size - offset) // n // BLOCK_LEN * BLOCK_LEN)
+    aligned = offset // BLOCK_LEN * BLOCK_LEN
+    cuts = [offset] + [c for c in (aligned + k * step for k in range(1, n)) if offset < c < size]
+    return [(lo, hi) for lo, hi in zip(cuts, cuts[1:], strict=False)] + [(cuts[-1], None)]
+
+
+def join(parts: list[Part]) -> Part:
+    out = Part(end=parts[-1].end, pending=parts[-1].pending)
+    chunks: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = {}
+    for part in parts:
+        base = len(out.steps)
+        out.steps.extend(part.steps)
+        out.meta.extend(part.meta)
+        for key, (rows, values, mask) in part.keys.items():
+            chunks.setdefault(key, []).append((rows + base, values, mask))
+    for key, items in chunks.items():
+        rows = np.concatenate([r for r, _, _ in items])
+        values = np.concatenate([v for _, v, _ in items])
+        masks = [m if m is not None else np.ones(len(v), bool) for _, v, m in items]
+        mask = None if all(m is None for _, _, m in items) else np.concatenate(masks)
+        out.keys[key] = (rows, values, mask)
+    return out
+
+
+def add_history(
+    h: Any, row: int, steps: list[float], entries: dict[str, tuple[list[int], list[Any]]]
+) -> None:
+    """One history row into per-key (row indices, JSON texts). The reader's hot loop."""
+    step = float("nan")
+    for it in h.item:
+        nk = it.nested_key
+        key = nk[0] if len(nk) == 1 else (".".join(nk) if nk else it.key)
+        value = it.value_json or _typed_value(it)
+        if key == "_step" and value is not None:
+            step = float(value)
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = ([], [])
+        entry[0].append(row)
+        entry[1].append(value)
+    if step != step and h.HasField("step"):
+        step = float(h.step.num)
+    steps.append(step if step == step else float(row))
+
+
+def _typed_value(it: Any) -> Any:
+    """Newer SDKs may send a typed value instead of JSON text."""
+    kind = it.WhichOneof("value")
+    if kind in ("integer", "number", "boolean"):
+        return getattr(it, kind)
+    return None
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
