@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from gatekeeper.errors import UsageError
-from gatekeeper.sources.base import RunOverrides, Source
+from gatekeeper.sources.base import LiveSource, RunOverrides, Source
 from gatekeeper.sources.jsonl_source import JsonlSource
+from gatekeeper.sources.live_jsonl import LiveJsonlSource
 from gatekeeper.sources.wandb_api import WandbApiSource
 from gatekeeper.sources.wandb_local import WandbLocalSource
 
@@ -29,4 +30,27 @@ def open_source(spec: str) -> Source:
     )
 
 
-__all__ = ["RunOverrides", "Source", "SOURCE_KINDS", "open_source", "register"]
+def open_live_source(spec: str) -> LiveSource:
+    """The source that follows `spec` while it is written: the first registered kind that
+    accepts it and can be polled (wandb), else the JSONL tail (which waits for a file or
+    directory that does not exist yet)."""
+    for kind in SOURCE_KINDS:
+        if issubclass(kind, LiveSource) and kind.accepts(spec):
+            return kind(spec)
+    if LiveJsonlSource.accepts(spec):
+        return LiveJsonlSource(spec)
+    raise UsageError(
+        f"cannot follow source {spec!r} live: expected a JSONL file or directory"
+        + "".join(f", {k.kind}" for k in SOURCE_KINDS if issubclass(k, LiveSource))
+    )
+
+
+__all__ = [
+    "LiveSource",
+    "RunOverrides",
+    "Source",
+    "SOURCE_KINDS",
+    "open_live_source",
+    "open_source",
+    "register",
+]
