@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import time
 from collections import Counter
@@ -103,3 +105,35 @@ def test_a_corrupt_state_file_stops_the_daemon_with_a_clear_error(tmp_path: Path
     assert daemon.proc is not None and daemon.proc.wait(20) == 2
     assert "gatekeeper.db is unusable" in daemon.tail() and "move the file aside" in daemon.tail()
     assert state.read_bytes().startswith(b"\x00garbage")
+
+
+def test_a_hung_source_and_a_failing_notifier_do_not_stop_the_loop(tmp_path: Path) -> None:
+    hook = Recorder(script=lambda n: (500, {}, b"down"))  # the endpoint is broken for good
+    config = write_config(tmp_path, [{"name": "hook", "kind": "webhook", "url": hook.url,
+                                      "group_wait": 0.1, "retries": 2, "retry_backoff": 0.05}],
+                          timeout=0.5)
+    cfg = json.loads(config.read_text())  # plus a run directory whose record file hangs
+    cfg["targets"].append({"source": "runs/stuck", "policies": ["kl.yaml"]})
+    config.write_text(json.dumps(cfg))
+    runs = tmp_path / "runs"
+    (runs / "stuck").mkdir()
+    os.mkfifo(runs / "stuck" / "rank0.jsonl")  # opening a FIFO nobody writes blocks, like NFS
+    daemon = DaemonProcess(config).start()
+    kid = writer(runs / "bad.jsonl", "--steps", "6", "--bad-at", "2", "--end")
+    try:
+        kid.wait(30)
+        assert daemon.wait(lambda: daemon.run("bad")["ended"]), daemon.tail()
+        assert daemon.run("bad")["status"] == "fail"
+        assert daemon.wait(lambda: daemon.metric(
+            'gatekeeper_notifications_total{channel="hook",outcome="failed"}') == 1)
+        assert hook.requests == 3  # first try and two retries, then counted as failed
+        stuck = daemon.run("stuck")
+        assert stuck["errors"] >= 1 and "timed out" in stuck["last_error"]
+        assert daemon.metric('gatekeeper_poll_errors_total{kind="timeout"}') >= 1
+        log = daemon.api("/api/alerts")["alerts"]
+        assert [(a["outcome"], a["payload"]["run"]) for a in log] == [("failed", "bad")]
+        assert "500" in log[0]["detail"]
+    finally:
+        kid.kill()
+        assert daemon.stop() == 0  # exits although a poll thread is stuck in open()
+        hook.close()
