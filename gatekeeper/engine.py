@@ -317,8 +317,19 @@ class Evaluation:
             if new is not None:
                 tracker.feed(new[0], new[1], aligner.step_key or "step")
 
-    def verdict(self, run: Run, *, final: bool, history: Any = None) -> Verdict:
-        ctx = EvalContext(run=run, history=history)
+    def verdict(
+        self,
+        run: Run,
+        *,
+        final: bool,
+        history: Any = None,
+        now: float | None = None,
+        arrivals: Mapping[str, float] | None = None,
+    ) -> Verdict:
+        """`now` and `arrivals` (metric -> wall time its last new point arrived) come from
+        a live watcher, for `stale` rules; without them those rules are skipped."""
+        ctx = EvalContext(run=run, history=history, now=now)
+        arrivals = arrivals or {}
         results: list[RuleResult] = []
         by_policy = {p.name: p for p in self.policies}
         skip_reason = {p.name: _policy_mismatch(p, run) for p in self.policies}
@@ -326,7 +337,8 @@ class Evaluation:
             rule = tracker.rule
             outcome = _applicability(rule, run, skip_reason[rule.policy])
             if outcome is None:
-                outcome = tracker.outcome(final=final, ctx=replace(ctx, rule_key=rule.key))
+                rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrivals.get(rule.metric))
+                outcome = tracker.outcome(final=final, ctx=rule_ctx)
             results.append(_result(rule, outcome, tracker.step_key, by_policy[rule.policy]))
         return Verdict(run=run.summary(), results=results, final=final)
 

@@ -52,11 +52,17 @@ class Outcome:
 
 @dataclass(frozen=True)
 class EvalContext:
-    """What a check may know beyond its points: run metadata and stored history."""
+    """What a check may know beyond its points: run metadata and stored history.
+
+    `now` and `last_arrival` (wall-clock seconds) are set by a live watcher only: the
+    engine has no clock, so `stale` learns the time from whoever polls.
+    """
 
     run: Any = None
     history: Any = None
     rule_key: Any = None
+    now: float | None = None
+    last_arrival: float | None = None  # when a new point of the rule's metric last arrived
 
 
 class Check(BaseModel):
