@@ -30,8 +30,15 @@ import httpx
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 METRICS = [
-    "train/ppo_kl", "train/pg_clipfrac", "train/kl_loss", "train/loss", "train/grad_norm",
-    "train/train_rollout_logprob_abs_diff", "train/entropy", "train/lr", "train/reward",
+    "train/ppo_kl",
+    "train/pg_clipfrac",
+    "train/kl_loss",
+    "train/loss",
+    "train/grad_norm",
+    "train/train_rollout_logprob_abs_diff",
+    "train/entropy",
+    "train/lr",
+    "train/reward",
     "train/response_len",
 ]
 
@@ -105,11 +112,22 @@ def main() -> None:
     config = {
         "state": os.path.join(tmp, "state.db"),
         "http": {"port": port},
-        "poll": {"interval": args.interval, "jitter": 1, "timeout": 20,
-                 "discovery_interval": 10, "workers": args.workers},
-        "targets": [{"glob": os.path.join(runs, "*.jsonl"),
-                     "policies": [os.path.join(REPO, "policies", "miles"),
-                                  os.path.join(REPO, "policies", "rl-health.yaml")]}],
+        "poll": {
+            "interval": args.interval,
+            "jitter": 1,
+            "timeout": 20,
+            "discovery_interval": 10,
+            "workers": args.workers,
+        },
+        "targets": [
+            {
+                "glob": os.path.join(runs, "*.jsonl"),
+                "policies": [
+                    os.path.join(REPO, "policies", "miles"),
+                    os.path.join(REPO, "policies", "rl-health.yaml"),
+                ],
+            }
+        ],
     }
     cfg_path = os.path.join(tmp, "gatekeeper.yaml")
     with open(cfg_path, "w") as fh:
@@ -121,7 +139,9 @@ def main() -> None:
     log = open(os.path.join(tmp, "daemon.log"), "wb")
     daemon = subprocess.Popen(
         [sys.executable, "-m", "tests.daemon.launch", cfg_path, "--log-level", "warning"],
-        cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -135,9 +155,11 @@ def main() -> None:
                 raise SystemExit(f"daemon exited: see {tmp}/daemon.log")
             time.sleep(0.5)
         warmup = 2 * args.interval + 5
-        print(f"{args.runs} runs x {len(METRICS)} metrics at 1 step/s, poll every "
-              f"{args.interval:g}s, {args.workers} workers; warm-up {warmup:g}s, "
-              f"measuring {args.seconds:g}s")
+        print(
+            f"{args.runs} runs x {len(METRICS)} metrics at 1 step/s, poll every "
+            f"{args.interval:g}s, {args.workers} workers; warm-up {warmup:g}s, "
+            f"measuring {args.seconds:g}s"
+        )
         time.sleep(warmup)
         measure(daemon.pid, base, writer, args)
     finally:
@@ -159,16 +181,20 @@ def measure(pid: int, base: str, writer: Writer, args: argparse.Namespace) -> No
         lags.append(behind[int(0.95 * (len(behind) - 1))])
         lag_max = max(lag_max, behind[-1])
         cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
-        print(f"  t={time.monotonic() - t0:5.0f}s cpu={cpu:.2f} core rss={rss_mb(pid):.0f} MB "
-              f"lag p95={lags[-1]:.0f} max={behind[-1]:.0f} steps")
+        print(
+            f"  t={time.monotonic() - t0:5.0f}s cpu={cpu:.2f} core rss={rss_mb(pid):.0f} MB "
+            f"lag p95={lags[-1]:.0f} max={behind[-1]:.0f} steps"
+        )
     cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
     text = httpx.get(f"{base}/metrics", timeout=30).text
     p95 = histogram_p(text, "gatekeeper_poll_lag_seconds", 0.95)
     dur = histogram_p(text, "gatekeeper_poll_duration_seconds", 0.95)
     trend = "bounded" if lags[-1] <= max(lags[: max(1, len(lags) // 2)]) + 1 else "GROWING"
-    print(f"cpu {cpu:.2f} of one core (target < 0.50) | peak rss {rss_peak:.0f} MB (< 500) | "
-          f"ingest lag p95 {lags[-1]:.0f} max {lag_max:.0f} steps, {trend} | poll start lag "
-          f"p95 <= {p95:g}s | poll duration p95 <= {dur:g}s")
+    print(
+        f"cpu {cpu:.2f} of one core (target < 0.50) | peak rss {rss_peak:.0f} MB (< 500) | "
+        f"ingest lag p95 {lags[-1]:.0f} max {lag_max:.0f} steps, {trend} | poll start lag "
+        f"p95 <= {p95:g}s | poll duration p95 <= {dur:g}s"
+    )
 
 
 if __name__ == "__main__":

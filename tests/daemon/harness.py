@@ -36,16 +36,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_config(tmp: Path, notifiers: list[dict[str, Any]] | None = None,
-                 **poll: Any) -> Path:
+def write_config(tmp: Path, notifiers: list[dict[str, Any]] | None = None, **poll: Any) -> Path:
     """A daemon config (JSON is YAML) watching tmp/runs/*.jsonl with the kl policy."""
     (tmp / "runs").mkdir(exist_ok=True)
     (tmp / "kl.yaml").write_text(POLICY)
     config = {
         "state": "state/gatekeeper.db",
         "http": {"port": free_port()},
-        "poll": {"interval": 0.3, "jitter": 0.05, "timeout": 2, "discovery_interval": 0.5,
-                 **poll},
+        "poll": {"interval": 0.3, "jitter": 0.05, "timeout": 2, "discovery_interval": 0.5, **poll},
         "targets": [{"glob": "runs/*.jsonl", "policies": ["kl.yaml"]}],
         "notifiers": notifiers or [],
     }
@@ -70,7 +68,10 @@ class DaemonProcess:
         fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.daemon.launch", str(self.config), "--log-level", "info"],
-            cwd=REPO, env=self.env, stdout=fh, stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=self.env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
         )
         if wait:
             assert self.wait(lambda: self.get("/readyz").status_code == 200, 20), self.tail()
@@ -95,8 +96,9 @@ class DaemonProcess:
     def metric(self, name: str) -> float:
         """Sum of every sample of a metric family line that starts with `name`."""
         text = self.get("/metrics").text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name))
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name)
+        )
 
     def wait(self, pred: Callable[[], bool], timeout: float = 20.0) -> bool:
         end = time.monotonic() + timeout
@@ -128,4 +130,6 @@ class DaemonProcess:
 
 
 def writer(path: Path, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tests.daemon.writer", str(path), *args], cwd=REPO)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.daemon.writer", str(path), *args], cwd=REPO
+    )

@@ -19,8 +19,9 @@ Script = Callable[[int], "tuple[int, dict[str, str], bytes] | None"]
 class Recorder:
     """Records JSON bodies posted to it. `lark_secret` makes it verify Lark signatures."""
 
-    def __init__(self, *, lark_secret: str | None = None, script: Script | None = None,
-                 delay: float = 0.0):
+    def __init__(
+        self, *, lark_secret: str | None = None, script: Script | None = None, delay: float = 0.0
+    ):
         self.bodies: list[dict[str, Any]] = []
         self.requests = 0
         self.bad_signatures = 0
@@ -73,8 +74,13 @@ class Recorder:
             self.bodies.append(body)
         self._answer(h, 200, b"ok")
 
-    def _answer(self, h: BaseHTTPRequestHandler, status: int, raw: bytes,
-                headers: dict[str, str] | None = None) -> None:
+    def _answer(
+        self,
+        h: BaseHTTPRequestHandler,
+        status: int,
+        raw: bytes,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         h.send_response(status)
         for k, v in (headers or {}).items():
             h.send_header(k, v)

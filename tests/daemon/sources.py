@@ -42,7 +42,9 @@ class TailSource(LiveSource):
         ended = any(e.get("event") == "end" for e in parser.events)
         if ended:
             run.state = RunState.FINISHED
-        return Poll(series=series, run=run, ended=ended, points=sum(len(s) for s in series.values()))
+        return Poll(
+            series=series, run=run, ended=ended, points=sum(len(s) for s in series.values())
+        )
 
     def cursor(self) -> dict[str, Any]:
         return {"offset": self.offset}

@@ -76,7 +76,9 @@ def test_timeout_is_retried_then_counted(outcomes: Outcomes) -> None:
 
 
 def test_slack_429_retry_after_is_honoured(outcomes: Outcomes) -> None:
-    rec = Recorder(script=lambda n: (429, {"Retry-After": "1"}, b"rate_limited") if n == 0 else None)
+    rec = Recorder(
+        script=lambda n: (429, {"Retry-After": "1"}, b"rate_limited") if n == 0 else None
+    )
     ch = channel(SlackNotifier("s", rec.url, timeout=2, max_lines=10), outcomes, retry_backoff=0.01)
     ch.offer(1, alert("a"))
     assert rec.wait(lambda: outcomes.marks.get(1) == "sent")
@@ -84,7 +86,9 @@ def test_slack_429_retry_after_is_honoured(outcomes: Outcomes) -> None:
     ch.stop(), rec.close()
 
 
-def test_lark_signed_card_is_accepted_and_alerts_of_one_batch_are_grouped(outcomes: Outcomes) -> None:
+def test_lark_signed_card_is_accepted_and_alerts_of_one_batch_are_grouped(
+    outcomes: Outcomes,
+) -> None:
     rec = Recorder(lark_secret="s3cret")
     lark = LarkNotifier("l", rec.url, timeout=2, max_lines=10, secret="s3cret")
     ch = channel(lark, outcomes, group_wait=0.5)
@@ -108,8 +112,12 @@ def test_lark_wrong_secret_is_a_failure_not_retried(outcomes: Outcomes) -> None:
 
 def test_full_queue_drops_and_counts_without_blocking(outcomes: Outcomes) -> None:
     rec = Recorder(delay=0.5)
-    ch = channel(WebhookNotifier("w", rec.url, timeout=5, max_lines=10), outcomes, queue_size=2,
-                 group_wait=0.0)
+    ch = channel(
+        WebhookNotifier("w", rec.url, timeout=5, max_lines=10),
+        outcomes,
+        queue_size=2,
+        group_wait=0.0,
+    )
     accepted = [ch.offer(i, alert(f"r{i}")) for i in range(20)]  # never waits on the endpoint
     dropped = accepted.count(False)
     assert dropped >= 15 and outcomes.counts.get("dropped") == dropped

@@ -23,7 +23,9 @@ def write(tmp_path: Path, body: str) -> Path:
 
 
 def test_a_full_config_loads_with_durations_and_relative_paths(tmp_path: Path) -> None:
-    path = write(tmp_path, f"""
+    path = write(
+        tmp_path,
+        f"""
         state: state/gk.db
         poll: {{interval: 1m, jitter: 500ms, timeout: 10s}}
         targets:
@@ -32,7 +34,8 @@ def test_a_full_config_loads_with_durations_and_relative_paths(tmp_path: Path) -
             tags: [nightly]
         notifiers:
           - {{name: team, kind: slack, url_env: SLACK_URL, repeat_interval: 4h}}
-    """)
+    """,
+    )
     cfg = load_config(str(path))
     assert cfg.poll.interval == 60 and cfg.poll.jitter == 0.5
     assert cfg.state == str(tmp_path / "state" / "gk.db")
@@ -44,14 +47,22 @@ def test_a_full_config_loads_with_durations_and_relative_paths(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ("poll: {interval: soon}\ntargets: [{source: x, policies: [p]}]\n",
-         r"gatekeeper.yaml:1: poll.interval: .*duration like 30s.*got 'soon'"),
-        ("targets:\n  - source: x\n    glob: 'y/*'\n    policies: [p]\n",
-         r"gatekeeper.yaml:2: targets\[0\]: .*exactly one of source: or glob:"),
-        ("targets:\n  - source: x\n    policies: [p]\n    colour: red\n",
-         r"gatekeeper.yaml:4: targets\[0\].colour: Extra inputs are not permitted"),
-        ("http: {address: 0.0.0.0}\ntargets: [{source: x, policies: [p]}]\n",
-         r"gatekeeper.yaml:1: http.address 0.0.0.0 is not a loopback address; set http.token_env"),
+        (
+            "poll: {interval: soon}\ntargets: [{source: x, policies: [p]}]\n",
+            r"gatekeeper.yaml:1: poll.interval: .*duration like 30s.*got 'soon'",
+        ),
+        (
+            "targets:\n  - source: x\n    glob: 'y/*'\n    policies: [p]\n",
+            r"gatekeeper.yaml:2: targets\[0\]: .*exactly one of source: or glob:",
+        ),
+        (
+            "targets:\n  - source: x\n    policies: [p]\n    colour: red\n",
+            r"gatekeeper.yaml:4: targets\[0\].colour: Extra inputs are not permitted",
+        ),
+        (
+            "http: {address: 0.0.0.0}\ntargets: [{source: x, policies: [p]}]\n",
+            r"gatekeeper.yaml:1: http.address 0.0.0.0 is not a loopback address; set http.token_e",
+        ),
         ("targets: [{source: x, policies: [p]}\n", r"gatekeeper.yaml:2: invalid YAML"),
     ],
 )
@@ -66,10 +77,17 @@ def test_state_and_address_can_be_overridden_from_the_environment(
     monkeypatch.setenv("GATEKEEPER_STATE", "/var/lib/gk/state.db")
     monkeypatch.setenv("GATEKEEPER_HTTP_ADDRESS", "0.0.0.0")
     monkeypatch.setenv("GK_TOKEN", "t0ken")
-    cfg = load_config(str(write(tmp_path, f"""
+    cfg = load_config(
+        str(
+            write(
+                tmp_path,
+                f"""
         http: {{token_env: GK_TOKEN}}
         targets: [{{source: x, policies: [{POLICY}]}}]
-    """)))
+    """,
+            )
+        )
+    )
     assert cfg.state == "/var/lib/gk/state.db" and cfg.http.address == "0.0.0.0"
     assert cfg.http.token() == "t0ken"
 
@@ -77,16 +95,22 @@ def test_state_and_address_can_be_overridden_from_the_environment(
 def serve_check(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gatekeeper", "serve", "--check-config", "-c", str(path)],
-        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", **(env or {})}, cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+        cwd=REPO,
     )
 
 
 def test_check_config_validates_policies_and_secrets(tmp_path: Path) -> None:
-    path = write(tmp_path, f"""
+    path = write(
+        tmp_path,
+        f"""
         targets: [{{glob: "{tmp_path}/runs/*", policies: [{POLICY}]}}]
         notifiers:
           - {{name: lark, kind: lark, url_env: LARK_URL, secret_env: LARK_SECRET}}
-    """)
+    """,
+    )
     done = serve_check(path, {"LARK_URL": "http://127.0.0.1:1/hook"})
     assert done.returncode == 2
     assert "notifier lark: environment variable LARK_SECRET is not set" in done.stderr
@@ -98,7 +122,9 @@ def test_check_config_validates_policies_and_secrets(tmp_path: Path) -> None:
 
 def test_check_config_reports_a_bad_policy_with_its_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("version: 1\nname: x\nrules:\n  - id: r\n    metric: m\n    check: {abs_max: -1}\n")
+    bad.write_text(
+        "version: 1\nname: x\nrules:\n  - id: r\n    metric: m\n    check: {abs_max: -1}\n"
+    )
     path = write(tmp_path, f"targets: [{{source: x, policies: [{bad}]}}]\n")
     done = serve_check(path)
     assert done.returncode == 2 and "bad.yaml:6" in done.stderr

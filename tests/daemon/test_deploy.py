@@ -15,9 +15,13 @@ from tests.daemon.sources import open_test_source
 from tests.helpers import REPO
 
 DEPLOY = REPO / "deploy"
-ENV = {"GATEKEEPER_SLACK_URL": "http://127.0.0.1:1/s", "GATEKEEPER_LARK_URL": "http://127.0.0.1:1/l",
-       "GATEKEEPER_LARK_SECRET": "x", "GATEKEEPER_WEBHOOK_URL": "http://127.0.0.1:1/w",
-       "GATEKEEPER_TOKEN": "t"}
+ENV = {
+    "GATEKEEPER_SLACK_URL": "http://127.0.0.1:1/s",
+    "GATEKEEPER_LARK_URL": "http://127.0.0.1:1/l",
+    "GATEKEEPER_LARK_SECRET": "x",
+    "GATEKEEPER_WEBHOOK_URL": "http://127.0.0.1:1/w",
+    "GATEKEEPER_TOKEN": "t",
+}
 
 
 def localized(text: str, tmp_path: Path) -> Path:
@@ -63,7 +67,10 @@ def test_bearer_token_guards_metrics_and_api_but_not_probes(
     try:
         assert httpx.get(f"{base}/healthz").status_code == 200
         assert httpx.get(f"{base}/metrics").status_code == 401
-        assert httpx.get(f"{base}/api/runs", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert (
+            httpx.get(f"{base}/api/runs", headers={"Authorization": "Bearer nope"}).status_code
+            == 401
+        )
         ok = httpx.get(f"{base}/metrics", headers={"Authorization": "Bearer s3cret-token"})
         assert ok.status_code == 200 and "gatekeeper_runs" in ok.text
     finally:

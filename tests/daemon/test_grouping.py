@@ -15,14 +15,31 @@ FIRING = frozenset({"fail", "error"})
 
 
 def result(status: Status, message: str = "|x| = 0.3 > 1e-08 at train/step 0") -> RuleResult:
-    return RuleResult("miles", "kl-step0", status, Severity.FAIL, Mode.ENFORCE, "train/ppo_kl",
-                      message, "policies/miles.yaml:12")
+    return RuleResult(
+        "miles",
+        "kl-step0",
+        status,
+        Severity.FAIL,
+        Mode.ENFORCE,
+        "train/ppo_kl",
+        message,
+        "policies/miles.yaml:12",
+    )
 
 
 def alert(run: str, message: str = "|x| = 0.3 > 1e-08 at train/step 0", **kw: object) -> dict:
-    base = {"state": "firing", "policy": "miles", "rule": "kl-step0", "status": "fail",
-            "severity": "fail", "run": run, "run_key": f"/runs/{run}", "message": message,
-            "reason_class": reason_class(message), "url": f"https://wandb.example/{run}"}
+    base = {
+        "state": "firing",
+        "policy": "miles",
+        "rule": "kl-step0",
+        "status": "fail",
+        "severity": "fail",
+        "run": run,
+        "run_key": f"/runs/{run}",
+        "message": message,
+        "reason_class": reason_class(message),
+        "url": f"https://wandb.example/{run}",
+    }
     return {**base, **kw}
 
 
@@ -35,24 +52,38 @@ def test_one_alert_per_state_change_and_repeat_while_firing() -> None:
     assert due == []  # still firing, not yet due again
     due, st2 = decide([(fail, "fail")], states, statuses=FIRING, repeat_interval=60, now=61)
     assert [(s, r) for _, s, r in due] == [("firing", True)]
-    due, st3 = decide([(result(Status.PASS), "pass")], {**states, **st2}, statuses=FIRING,
-                      repeat_interval=60, now=70)
+    due, st3 = decide(
+        [(result(Status.PASS), "pass")],
+        {**states, **st2},
+        statuses=FIRING,
+        repeat_interval=60,
+        now=70,
+    )
     assert [s for _, s, _ in due] == ["resolved"]
     assert st3[("miles", "kl-step0")] == ChannelState(False, 70)
 
 
 def test_pending_and_pass_never_fire() -> None:
-    due, _ = decide([(result(Status.PENDING), "pending"), (result(Status.PASS), "pass")], {},
-                    statuses=FIRING, repeat_interval=0, now=0)
+    due, _ = decide(
+        [(result(Status.PENDING), "pending"), (result(Status.PASS), "pass")],
+        {},
+        statuses=FIRING,
+        repeat_interval=0,
+        now=0,
+    )
     assert due == []
 
 
 def test_same_analysis_groups_one_line_per_run_but_empty_analysis_stays_alone() -> None:
-    groups = group_alerts([
-        alert("a"), alert("b", "|x| = 0.7 > 1e-08 at train/step 0"),
-        alert("c", "", reason_class=""), alert("d", "", reason_class=""),
-        alert("e", "non-finite value NaN at train/step 4"),
-    ])
+    groups = group_alerts(
+        [
+            alert("a"),
+            alert("b", "|x| = 0.7 > 1e-08 at train/step 0"),
+            alert("c", "", reason_class=""),
+            alert("d", "", reason_class=""),
+            alert("e", "non-finite value NaN at train/step 4"),
+        ]
+    )
     assert [len(g.alerts) for g in groups] == [2, 1, 1, 1]
     assert [a["run"] for a in groups[0].alerts] == ["a", "b"]
 

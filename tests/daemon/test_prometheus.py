@@ -26,17 +26,24 @@ def start_prometheus(tmp: Path, target_port: int) -> tuple[subprocess.Popen[byte
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(RULES)],
-        "scrape_configs": [{
-            "job_name": "gatekeeper",
-            "scrape_interval": "500ms",
-            "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}],
-        }],
+        "scrape_configs": [
+            {
+                "job_name": "gatekeeper",
+                "scrape_interval": "500ms",
+                "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}],
+            }
+        ],
     }
     (tmp / "prometheus.yml").write_text(json.dumps(config))
     proc = subprocess.Popen(
-        [str(PROMETHEUS), f"--config.file={tmp / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "wb"),
+        [
+            str(PROMETHEUS),
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "prometheus.log", "wb"),
     )
     return proc, f"http://127.0.0.1:{port}"
 
@@ -59,26 +66,42 @@ def eventually(fn, timeout: float = 30.0):  # type: ignore[no-untyped-def]
     return fn()
 
 
-def test_prometheus_scrapes_rule_status_and_evaluates_the_shipped_alert_rules(tmp_path: Path) -> None:
+def test_prometheus_scrapes_rule_status_and_evaluates_the_shipped_alert_rules(
+    tmp_path: Path,
+) -> None:
     daemon = DaemonProcess(write_config(tmp_path)).start()
-    kids = [writer(tmp_path / "runs" / "good.jsonl", "--steps", "8"),
-            writer(tmp_path / "runs" / "bad.jsonl", "--steps", "8", "--bad-at", "2")]
+    kids = [
+        writer(tmp_path / "runs" / "good.jsonl", "--steps", "8"),
+        writer(tmp_path / "runs" / "bad.jsonl", "--steps", "8", "--bad-at", "2"),
+    ]
     prom, base = start_prometheus(tmp_path, daemon.port)
     try:
         failing = eventually(lambda: query(base, 'gatekeeper_rule_status{status="fail"} == 1'))
-        assert [(r["metric"]["run"], r["metric"]["policy"], r["metric"]["rule"],
-                 r["metric"]["severity"]) for r in failing] == [("bad", "kl", "kl-small", "fail")]
-        passing = eventually(lambda: query(base, 'gatekeeper_rule_status{run="good",status="pass"}'))
+        assert [
+            (
+                r["metric"]["run"],
+                r["metric"]["policy"],
+                r["metric"]["rule"],
+                r["metric"]["severity"],
+            )
+            for r in failing
+        ] == [("bad", "kl", "kl-small", "fail")]
+        passing = eventually(
+            lambda: query(base, 'gatekeeper_rule_status{run="good",status="pass"}')
+        )
         assert {r["metric"]["rule"] for r in passing} == {"kl-small", "loss-finite"}
         points = eventually(lambda: query(base, "gatekeeper_points_ingested_total >= 32"))
         assert float(points[0]["value"][1]) == 32  # 2 runs x 8 steps x 2 metrics
         rules = httpx.get(f"{base}/api/v1/rules", timeout=5).json()["data"]["groups"]
         assert {g["name"] for g in rules} == {"gatekeeper-daemon", "gatekeeper-runs"}
         assert all(r["health"] == "ok" for g in rules for r in g["rules"])
-        alerts = eventually(lambda: [
-            a for a in httpx.get(f"{base}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
-            if a["labels"]["alertname"] == "GatekeeperRuleFailing"
-        ])
+        alerts = eventually(
+            lambda: [
+                a
+                for a in httpx.get(f"{base}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+                if a["labels"]["alertname"] == "GatekeeperRuleFailing"
+            ]
+        )
         assert [a["labels"]["run"] for a in alerts] == ["bad"]
     finally:
         prom.terminate()

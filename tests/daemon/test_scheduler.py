@@ -28,8 +28,9 @@ def wait(pred, timeout: float = 15.0) -> bool:  # type: ignore[no-untyped-def]
 
 
 def test_a_hanging_source_times_out_while_other_runs_keep_being_judged(tmp_path: Path) -> None:
-    config = load_config(str(write_config(tmp_path, interval=0.2, jitter=0, timeout=0.5,
-                                          workers=2)))
+    config = load_config(
+        str(write_config(tmp_path, interval=0.2, jitter=0, timeout=0.5, workers=2))
+    )
     HangingSource.release.clear()
     runs = tmp_path / "runs"
     rows(runs / "hang.jsonl", [0.0])

@@ -22,22 +22,41 @@ def firing_lines(bodies: list[dict]) -> Counter[tuple[str, str, str]]:
 
 def test_live_runs_are_judged_and_alerted_once_grouped_on_every_channel(tmp_path: Path) -> None:
     slack, lark, hook = Recorder(), Recorder(lark_secret="lark-s3cret"), Recorder()
-    config = write_config(tmp_path, [
-        {"name": "slack", "kind": "slack", "url_env": "T_SLACK", "group_wait": 1.5},
-        {"name": "lark", "kind": "lark", "url_env": "T_LARK", "secret_env": "T_LARK_SECRET",
-         "group_wait": 1.5},
-        {"name": "hook", "kind": "webhook", "url_env": "T_HOOK", "group_wait": 1.5},
-    ])
-    daemon = DaemonProcess(config, {"T_SLACK": slack.url, "T_LARK": lark.url,
-                                    "T_LARK_SECRET": "lark-s3cret", "T_HOOK": hook.url}).start()
+    config = write_config(
+        tmp_path,
+        [
+            {"name": "slack", "kind": "slack", "url_env": "T_SLACK", "group_wait": 1.5},
+            {
+                "name": "lark",
+                "kind": "lark",
+                "url_env": "T_LARK",
+                "secret_env": "T_LARK_SECRET",
+                "group_wait": 1.5,
+            },
+            {"name": "hook", "kind": "webhook", "url_env": "T_HOOK", "group_wait": 1.5},
+        ],
+    )
+    daemon = DaemonProcess(
+        config,
+        {
+            "T_SLACK": slack.url,
+            "T_LARK": lark.url,
+            "T_LARK_SECRET": "lark-s3cret",
+            "T_HOOK": hook.url,
+        },
+    ).start()
     runs = tmp_path / "runs"
-    kids = [writer(runs / "healthy.jsonl", "--steps", "12", "--end"),
-            writer(runs / "bad-a.jsonl", "--steps", "12", "--bad-at", "4", "--end"),
-            writer(runs / "bad-b.jsonl", "--steps", "12", "--bad-at", "4", "--end")]
+    kids = [
+        writer(runs / "healthy.jsonl", "--steps", "12", "--end"),
+        writer(runs / "bad-a.jsonl", "--steps", "12", "--bad-at", "4", "--end"),
+        writer(runs / "bad-b.jsonl", "--steps", "12", "--bad-at", "4", "--end"),
+    ]
     try:
         for kid in kids:
             kid.wait(30)
-        assert daemon.wait(lambda: all(daemon.run(n)["ended"] for n in ("healthy", "bad-a", "bad-b"))), daemon.tail()
+        assert daemon.wait(
+            lambda: all(daemon.run(n)["ended"] for n in ("healthy", "bad-a", "bad-b"))
+        ), daemon.tail()
         assert daemon.run("healthy")["status"] == "pass"
         bad = daemon.run("bad-a")
         assert bad["status"] == "fail" and bad["points"] == 24
@@ -45,8 +64,10 @@ def test_live_runs_are_judged_and_alerted_once_grouped_on_every_channel(tmp_path
         assert kl["step"] == 4 and kl["value"] == 0.5
         assert hook.wait(lambda: sum(firing_lines(hook.bodies).values()) >= 2)
         time.sleep(1.0)  # nothing more may arrive
-        assert firing_lines(hook.bodies) == {("bad-a", "kl-small", "firing"): 1,
-                                             ("bad-b", "kl-small", "firing"): 1}
+        assert firing_lines(hook.bodies) == {
+            ("bad-a", "kl-small", "firing"): 1,
+            ("bad-b", "kl-small", "firing"): 1,
+        }
         assert len(hook.bodies) == 1 and len(hook.bodies[0]["groups"]) == 1  # grouped
         assert slack.wait(lambda: len(slack.bodies) == 1)
         section = slack.bodies[0]["blocks"][1]["text"]["text"]
@@ -66,12 +87,27 @@ def test_kill9_at_random_moments_loses_no_point_no_verdict_and_sends_no_alert_tw
     tmp_path: Path,
 ) -> None:
     hook = Recorder()
-    config = write_config(tmp_path, [{"name": "hook", "kind": "webhook", "url": hook.url,
-                                      "group_wait": 0.2}], interval=0.1, jitter=0)
+    config = write_config(
+        tmp_path,
+        [{"name": "hook", "kind": "webhook", "url": hook.url, "group_wait": 0.2}],
+        interval=0.1,
+        jitter=0,
+    )
     daemon = DaemonProcess(config).start()
     runs = tmp_path / "runs"
-    kids = [writer(runs / f"r{i}.jsonl", "--steps", "60", "--period", "0.1",
-                   "--bad-at", str(10 + 12 * i), "--end") for i in range(3)]
+    kids = [
+        writer(
+            runs / f"r{i}.jsonl",
+            "--steps",
+            "60",
+            "--period",
+            "0.1",
+            "--bad-at",
+            str(10 + 12 * i),
+            "--end",
+        )
+        for i in range(3)
+    ]
     rng = random.Random(6)
     try:
         for _ in range(5):
@@ -80,7 +116,9 @@ def test_kill9_at_random_moments_loses_no_point_no_verdict_and_sends_no_alert_tw
             daemon.start()
         for kid in kids:
             kid.wait(30)
-        assert daemon.wait(lambda: all(daemon.run(f"r{i}")["ended"] for i in range(3)), 30), daemon.tail()
+        assert daemon.wait(lambda: all(daemon.run(f"r{i}")["ended"] for i in range(3)), 30), (
+            daemon.tail()
+        )
         for i in range(3):
             run = daemon.run(f"r{i}")
             assert run["points"] == 120, run  # every point read exactly once across 6 lives
@@ -109,9 +147,20 @@ def test_a_corrupt_state_file_stops_the_daemon_with_a_clear_error(tmp_path: Path
 
 def test_a_hung_source_and_a_failing_notifier_do_not_stop_the_loop(tmp_path: Path) -> None:
     hook = Recorder(script=lambda n: (500, {}, b"down"))  # the endpoint is broken for good
-    config = write_config(tmp_path, [{"name": "hook", "kind": "webhook", "url": hook.url,
-                                      "group_wait": 0.1, "retries": 2, "retry_backoff": 0.05}],
-                          timeout=0.5)
+    config = write_config(
+        tmp_path,
+        [
+            {
+                "name": "hook",
+                "kind": "webhook",
+                "url": hook.url,
+                "group_wait": 0.1,
+                "retries": 2,
+                "retry_backoff": 0.05,
+            }
+        ],
+        timeout=0.5,
+    )
     cfg = json.loads(config.read_text())  # plus a run directory whose record file hangs
     cfg["targets"].append({"source": "runs/stuck", "policies": ["kl.yaml"]})
     config.write_text(json.dumps(cfg))
@@ -124,8 +173,12 @@ def test_a_hung_source_and_a_failing_notifier_do_not_stop_the_loop(tmp_path: Pat
         kid.wait(30)
         assert daemon.wait(lambda: daemon.run("bad")["ended"]), daemon.tail()
         assert daemon.run("bad")["status"] == "fail"
-        assert daemon.wait(lambda: daemon.metric(
-            'gatekeeper_notifications_total{channel="hook",outcome="failed"}') == 1)
+        assert daemon.wait(
+            lambda: (
+                daemon.metric('gatekeeper_notifications_total{channel="hook",outcome="failed"}')
+                == 1
+            )
+        )
         assert hook.requests == 3  # first try and two retries, then counted as failed
         stuck = daemon.run("stuck")
         assert stuck["errors"] >= 1 and "timed out" in stuck["last_error"]

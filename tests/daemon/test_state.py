@@ -17,9 +17,17 @@ from tests.helpers import REPO
 def commit(key: str = "/runs/a", **kw: object) -> PollCommit:
     ev = Evaluation(load_policies([str(REPO / "policies" / "rl-health.yaml")]))
     base = dict(
-        key=key, target="t", cursor={"offset": 42}, evaluation=ev, fingerprint="fp",
-        verdict={"status": "fail", "run": {"name": "a"}}, status="fail", points=7, ended=False,
-        now=100.0, rules=[RuleRow("p", "r", "fail", "fail", 90.0, None, 0, "bad")],
+        key=key,
+        target="t",
+        cursor={"offset": 42},
+        evaluation=ev,
+        fingerprint="fp",
+        verdict={"status": "fail", "run": {"name": "a"}},
+        status="fail",
+        points=7,
+        ended=False,
+        now=100.0,
+        rules=[RuleRow("p", "r", "fail", "fail", 90.0, None, 0, "bad")],
         alert_states={("p", "r", "slack"): AlertState(True, 100.0)},
         alerts=[("slack", {"state": "firing", "run": "a"})],
     )

@@ -24,7 +24,11 @@ def main() -> None:
     with open(args.path, "a", buffering=1) as fh:
         for step in range(args.steps):
             bad = args.bad_at is not None and step >= args.bad_at
-            row = {"train/step": step, "train/ppo_kl": 0.5 if bad else 0.001, "train/loss": 1.0 / (step + 1)}
+            row = {
+                "train/step": step,
+                "train/ppo_kl": 0.5 if bad else 0.001,
+                "train/loss": 1.0 / (step + 1),
+            }
             line = json.dumps(row) + "\n"
             fh.write(line[: len(line) // 2])
             fh.flush()

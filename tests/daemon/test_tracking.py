@@ -1,0 +1,48 @@
+"""Debounced rule statuses, and the stored verdict matching Verdict.to_dict()."""
+
+from __future__ import annotations
+
+import pytest
+
+from gatekeeper.daemon.tracking import track
+from gatekeeper.daemon.watch import verdict_dict
+from gatekeeper.engine import evaluate
+from gatekeeper.policy.loader import load_policies
+from gatekeeper.sources import open_source
+from gatekeeper.verdict import Mode, RuleResult, Severity, Status
+from tests.helpers import REPO
+
+
+def res(status: Status) -> RuleResult:
+    return RuleResult(
+        "p", "r", status, Severity.FAIL, Mode.ENFORCE, "m", f"is {status.value}", "f:1"
+    )
+
+
+def test_a_new_status_counts_only_after_debounce_polls_and_since_marks_its_start() -> None:
+    rows = {}
+    seen = []
+    for t, status in enumerate([Status.PASS, Status.FAIL, Status.PASS, Status.FAIL, Status.FAIL]):
+        (row,) = track(rows, [res(status)], debounce=2, final=False, now=float(t))
+        rows = {("p", "r"): row}
+        seen.append((row.status, row.since))
+    # pass needs two polls too; a lone fail at t=1 is noise; fail confirmed at t=4
+    assert seen == [
+        ("pending", 0.0),
+        ("pending", 0.0),
+        ("pending", 0.0),
+        ("pending", 0.0),
+        ("fail", 4.0),
+    ]
+
+
+def test_a_final_verdict_confirms_at_once() -> None:
+    (row,) = track({}, [res(Status.ERROR)], debounce=5, final=True, now=9.0)
+    assert (row.status, row.since) == ("error", 9.0)
+
+
+@pytest.mark.parametrize("run", ["healthy", "broken-kl", "rows.jsonl"])
+def test_stored_verdict_is_what_verdict_to_dict_gives(run: str) -> None:
+    policies = load_policies([str(REPO / "policies")])
+    verdict = evaluate(policies, open_source(str(REPO / "examples" / "runs" / run)).read())
+    assert verdict_dict(verdict) == verdict.to_dict()
