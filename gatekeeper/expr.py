@@ -234,10 +234,9 @@ class Aligner:
             return None
         common: np.ndarray | None = None
         for st in self.steps.values():
-            done = st[st <= horizon]
-            common = done if common is None else np.intersect1d(common, done)
+            done = _distinct_sorted(st[st <= horizon])
+            common = done if common is None else _intersect_sorted(common, done)
         assert common is not None
-        common = np.unique(common)
         inputs = {}
         for m, st in self.steps.items():
             inputs[m] = self.values[m][np.searchsorted(st, common)]
@@ -246,6 +245,21 @@ class Aligner:
         if not common.size:
             return None
         return common, self.expr.evaluate(inputs)
+
+
+def _distinct_sorted(a: np.ndarray) -> np.ndarray:
+    """Sorted steps without repeats (series are sorted by step; a step may repeat)."""
+    if a.size < 2:
+        return a
+    return a[np.concatenate([[True], a[1:] != a[:-1]])]
+
+
+def _intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # np.intersect1d re-sorts and hashes; both inputs are sorted and distinct already.
+    if not a.size or not b.size:
+        return a[:0]
+    idx = np.minimum(np.searchsorted(b, a), b.size - 1)
+    return a[b[idx] == a]
 
 
 def missing_inputs(expr: Expr, available: list[str]) -> str:

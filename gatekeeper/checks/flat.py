@@ -11,6 +11,18 @@ from pydantic import Field, model_validator
 
 from gatekeeper.checks.base import MaskCheck, fmt
 
+BLOCK = 4096
+
+
+def _rolling_std(values: np.ndarray, w: int) -> np.ndarray:
+    """Population std of every w consecutive values, O(n) by running sums. Centering on
+    the mean first keeps the sums small, so the difference of sums stays exact enough."""
+    x = values - values.mean()
+    c1 = np.concatenate([[0.0], np.cumsum(x)])
+    c2 = np.concatenate([[0.0], np.cumsum(x * x)])
+    s1, s2 = c1[w:] - c1[:-w], c2[w:] - c2[:-w]
+    return np.sqrt(np.maximum(s2 / w - (s1 / w) ** 2, 0.0))
+
 
 class Flat(MaskCheck):
     kind = "flat"
@@ -42,10 +54,17 @@ class Flat(MaskCheck):
         first = max(n_context, w - 1)  # first point that ends a full window
         if first >= values.size:
             return out
-        windows = sliding_window_view(values[first - w + 1 :], w)
+        part = values[first - w + 1 :]
         if self.min_std is not None:
-            spread = windows.std(axis=1)
+            # blocks re-centred on their own mean keep running sums exact on trending series
+            spread = np.concatenate(
+                [
+                    _rolling_std(part[lo : lo + BLOCK + w - 1], w)
+                    for lo in range(0, part.size - w + 1, BLOCK)
+                ]
+            )
         else:
+            windows = sliding_window_view(part, w)
             spread = windows.max(axis=1) - windows.min(axis=1)
         out[first - n_context :] = spread < self._floor()
         return out

@@ -17,8 +17,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt
+from gatekeeper.history.base import RuleBaseline
 from gatekeeper.verdict import Status
-
 
 INACTIVE = "inactive:"  # message prefix of a rule with no baseline to judge against
 
@@ -38,6 +38,8 @@ class HistoryState:
 
 @dataclass(frozen=True)
 class Judged:
+    """One judged coordinate."""
+
     step: int  # the run's own step
     value: float
     ref: float
@@ -45,12 +47,34 @@ class Judged:
     hi: float
     n: int  # trusted values the reference is the mean of
 
-    @property
-    def ok(self) -> bool:
-        return self.lo <= self.value <= self.hi
-
     def corridor(self) -> str:
         return f"[{fmt(self.lo)}, {fmt(self.hi)}] (ref {fmt(self.ref)} = mean of {self.n} trusted)"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Every active coordinate of a rule, as arrays, and how many were inactive."""
+
+    steps: np.ndarray
+    values: np.ndarray
+    ref: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    n: np.ndarray
+    inactive: int
+
+    def bad(self) -> np.ndarray:
+        return (self.values < self.lo) | (self.values > self.hi)
+
+    def at(self, i: int) -> Judged:
+        return Judged(
+            int(self.steps[i]),
+            float(self.values[i]),
+            float(self.ref[i]),
+            float(self.lo[i]),
+            float(self.hi[i]),
+            int(self.n[i]),
+        )
 
 
 class History(AggregateCheck):
@@ -119,57 +143,63 @@ class History(AggregateCheck):
         state.values.append(values)
         return state
 
-    def judge(self, state: HistoryState, ctx: EvalContext) -> tuple[list[Judged], int]:
-        """Judged active coordinates and how many were inactive (no trusted history)."""
-        baseline = ctx.history.get(ctx.rule_key) if ctx.history is not None else None
+    def judge(self, state: HistoryState, baseline: RuleBaseline | None) -> Judgement:
+        """Each selected point against its coordinate's corridor, vectorized."""
         steps, values = state.points()
-        if baseline is None:
-            return [], int(steps.size)
-        coords = np.arange(-steps.size, 0) if baseline.positional else steps
-        judged: list[Judged] = []
-        for step, coord, value in zip(
-            steps.tolist(), coords.tolist(), values.tolist(), strict=True
-        ):
-            past = baseline.values.get(coord, [])[: self.last_n]
-            if len(past) < self.min_history:
-                continue
-            arr = np.asarray(past, dtype=np.float64)
-            ref, std = np.array([arr.mean()]), np.array([arr.std()])
-            down, up = self.bands(ref, std)
-            r = float(ref[0])
-            judged.append(Judged(step, value, r, r - float(down[0]), r + float(up[0]), len(past)))
-        return judged, int(steps.size) - len(judged)
+        coords = np.arange(-steps.size, 0) if baseline and baseline.positional else steps
+        stats = baseline.stats(self.last_n) if baseline is not None else None
+        if stats is None or not stats.steps.size:
+            empty = np.empty(0)
+            return Judgement(steps[:0], empty, empty, empty, empty, empty, int(steps.size))
+        pos = np.clip(np.searchsorted(stats.steps, coords), 0, stats.steps.size - 1)
+        found = stats.steps[pos] == coords
+        pos = pos[found]
+        active = found.copy()
+        active[found] = stats.count[pos] >= self.min_history
+        pos = pos[stats.count[pos] >= self.min_history]
+        ref, std = stats.ref[pos], stats.std[pos]
+        down, up = self.bands(ref, std)
+        return Judgement(
+            steps[active],
+            values[active],
+            ref,
+            ref - down,
+            ref + up,
+            stats.count[pos],
+            int(steps.size - active.sum()),
+        )
 
     def outcome(self, state: HistoryState, *, final: bool, ctx: EvalContext) -> Outcome:
-        judged, inactive = self.judge(state, ctx)
         if ctx.history is None:
             return Outcome(Status.SKIP, f"{INACTIVE} no baseline store given (check --history URL)")
-        if not judged:
+        j = self.judge(state, ctx.history.get(ctx.rule_key))
+        if not j.steps.size:
             return Outcome(
                 Status.SKIP,
-                f"{INACTIVE} no trusted history yet for {inactive} coordinate(s) "
+                f"{INACTIVE} no trusted history yet for {j.inactive} coordinate(s) "
                 f"({getattr(ctx.history, 'store', '')}); a trusted run seeds the baseline",
             )
-        idle = f"; {inactive} inactive (no trusted history)" if inactive else ""
-        bad = [j for j in judged if not j.ok]
-        if bad:
-            b = bad[0]
+        idle = f"; {j.inactive} inactive (no trusted history)" if j.inactive else ""
+        bad = j.bad()
+        n_bad, n = int(bad.sum()), int(j.steps.size)
+        if n_bad:
+            b = j.at(int(np.argmax(bad)))
             side = "above" if b.value > b.hi else "below"
             return Outcome(
                 Status.FAIL,
                 f"x = {fmt(b.value)} at step {b.step} is {side} its corridor {b.corridor()}; "
-                f"{len(bad)} of {len(judged)} coordinates drift{idle}",
+                f"{n_bad} of {n} coordinates drift{idle}",
                 step=b.step,
                 value=b.value,
-                violations=len(bad),
-                judged=len(judged),
+                violations=n_bad,
+                judged=n,
             )
-        last = judged[-1]
+        last = j.at(n - 1)
         return Outcome(
             Status.PASS,
-            f"{len(judged)} coordinate(s) within their corridors; step {last.step}: "
+            f"{n} coordinate(s) within their corridors; step {last.step}: "
             f"{fmt(last.value)} in {last.corridor()}{idle}",
             step=last.step,
             value=last.value,
-            judged=len(judged),
+            judged=n,
         )

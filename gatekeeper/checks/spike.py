@@ -15,6 +15,42 @@ from gatekeeper.checks.base import MaskCheck, fmt
 # MAD x 1.4826 estimates the standard deviation of normal noise, so `factor` reads as
 # "this many sigmas" while one outlier inside the window cannot inflate it.
 MAD_TO_SIGMA = 1.4826
+BLOCK = 4096
+
+
+def median_and_mad(windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Median and MAD of each row. One sort per row (of a contiguous copy: ~2x faster than
+    sorting the strided view); the MAD then needs no second sort: the deviations below and
+    above the median are two ascending runs, and an order statistic of their merge is a
+    min over max of O(window) elementwise steps (on columns, made contiguous)."""
+    rows = windows.copy()
+    rows.sort(axis=1)
+    cols = np.ascontiguousarray(rows.T)  # cols[j] = j-th smallest of every window
+    w = cols.shape[0]
+    k = w // 2
+    if w % 2:
+        med = cols[k]
+        below, above = med - cols[k - 1 :: -1], cols[k + 1 :] - med
+        return med, _kth_merged(below, above, k)  # the median's own 0 is the smallest
+    med = 0.5 * (cols[k - 1] + cols[k])
+    below, above = med - cols[k - 1 :: -1], cols[k:] - med
+    return med, 0.5 * (_kth_merged(below, above, k) + _kth_merged(below, above, k + 1))
+
+
+def _kth_merged(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
+    """Per column, the m-th smallest (1-based) of a[:, col] and b[:, col], both ascending
+    with k entries: the min over i (entries taken from a) of max(a[i-1], b[m-i-1])."""
+    k = a.shape[0]
+    best = np.full(a.shape[1], np.inf)
+    for i in range(max(0, m - k), min(m, k) + 1):
+        if i == 0:
+            cand = b[m - 1]
+        elif i == m:
+            cand = a[m - 1]
+        else:
+            cand = np.maximum(a[i - 1], b[m - i - 1])
+        np.minimum(best, cand, out=best)
+    return best
 
 
 class Spike(MaskCheck):
@@ -50,8 +86,9 @@ class Spike(MaskCheck):
             return out
         # Row j holds the w points before point first + j.
         windows = sliding_window_view(values[first - w : values.size - 1], w)
-        med = np.median(windows, axis=1)
-        mad = np.median(np.abs(windows - med[:, None]), axis=1)
+        med, mad = np.empty(windows.shape[0]), np.empty(windows.shape[0])
+        for lo in range(0, windows.shape[0], BLOCK):  # blocks that fit in cache: ~2x faster
+            med[lo : lo + BLOCK], mad[lo : lo + BLOCK] = median_and_mad(windows[lo : lo + BLOCK])
         scale = np.maximum(MAD_TO_SIGMA * mad, self.min_scale)
         dev = values[first:] - med
         if self.direction == "down":

@@ -133,8 +133,9 @@ class Trend(AggregateCheck):
             unit = "/step" if label == "slope" else ""
             return Outcome(
                 Status.FAIL,
-                f"{label} {fmt(measure)}{unit} over the {self.window} points ending at step {step}, "
-                f"expected {self.describe()} ({state.violations} of {state.windows} windows violate)",
+                f"{label} {fmt(measure)}{unit} over the {self.window} points ending at step "
+                f"{step}, expected {self.describe()} ({state.violations} of {state.windows} "
+                "windows violate)",
                 step=step,
                 value=measure,
                 violations=state.violations,

@@ -17,7 +17,10 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from types import TracebackType
+
+import numpy as np
 
 from gatekeeper.errors import StateError
 
@@ -58,12 +61,47 @@ class StoredRun:
 
 
 @dataclass(frozen=True)
+class CoordinateStats:
+    """Per coordinate (sorted steps): the mean, std and count of its newest trusted values."""
+
+    steps: np.ndarray
+    ref: np.ndarray
+    std: np.ndarray
+    count: np.ndarray
+
+
+@dataclass(frozen=True)
 class RuleBaseline:
     """Trusted history of one rule's coordinates: step -> values, newest first.
     `positional`: the rule selects from the end (`steps: last`), so steps are -n..-1."""
 
     values: Mapping[int, list[float]] = field(default_factory=dict)
     positional: bool = False
+    _stats: dict[int, CoordinateStats] = field(default_factory=dict, compare=False, repr=False)
+
+    def stats(self, last_n: int) -> CoordinateStats:
+        """Vectorized reference and spread of every coordinate (cached; the gate computes it
+        when it reads the store, so judging stays O(points))."""
+        if last_n not in self._stats:
+            self._stats[last_n] = _stats(self.values, last_n)
+        return self._stats[last_n]
+
+
+def _stats(values: Mapping[int, list[float]], last_n: int) -> CoordinateStats:
+    steps = np.array(sorted(values), dtype=np.int64)
+    lists = [values[int(s)][:last_n] for s in steps]
+    count = np.fromiter((len(v) for v in lists), dtype=np.int64, count=len(lists))
+    keep = count > 0
+    steps, count = steps[keep], count[keep]
+    flat = np.fromiter(chain.from_iterable(lists), dtype=np.float64, count=int(count.sum()))
+    if not steps.size:
+        empty = np.empty(0)
+        return CoordinateStats(steps, empty, empty, count)
+    starts = np.concatenate([[0], np.cumsum(count)[:-1]])
+    ref = np.add.reduceat(flat, starts) / count
+    dev = flat - np.repeat(ref, count)
+    std = np.sqrt(np.add.reduceat(dev * dev, starts) / count)
+    return CoordinateStats(steps, ref, std, count)
 
 
 @dataclass(frozen=True)

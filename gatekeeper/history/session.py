@@ -76,7 +76,8 @@ def read_baselines(store: HistoryStore, policies: list[PolicySpec], series: str)
         assert isinstance(rule.check, History)
         values = store.baseline(series, *coordinate_prefix(rule), limit=rule.check.last_n)
         positional = rule.steps.kind in ("tail", "last")
-        rules[rule.key] = RuleBaseline(values, positional)
+        rules[rule.key] = baseline = RuleBaseline(values, positional)
+        baseline.stats(rule.check.last_n)  # computed here, at the edge, not while judging
     return Baselines(rules, store.display)
 
 

@@ -87,7 +87,8 @@ class SqlStore(HistoryStore):
             ]
             cur.executemany(
                 self._sql(
-                    "INSERT INTO metric_values (run_seq, metric, steps_key, check_key, step, value) "
+                    "INSERT INTO metric_values "
+                    "(run_seq, metric, steps_key, check_key, step, value) "
                     "VALUES ({p}, {p}, {p}, {p}, {p}, {p})"
                 ),
                 rows,

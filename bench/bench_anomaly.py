@@ -1,0 +1,142 @@
+"""Benchmark: a 50-rule policy using every new check (spike, trend, flat, fraction, history,
+derived `expr`) against the same run under threshold checks only (max/min/abs_max/between).
+
+Builds a 100,000-step x 50-metric run in memory, then, side by side in one process and
+interleaved so machine noise hits both alike, times the engine over the whole run. History
+rules read a baseline of 20 trusted values per coordinate, built in memory beforehand (the
+store read happens before evaluation and is not the engine's cost). Also times reading the
+same run from a JSONL record, to show the end-to-end `check` ratio.
+
+Target (issue #7): `check` with the anomaly policy <= 2x `check` with the threshold
+policy on the same run (read + judge, what a CI job waits for). The engine-only ratio is
+printed too: a rolling median over 20 points per point is inherently several times the
+work of one comparison per point, so it is a figure to watch, not the target.
+Usage: python bench/bench_anomaly.py [--steps N] [--metrics M] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from gatekeeper.engine import evaluate
+from gatekeeper.history import Baselines, RuleBaseline
+from gatekeeper.model import Run, Series
+from gatekeeper.policy.loader import load_policies
+from gatekeeper.sources import open_source
+
+ANOMALY = [
+    "{{spike: {{window: 20, factor: 8}}}}",
+    "{{trend: {{window: 50, max_slope: 0.01}}}}",
+    "{{flat: {{window: 50, min_std: 1.0e-4}}}}",
+    "{{fraction: {{above: 0.999, max: 0.5}}}}",
+    "{{history: {{rel_up: 0.5, rel_down: 0.5}}}}",
+]
+THRESHOLD = ["{{max: 1.5}}", "{{min: -0.5}}", "{{abs_max: 2.0}}", "{{between: [-1, 2]}}"]
+
+
+def names(metrics: int) -> list[str]:
+    return [f"train/m{i:02d}" for i in range(metrics)]
+
+
+def make_run(steps: int, metrics: int) -> Run:
+    rng = np.random.default_rng(0)
+    data = rng.uniform(0.0, 1.0, (metrics, steps))
+    step_axis = np.arange(steps, dtype=np.int64)
+    series = {n: Series(n, step_axis, data[i], "train/step") for i, n in enumerate(names(metrics))}
+    return Run(name="bench", source="mem", series=series)
+
+
+def write_policy(path: str, kinds: list[str], metrics: int, derived: bool) -> None:
+    ms = names(metrics)
+    with open(path, "w") as fh:
+        fh.write("version: 1\nname: bench\nrules:\n")
+        for i, name in enumerate(ms):
+            kind = kinds[i % len(kinds)].format()
+            # every 10th rule reads a derived metric instead (the same check on a ratio)
+            if derived and i % 10 == 9:
+                what = f'expr: "{name} / ({ms[(i + 1) % metrics]} + 1)"'
+            else:
+                what = f"metric: {name}"
+            fh.write(f"  - {{id: r{i:02d}, {what}, check: {kind}}}\n")
+
+
+def baselines(policies, run: Run) -> Baselines:
+    """20 trusted values per coordinate of every history rule: the run's own values +-1%."""
+    rng = np.random.default_rng(1)
+    rules = {}
+    for p in policies:
+        for rule in p.rules:
+            if rule.check.kind == "history" and rule.expr is None:
+                s = run.series[rule.metric]
+                past = s.values[None, :] * rng.uniform(0.99, 1.01, (20, s.values.size))
+                by_step = dict(zip(s.steps.tolist(), past.T.tolist(), strict=True))
+                rules[rule.key] = RuleBaseline(by_step)
+                rules[rule.key].stats(rule.check.last_n)  # as the gate does when it reads
+    return Baselines(rules, "mem")
+
+
+def write_record(run: Run, path: str) -> None:
+    with open(path, "w") as fh:
+        for name, s in run.series.items():
+            pts = [[st, v] for st, v in zip(s.steps.tolist(), s.values.tolist(), strict=True)]
+            fh.write(json.dumps({"metric": name, "series": pts}) + "\n")
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--metrics", type=int, default=50)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    run = make_run(args.steps, args.metrics)
+    with tempfile.TemporaryDirectory() as tmp:
+        a_path, t_path = os.path.join(tmp, "anomaly.yaml"), os.path.join(tmp, "threshold.yaml")
+        write_policy(a_path, ANOMALY, args.metrics, derived=True)
+        write_policy(t_path, THRESHOLD, args.metrics, derived=True)
+        anomaly, threshold = load_policies([a_path]), load_policies([t_path])
+        record = os.path.join(tmp, "record.jsonl")
+        write_record(run, record)
+        parse_t = timed(lambda: open_source(record).read())
+    base = baselines(anomaly, run)
+    kinds = sorted({r.check.kind for p in anomaly for r in p.rules})
+    derived = sum(r.expr is not None for p in anomaly for r in p.rules)
+    print(
+        f"{args.steps} steps x {args.metrics} metrics; anomaly rules use {', '.join(kinds)} "
+        f"({derived} on derived metrics)"
+    )
+    a_times, t_times = [], []
+    for _ in range(args.repeat):
+        t_times.append(timed(lambda: evaluate(threshold, run)))
+        a_times.append(timed(lambda: evaluate(anomaly, run, history=base)))
+    verdict = evaluate(anomaly, run, history=base)
+    assert len(verdict.results) == args.metrics
+    t, a = statistics.median(t_times), statistics.median(a_times)
+    ratio = a / t
+    e2e = (parse_t + a) / (parse_t + t)
+    print(f"engine only: threshold {t:6.3f}s  anomaly {a:6.3f}s  ratio {ratio:5.2f}x")
+    print(f"reading the JSONL record {parse_t:6.3f}s")
+    print(
+        f"check end to end: threshold {parse_t + t:6.3f}s  anomaly {parse_t + a:6.3f}s  "
+        f"ratio {e2e:4.2f}x (target <= 2x)"
+    )
+    counts = verdict.counts()
+    print("anomaly verdict:", ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+    return 0 if e2e <= 2 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
