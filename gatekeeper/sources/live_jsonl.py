@@ -229,4 +229,3 @@ def _signature(fh: IO[bytes], offset: int) -> str:
     start = max(0, offset - _SIG_BYTES)
     fh.seek(start)
     return fh.read(offset - start).hex()
-

@@ -1,0 +1,202 @@
+"""The poll loop of `gatekeeper watch` and `gatekeeper run`.
+
+Every `interval` seconds: poll the source, judge, print what changed. It ends at the
+first gating failure (stopping the child group, if there is one), when the run ends (end
+marker or final state; for `run`, when CMD exits), or after `idle_timeout` seconds
+without a new point. Source errors that may heal (a file briefly unreadable) are retried
+a few polls; a malformed record is final: nothing half-read is judged as whole.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from gatekeeper.errors import RecordError, SourceError
+from gatekeeper.live.gate import LiveGate, Tick
+from gatekeeper.live.process import ChildGroup
+from gatekeeper.live.progress import Printer
+from gatekeeper.verdict import Verdict
+
+DEFAULT_INTERVAL = 1.0
+DEFAULT_GRACE = 30.0
+SOURCE_RETRIES = 3  # consecutive failed polls before a source error ends the watch
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    interval: float = DEFAULT_INTERVAL
+    idle_timeout: float | None = None
+    grace: float = DEFAULT_GRACE
+
+
+@dataclass
+class Outcome:
+    """How following the run ended, the verdict to report, and the exit code."""
+
+    verdict: Verdict
+    reason: str  # failed | ended | exited | idle | interrupted
+    exit_code: int
+
+
+class Follower:
+    """Follows one run (and, for `run`, its command's process group) to an outcome."""
+
+    def __init__(
+        self,
+        gate: LiveGate,
+        settings: LoopSettings,
+        printer: Printer,
+        child: ChildGroup | None = None,
+    ):
+        self.gate, self.settings, self.printer, self.child = gate, settings, printer, child
+        self.started_wall = time.time()
+        self.started = time.monotonic()
+        self.forwarded_at: float | None = None  # when a SIGINT/SIGTERM was passed to the child
+        self._errors = 0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def on_forward(self, signum: int) -> None:
+        self.forwarded_at = self.forwarded_at or time.monotonic()
+
+    def run(self) -> Outcome:
+        exited = False
+        while True:
+            now = time.time()
+            tick = self._poll(now)
+            if tick is not None:
+                self.printer.tick(tick, self.gate.progress, self.elapsed())
+                # Once CMD has exited (or the record ended under `run`), the final
+                # verdict decides, and there is nothing left to stop.
+                if tick.verdict.failing() and not exited and not (tick.ended and self.child):
+                    return self._failed(tick.verdict, now)
+                if tick.ended and self.child is None:
+                    return Outcome(tick.verdict, "ended", tick.verdict.exit_code)
+            if exited:
+                return self._exited(now)
+            idle = self.settings.idle_timeout
+            if idle is not None and now - self.gate.last_activity >= idle:
+                return self._idle(now)
+            exited = self._sleep()
+
+    # ---- one poll ---------------------------------------------------------------------
+    def _poll(self, now: float) -> Tick | None:
+        try:
+            tick = self.gate.poll(now)
+        except RecordError:
+            raise
+        except SourceError as exc:
+            self._errors += 1
+            if self._errors >= SOURCE_RETRIES:
+                raise
+            self.printer.say(f"gatekeeper: warning: poll failed ({exc}); retrying")
+            return None
+        self._errors = 0
+        return tick
+
+    def _sleep(self) -> bool:
+        """Wait one interval (waking early when CMD exits); True once CMD has exited."""
+        if self.child is None:
+            time.sleep(self.settings.interval)
+            return False
+        if self.forwarded_at is not None and not self.child.exited():
+            if time.monotonic() - self.forwarded_at >= self.settings.grace:
+                self.printer.say("gatekeeper: command ignored the forwarded signal; SIGKILL")
+                self.child.signal(signal.SIGKILL)
+        return self.child.wait(self.settings.interval)
+
+    # ---- endings ----------------------------------------------------------------------
+    def _failed(self, verdict: Verdict, now: float) -> Outcome:
+        first = verdict.failing()[0]
+        if self.child is not None:
+            self.printer.say(
+                f"gatekeeper: {first.policy}/{first.rule} failed; stopping the command "
+                f"(SIGTERM to process group {self.child.pgid}, "
+                f"SIGKILL after {self.settings.grace:g} s)"
+            )
+            info = self._stopped(now, first.policy + "/" + first.rule, verdict)
+            sent: list[str] = []
+            self.child.stop(
+                self.settings.grace, on_signal=lambda s: sent.append(signal.Signals(s).name)
+            )
+            info["signals"] = sent
+            info["exit_code"] = self.child.exit_code()
+            verdict.stopped = info
+        return Outcome(verdict, "failed", 1)
+
+    def _exited(self, now: float) -> Outcome:
+        """CMD exited and its last points are read: the final verdict (a run interrupted
+        by a forwarded signal is judged live: it was cut short, not finished)."""
+        assert self.child is not None
+        code = self.child.exit_code()
+        if self.child.group_alive():  # CMD left workers behind (they may hold GPUs)
+            self.printer.say(
+                "gatekeeper: command exited; stopping what is left of "
+                f"process group {self.child.pgid}"
+            )
+            self.child.stop(self.settings.grace)
+        interrupted = bool(self.child.forwarded)
+        verdict = self.gate.judge(now, final=not interrupted)
+        if interrupted:
+            name = signal.Signals(self.child.forwarded[0]).name
+            verdict.stopped = self._stopped(
+                now, None, verdict, reason=f"{name} forwarded to the command"
+            )
+            verdict.stopped["exit_code"] = code
+        return Outcome(
+            verdict, "interrupted" if interrupted else "exited", 1 if not verdict.passed else code
+        )
+
+    def _idle(self, now: float) -> Outcome:
+        secs = self.settings.idle_timeout
+        self.printer.say(
+            f"gatekeeper: no new point for {secs:g} s (--idle-timeout): the run has ended"
+        )
+        if self.child is None:
+            verdict = self.gate.judge(now, final=True)
+            return Outcome(verdict, "idle", verdict.exit_code)
+        info = self._stopped(
+            now, None, None, reason=f"no new point for {secs:g} s (--idle-timeout)"
+        )
+        self.child.stop(self.settings.grace)
+        verdict = self.gate.judge(now, final=True)
+        info["exit_code"] = code = self.child.exit_code()
+        verdict.stopped = info
+        return Outcome(verdict, "idle", 1 if not verdict.passed else code)
+
+    def interrupted(self) -> Outcome:
+        """`watch` got Ctrl-C: report what is known so far, judged live."""
+        verdict = self.gate.judge(time.time(), final=False)
+        return Outcome(verdict, "interrupted", 130)
+
+    def _stopped(
+        self, now: float, rule: str | None, verdict: Verdict | None, *, reason: str = "gate failed"
+    ) -> dict[str, Any]:
+        """When and why the run was stopped, for every report."""
+        info: dict[str, Any] = {
+            "reason": reason,
+            "rule": rule,
+            "time": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "unix_time": round(now, 3),
+            "elapsed_seconds": round(now - self.started_wall, 1),
+            "pid": self.child.pid if self.child else None,
+            "step": None,
+            "step_key": None,
+            "metric": None,
+            "value": None,
+        }
+        failing = [
+            r for r in (verdict.failing() if verdict else []) if f"{r.policy}/{r.rule}" == rule
+        ]
+        if failing:
+            r = failing[0]
+            value = r.value if r.value is None or r.value == r.value else "NaN"
+            info.update(
+                step=r.step, step_key=r.step_key, metric=r.metric, value=value, message=r.message
+            )
+        return info
