@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 EXTENSIONS: list[Callable[[Any], None]] = []
 import gatekeeper.commands.serve  # noqa: E402,F401 - registers `serve` in EXTENSIONS
 import gatekeeper.commands.history  # noqa: E402,F401 - `history`, check --history
+import gatekeeper.commands.live  # noqa: E402,F401 - `watch`, `run`
 
 
 def main(argv: Sequence[str] | None = None) -> int:
