@@ -23,8 +23,11 @@ from gatekeeper.errors import RecordError, SourceError
 from gatekeeper.sources.wandb_axes import to_floats
 from gatekeeper.sources.wandb_log import BLOCK_LEN, LogReader
 
+Column = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # row indices, values, numeric
+
 # Below this many new bytes, forking workers costs more than it saves.
 PARALLEL_MIN_BYTES = 16 << 20
+FLUSH_ROWS = 2048  # history rows whose JSON texts are held before converting to floats
 
 
 @dataclass
@@ -32,7 +35,7 @@ class Part:
     """What one byte range held: `steps` per row, per-key (rows, values, numeric mask)."""
 
     steps: list[float] = field(default_factory=list)
-    keys: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = field(
+    keys: dict[str, Column] = field(
         default_factory=dict
     )
     meta: list[Any] = field(default_factory=list)  # parsed non-history records, in order
@@ -49,7 +52,7 @@ def record_parser() -> Any:
         raise SourceError(
             f"reading wandb runs needs the wandb SDK ({exc}); install gatekeeper[wandb]"
         ) from None
-    return wandb_internal_pb2.Record.FromString
+    return wandb_internal_pb2.Record.FromString  # type: ignore[attr-defined]
 
 
 def decode_range(path: str, start: int, stop: int | None, resync: bool) -> Part:
@@ -58,12 +61,16 @@ def decode_range(path: str, start: int, stop: int | None, resync: bool) -> Part:
     part = Part()
     steps = part.steps
     entries: dict[str, tuple[list[int], list[Any]]] = {}
+    done: list[Part] = []
     try:
         for raw in reader.records(stop, resync):
             rec = parse(raw)
             kind = rec.WhichOneof("record_type")
             if kind == "history":
                 add_history(rec.history, len(steps), steps, entries)
+                if len(steps) % FLUSH_ROWS == 0:  # JSON texts to floats, bounding memory
+                    done.append(_converted(entries))
+                    entries = {}
             elif kind is not None and kind != "summary":
                 part.meta.append(rec)
     except DecodeError as exc:
@@ -72,11 +79,21 @@ def decode_range(path: str, start: int, stop: int | None, resync: bool) -> Part:
             "the file is damaged or of an unknown format",
             file=path,
         ) from None
-    for key, (rows, vals) in entries.items():
-        values, mask = to_floats(vals)
-        part.keys[key] = (np.asarray(rows, np.int64), values, mask)
+    done.append(_converted(entries))
+    part.keys = _concat_keys(done)
     part.end, part.pending = reader.offset, reader.pending_bytes
     return part
+
+
+def _converted(entries: dict[str, tuple[list[int], list[Any]]]) -> Part:
+    """Per-key columns of one batch of rows; `_`-keys other than the step are dropped."""
+    out = Part()
+    for key, (rows, vals) in entries.items():
+        if key.startswith("_"):
+            continue  # _step is in `steps`; _timestamp, _runtime, _wandb are no metrics
+        values, mask = to_floats(vals)
+        out.keys[key] = (np.asarray(rows, np.int64), values, mask)
+    return out
 
 
 def _decode_range_bytes(path: str, start: int, stop: int | None, resync: bool) -> Part:
@@ -118,20 +135,34 @@ def _bounds(offset: int, size: int, n: int) -> list[tuple[int, int | None]]:
 
 
 def join(parts: list[Part]) -> Part:
+    """Parts of consecutive ranges as one (row indices shifted to count from the first)."""
     out = Part(end=parts[-1].end, pending=parts[-1].pending)
-    chunks: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = {}
+    shifted: list[Part] = []
     for part in parts:
         base = len(out.steps)
         out.steps.extend(part.steps)
         out.meta.extend(part.meta)
-        for key, (rows, values, mask) in part.keys.items():
-            chunks.setdefault(key, []).append((rows + base, values, mask))
+        keys = {k: (rows + base, v, m) for k, (rows, v, m) in part.keys.items()}
+        shifted.append(Part(keys=keys))
+    out.keys = _concat_keys(shifted)
+    return out
+
+
+def _concat_keys(parts: list[Part]) -> dict[str, Column]:
+    chunks: dict[str, list[Column]] = {}
+    for part in parts:
+        for key, item in part.keys.items():
+            chunks.setdefault(key, []).append(item)
+    out: dict[str, Column] = {}
     for key, items in chunks.items():
+        if len(items) == 1:
+            out[key] = items[0]
+            continue
         rows = np.concatenate([r for r, _, _ in items])
         values = np.concatenate([v for _, v, _ in items])
         masks = [m if m is not None else np.ones(len(v), bool) for _, v, m in items]
         mask = None if all(m is None for _, _, m in items) else np.concatenate(masks)
-        out.keys[key] = (rows, values, mask)
+        out[key] = (rows, values, mask)
     return out
 
 

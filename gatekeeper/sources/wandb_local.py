@@ -11,7 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gatekeeper.errors import RecordError, SourceNotFound
 from gatekeeper.model import Run, RunState, Series
@@ -20,10 +20,8 @@ from gatekeeper.sources.wandb_axes import Columns, StepAxes
 from gatekeeper.sources.wandb_decode import decode
 from gatekeeper.sources.wandb_log import LogReader
 
-if TYPE_CHECKING:
-    from wandb.proto import wandb_internal_pb2 as pb
-
 _CURSOR_VERSION = 1
+_RUN_DIR_PREFIXES = ("run-", "offline-run-")
 
 
 def resolve_run_dir(path: str) -> str | None:
@@ -34,10 +32,16 @@ def resolve_run_dir(path: str) -> str | None:
         latest = os.path.join(candidate, "latest-run")
         if os.path.isdir(latest):
             return os.path.realpath(latest)
-    base = os.path.basename(os.path.normpath(path))
-    if base.startswith(("run-", "offline-run-")) or glob.glob(os.path.join(path, "*.wandb")):
+    if glob.glob(os.path.join(path, "*.wandb")) or _is_wandb_run_name(path):
         return os.path.abspath(path)
     return None
+
+
+def _is_wandb_run_name(path: str) -> bool:
+    """`wandb/run-*` or `wandb/offline-run-*`: named as the SDK names run directories."""
+    norm = os.path.normpath(os.path.abspath(path))
+    parent, base = os.path.split(norm)
+    return os.path.basename(parent) == "wandb" and base.startswith(_RUN_DIR_PREFIXES)
 
 
 class WandbLocalSource(LiveSource):
@@ -48,11 +52,10 @@ class WandbLocalSource(LiveSource):
     def __init__(self, spec: str):
         super().__init__(spec)
         path = spec[len("file://") :] if spec.startswith("file://") else spec
+        self.path = path
         self.log_file = path if path.endswith(".wandb") else None
-        run_dir = resolve_run_dir(path)
-        if run_dir is None:
-            raise SourceNotFound(f"{path}: not a wandb run directory (no run-*.wandb file)")
-        self.run_dir = run_dir
+        # None until the run exists: a watch may start before training does
+        self.run_dir: str | None = resolve_run_dir(path)
         self._reader: LogReader | None = None
         self._axes = StepAxes()
         self._carry: dict[str, float] = {}
@@ -64,9 +67,12 @@ class WandbLocalSource(LiveSource):
         if "://" in spec and not spec.startswith("file://"):
             return False
         path = spec.removeprefix("file://")
-        if path.endswith(".wandb"):
+        if path.endswith(".wandb") or _is_wandb_run_name(path):
             return True
-        return os.path.isdir(path) and resolve_run_dir(path) is not None
+        if os.path.isdir(path):
+            return resolve_run_dir(path) is not None
+        # a `wandb/` folder that does not exist yet: a watch started before training
+        return not os.path.exists(path) and os.path.basename(os.path.normpath(path)) == "wandb"
 
     # -- LiveSource ---------------------------------------------------------------------
 
@@ -95,7 +101,7 @@ class WandbLocalSource(LiveSource):
             raise RecordError(
                 f"cursor version {cursor.get('version')!r} is not {_CURSOR_VERSION}; "
                 "drop the saved position to re-read the run",
-                file=self.run_dir,
+                file=self.run_dir or self.path,
             )
         if cursor.get("file"):
             self._reader = LogReader(cursor["file"], int(cursor.get("offset", 0)))
@@ -109,13 +115,20 @@ class WandbLocalSource(LiveSource):
     def read(self) -> Run:
         reader = self._open_reader()
         if reader is None:
-            raise SourceNotFound(f"{self.run_dir}: holds no run-*.wandb transaction log")
+            where = self.run_dir or self.path
+            raise SourceNotFound(
+                f"{where}: not a wandb run (no run-*.wandb transaction log, no latest-run)"
+            )
         return self._run(self._decode(reader))
 
     # -- internals ----------------------------------------------------------------------
 
     def _open_reader(self) -> LogReader | None:
         if self._reader is None:
+            if self.run_dir is None:
+                self.run_dir = resolve_run_dir(self.path)
+                if self.run_dir is None:
+                    return None  # the run has not started yet
             path = self.log_file or _find_log(self.run_dir)
             if path is None or not os.path.exists(path):
                 return None  # the writer has not created it yet
@@ -135,7 +148,7 @@ class WandbLocalSource(LiveSource):
             cols.vals[key] = (values, mask)
         return dict(sorted(cols.finish(self._axes).items()))
 
-    def _apply(self, kind: str, rec: pb.Record) -> None:
+    def _apply(self, kind: str, rec: Any) -> None:
         if kind == "metric":
             m = rec.metric
             self._axes.define(m.name, m.glob_name, m.step_metric)
@@ -146,7 +159,7 @@ class WandbLocalSource(LiveSource):
         elif kind == "exit":
             self._state = RunState.FINISHED if rec.exit.exit_code == 0 else RunState.FAILED
 
-    def _apply_run(self, r: pb.RunRecord) -> None:
+    def _apply_run(self, r: Any) -> None:
         meta = self._meta
         meta["id"] = r.run_id or meta.get("id")
         meta["name"] = r.display_name or meta.get("name") or r.run_id
@@ -158,9 +171,10 @@ class WandbLocalSource(LiveSource):
 
     def _run(self, series: dict[str, Series]) -> Run:
         meta = self._meta
+        where = self.run_dir or self.path
         return Run(
-            name=meta.get("name") or os.path.basename(self.run_dir),
-            source=self.run_dir,
+            name=meta.get("name") or os.path.basename(os.path.normpath(where)),
+            source=where,
             tags=tuple(meta.get("tags", ())),
             config=dict(meta.get("config", {})),
             state=self._state,
@@ -169,7 +183,7 @@ class WandbLocalSource(LiveSource):
         )
 
 
-def _update_config(config: dict[str, Any], rec: pb.ConfigRecord) -> None:
+def _update_config(config: dict[str, Any], rec: Any) -> None:
     for item in rec.update:
         keys = list(item.nested_key) or [item.key]
         if keys[0] == "_wandb":

@@ -71,8 +71,18 @@ def test_accepts_wandb_folder_latest_run_parent_and_file(miles_run: Path) -> Non
     reads = [open_source(str(spec)).read() for spec in specs]
     assert all(isinstance(open_source(str(s)), WandbLocalSource) for s in specs)
     assert {len(r.series["train/loss"]) for r in reads} == {STEPS}
-    with pytest.raises(SourceNotFound, match="not a wandb run directory"):
-        WandbLocalSource(str(miles_run / "files-that-do-not-exist"))
+    with pytest.raises(SourceNotFound, match="not a wandb run"):
+        WandbLocalSource(str(miles_run.parent / "elsewhere" / "wandb")).read()
+
+
+def test_a_watch_may_start_before_the_run_exists(miles_run: Path, tmp_path: Path) -> None:
+    future = tmp_path / "wandb"
+    source = open_source(str(future))
+    assert isinstance(source, WandbLocalSource)
+    assert isinstance(source, WandbLocalSource) and source.poll().points == 0
+    shutil.copytree(miles_run, future, symlinks=True)
+    poll = source.poll()
+    assert len(poll.series["train/loss"]) == STEPS and poll.ended
 
 
 def test_polls_are_incremental_and_resume_from_a_cursor(miles_run: Path, tmp_path: Path) -> None:
