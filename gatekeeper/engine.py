@@ -58,6 +58,9 @@ class RuleTracker:
         self.tail: list[tuple[np.ndarray, np.ndarray]] = []  # for steps {last: n} / last
         self.reduced: list[np.ndarray] = []  # selected values, for reduce != none
         self.reduced_steps: list[np.ndarray] = []
+        # (selected, final) -> outcome: a live poll with no new selected point must not
+        # re-reduce the whole selection (O(history) per poll)
+        self.reduced_memo: tuple[tuple[int, bool], Outcome] | None = None
         # point-by-point judging state
         self.judged = 0
         self.selected = 0
@@ -253,6 +256,15 @@ class RuleTracker:
             return Outcome(Status.ERROR, gap)
         if not complete:
             return Outcome(Status.PENDING, f"{rule.reduce.value} judged once steps {sel.describe()} are in")
+        key = (self.selected, final)
+        if self.reduced_memo is not None and self.reduced_memo[0] == key:
+            return self.reduced_memo[1]
+        outcome = self._reduce(axis)
+        self.reduced_memo = (key, outcome)
+        return outcome
+
+    def _reduce(self, axis: str) -> Outcome:
+        rule = self.rule
         values = np.concatenate(self.reduced)
         steps = np.concatenate(self.reduced_steps)
         span = f"{axis} {int(steps.min())}..{int(steps.max())}"
