@@ -8,7 +8,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from gatekeeper.report.files import write_atomic
-from gatekeeper.report.text import result_line
+from gatekeeper.report.text import result_line, stopped_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
 
 
@@ -45,11 +45,14 @@ def to_xml(verdict: Verdict) -> bytes:
         message = result_line(r)
         # A shadow-mode or warn-severity failure does not fail the gate: report, don't fail CI.
         gating_kind = r.gating or r.status in (Status.SKIP, Status.PENDING)
+        detail = _detail(r)
+        if verdict.stopped and verdict.stopped.get("rule") == f"{r.policy}/{r.rule}":
+            detail += f"\nstopped:  {stopped_text(verdict.stopped)}"
         if r.status is Status.FAIL and gating_kind:
-            ET.SubElement(case, "failure", message=message, type="fail").text = _detail(r)
+            ET.SubElement(case, "failure", message=message, type="fail").text = detail
             counts["failures"] += 1
         elif r.status is Status.ERROR and gating_kind:
-            ET.SubElement(case, "error", message=message, type="error").text = _detail(r)
+            ET.SubElement(case, "error", message=message, type="error").text = detail
             counts["errors"] += 1
         elif r.status in (Status.SKIP, Status.PENDING):
             ET.SubElement(case, "skipped", message=message)

@@ -38,7 +38,19 @@ def summary_line(v: Verdict) -> str:
         shown = ", ".join(f"{r.policy}/{r.rule}" for r in failing[:3])
         more = f" +{len(failing) - 3} more" if len(failing) > 3 else ""
         why = f" — failing: {shown}{more}"
-    stopped = ""
-    if v.stopped:
-        stopped = f" — run stopped at {v.stopped.get('step_key', 'step')} {v.stopped.get('step')}"
+    stopped = f" — {stopped_text(v.stopped)}" if v.stopped else ""
     return f"gate {head}: {name}: {parts or 'no rules'}{why}{stopped}"
+
+
+def stopped_text(stopped: dict[str, object]) -> str:
+    """When and why a live run was stopped: `run stopped at train/step 37 (2026-... UTC,
+    41.2 s in) by miles/kl: value 0.3`."""
+    where = f"{stopped.get('step_key') or 'step'} {stopped.get('step')}"
+    if stopped.get("step") is None:
+        where = "no step"
+    when = f"{stopped.get('time', '?')}, {stopped.get('elapsed_seconds', '?')} s in"
+    rule = stopped.get("rule")
+    why = f" by {rule}" if rule else f" ({stopped.get('reason', 'stopped')})"
+    value = stopped.get("value")
+    shown = f": value {value}" if value is not None else ""
+    return f"run stopped at {where} ({when}){why}{shown}"
