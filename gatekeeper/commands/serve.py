@@ -8,7 +8,6 @@ polling, listening or sending anything. Exit 0 when all is well, 2 otherwise.
 from __future__ import annotations
 
 import argparse
-import glob
 import logging
 import os
 from typing import Any
@@ -55,16 +54,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _check(config: Any) -> int:
+    from gatekeeper.daemon.discovery import describe
     from gatekeeper.daemon.service import load_targets
     from gatekeeper.daemon.state import StateStore
     from gatekeeper.notify import build_notifier
 
     targets = load_targets(config, lambda spec: None)  # type: ignore[arg-type,return-value]
-    for watched, source, pattern in targets:
-        found = 1 if source else len(glob.glob(pattern or ""))
+    for target, (watched, list_runs) in zip(config.targets, targets, strict=True):
+        # listing a wandb project is a network call: --check-config stays offline
+        found = "" if target.wandb else f" ({len(list_runs())} now)"
         rules = sum(len(p.rules) for p in watched.policies)
         print(
-            f"target {watched.target}: {source or pattern} ({found} now), "
+            f"target {watched.target}: {describe(target)}{found}, "
             f"{len(watched.policies)} policies, {rules} rules, every {watched.interval:g}s"
         )
     for n in config.notifiers:

@@ -13,7 +13,15 @@ import os
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from ruamel.yaml.comments import CommentedMap
 
 from gatekeeper.errors import ConfigError, PolicyError
@@ -54,20 +62,36 @@ class PollSettings(_Model):
     debounce: int = Field(default=1, ge=1)  # polls a new rule status must hold before it counts
 
 
+class WandbFilter(_Model):
+    """Every run of a wandb project in a state, optionally with any of some tags."""
+
+    project: str  # ENTITY/PROJECT
+    state: Literal["running", "finished", "crashed", "failed", "killed"] = "running"
+    tags: list[str] = []
+
+    @field_validator("project")
+    @classmethod
+    def _entity_project(cls, value: str) -> str:
+        if not re.fullmatch(r"[^/\s]+/[^/\s]+", value):
+            raise ValueError("expected ENTITY/PROJECT, e.g. my-team/rl-runs")
+        return value
+
+
 class Target(_Model):
-    """What to watch: one `source`, or every run directory/file matching `glob`."""
+    """What to watch: one `source`, every run matching `glob`, or a `wandb` project filter."""
 
     name: str | None = None
     source: str | None = None
     glob: str | None = None
+    wandb: WandbFilter | None = None
     policies: list[str] = Field(min_length=1)
     interval: PositiveDuration | None = None
     tags: list[str] = []  # added to every run of this target
 
     @model_validator(mode="after")
     def _one_kind(self) -> Target:
-        if (self.source is None) == (self.glob is None):
-            raise ValueError("a target has exactly one of source: or glob:")
+        if sum(x is not None for x in (self.source, self.glob, self.wandb)) != 1:
+            raise ValueError("a target has exactly one of source:, glob: or wandb:")
         return self
 
 

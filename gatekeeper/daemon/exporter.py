@@ -115,7 +115,7 @@ class DaemonMetrics:
         for ch in channels:
             for outcome in ("sent", "failed", "dropped"):
                 self.notifications.labels(channel=ch, outcome=outcome)
-        for kind in ("error", "timeout"):
+        for kind in ("error", "timeout", "discovery"):
             self.poll_errors.labels(kind=kind)
         for outcome in ("ok", "error", "skipped"):
             self.polls.labels(outcome=outcome)

@@ -10,7 +10,6 @@ they ended get a final verdict and are retired.
 
 from __future__ import annotations
 
-import glob
 import logging
 import random
 import threading
@@ -26,6 +25,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from gatekeeper.daemon.config import PollSettings
+from gatekeeper.daemon.discovery import Lister
 from gatekeeper.daemon.exporter import DaemonMetrics
 from gatekeeper.daemon.state import RunRecord, StateStore
 from gatekeeper.daemon.watch import RunWatcher, Watched
@@ -41,7 +41,7 @@ class PollScheduler:
     def __init__(
         self,
         settings: PollSettings,
-        targets: list[tuple[Watched, str | None, str | None]],  # (watched, source, glob)
+        targets: list[tuple[Watched, Lister]],
         store: StateStore,
         metrics: DaemonMetrics,
         offer: Offer,
@@ -88,9 +88,14 @@ class PollScheduler:
 
     # ---- discovery ----------------------------------------------------------------------
     def discover(self) -> None:
-        """Add a job for every source or glob match not yet watched and not ended."""
-        for watched, source, pattern in self.targets:
-            keys = [source] if source else sorted(glob.glob(pattern or ""))
+        """Add a job for every run a target covers that is not yet watched."""
+        for watched, list_runs in self.targets:
+            try:
+                keys = list_runs()
+            except Exception as exc:  # a listing that fails is retried next discovery
+                log.warning("target %s: discovery failed: %s", watched.target, exc)
+                self.metrics.poll_errors.labels(kind="discovery").inc()
+                continue
             for key in keys:
                 self._watch(key, watched)
         self.discovered.set()

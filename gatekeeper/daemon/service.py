@@ -18,6 +18,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from gatekeeper.daemon.config import DaemonConfig
+from gatekeeper.daemon.discovery import Lister, lister
 from gatekeeper.daemon.exporter import DaemonMetrics, RuleView, RunView
 from gatekeeper.daemon.http import Api, HttpServer
 from gatekeeper.daemon.scheduler import PollScheduler
@@ -55,7 +56,7 @@ def fingerprint(policies: list[PolicySpec]) -> str:
 
 def load_targets(
     config: DaemonConfig, open_source: Callable[[str], LiveSource]
-) -> list[tuple[Watched, str | None, str | None]]:
+) -> list[tuple[Watched, Lister]]:
     channels = [
         ChannelRule(n.name, frozenset(n.statuses), n.repeat_interval) for n in config.notifiers
     ]
@@ -76,7 +77,7 @@ def load_targets(
             channels=channels,
             open_source=open_source,
         )
-        out.append((watched, t.source, t.glob))
+        out.append((watched, lister(t)))
     return out
 
 

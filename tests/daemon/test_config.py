@@ -53,7 +53,7 @@ def test_a_full_config_loads_with_durations_and_relative_paths(tmp_path: Path) -
         ),
         (
             "targets:\n  - source: x\n    glob: 'y/*'\n    policies: [p]\n",
-            r"gatekeeper.yaml:2: targets\[0\]: .*exactly one of source: or glob:",
+            r"gatekeeper.yaml:2: targets\[0\]: .*exactly one of source:, glob: or wandb:",
         ),
         (
             "targets:\n  - source: x\n    policies: [p]\n    colour: red\n",
@@ -64,6 +64,10 @@ def test_a_full_config_loads_with_durations_and_relative_paths(tmp_path: Path) -
             r"gatekeeper.yaml:1: http.address 0.0.0.0 is not a loopback address; set http.token_e",
         ),
         ("targets: [{source: x, policies: [p]}\n", r"gatekeeper.yaml:2: invalid YAML"),
+        (
+            "targets:\n  - wandb: {project: just-a-project}\n    policies: [p]\n",
+            r"gatekeeper.yaml:2: targets\[0\].wandb.project: expected ENTITY/PROJECT.*a-project",
+        ),
     ],
 )
 def test_errors_name_file_line_and_field(tmp_path: Path, body: str, expected: str) -> None:
