@@ -98,6 +98,7 @@ class Daemon:
         )
         self.http = HttpServer(self._api(), config.http.address, config.http.port)
         self.stopped = threading.Event()
+        self._closed = False
 
     def _channel(self, n: Any) -> Channel:
         hooks = ChannelHooks(
@@ -167,6 +168,10 @@ class Daemon:
         log.info("serving on http://%s:%d", self.config.http.address, self.http.port)
 
     def stop(self) -> None:
+        """Stop everything; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self.http.stop()
         self.scheduler.stop()
         for ch in self.channels.values():

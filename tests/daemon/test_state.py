@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,56 @@ def test_unreadable_evaluation_pickle_is_a_state_error(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(StateError, match="run /runs/a: stored evaluation"):
         StateStore(str(path)).load_runs()
+
+
+def test_an_alert_committed_before_a_crash_is_sent_once_after_the_restart(tmp_path: Path) -> None:
+    from gatekeeper.daemon.config import load_config
+    from gatekeeper.daemon.service import Daemon
+    from tests.daemon.harness import write_config
+    from tests.daemon.recorder import Recorder
+    from tests.daemon.sources import open_test_source
+
+    hook = Recorder()
+    config = load_config(
+        str(
+            write_config(
+                tmp_path, [{"name": "hook", "kind": "webhook", "url": hook.url, "group_wait": 0.1}]
+            )
+        )
+    )
+    store = StateStore(config.state)  # the crashed daemon committed the poll, sent nothing
+    (alert_id,) = store.commit_poll(
+        commit(
+            alerts=[
+                (
+                    "hook",
+                    {
+                        "state": "firing",
+                        "run": "a",
+                        "run_key": "/runs/a",
+                        "policy": "p",
+                        "rule": "r",
+                        "status": "fail",
+                        "severity": "fail",
+                        "message": "bad",
+                        "reason_class": "bad",
+                    },
+                )
+            ]
+        )
+    )
+    store.close()
+    daemon = Daemon(config, open_test_source)
+    daemon.start()
+    try:
+        assert hook.wait(lambda: len(hook.bodies) == 1)
+        assert hook.wait(lambda: daemon.store.alert_log()[0]["outcome"] == "sent")
+        assert daemon.store.pending_alerts() == []
+        daemon.stop()
+        daemon = Daemon(config, open_test_source)  # and a second restart sends nothing more
+        daemon.start()
+        time.sleep(0.5)
+        assert len(hook.bodies) == 1 and hook.requests == 1 and alert_id == 1
+    finally:
+        daemon.stop()
+        hook.close()
