@@ -170,6 +170,24 @@ def add_history(
     h: Any, row: int, steps: list[float], entries: dict[str, tuple[list[int], list[Any]]]
 ) -> None:
     """One history row into per-key (row indices, JSON texts). The reader's hot loop."""
+    if not h.HasField("step"):
+        _add_history_stepless(h, row, steps, entries)
+        return
+    steps.append(float(h.step.num))
+    for it in h.item:
+        nk = it.nested_key
+        key = nk[0] if len(nk) == 1 else (".".join(nk) if nk else it.key)
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = ([], [])
+        entry[0].append(row)
+        entry[1].append(it.value_json or _typed_value(it))
+
+
+def _add_history_stepless(
+    h: Any, row: int, steps: list[float], entries: dict[str, tuple[list[int], list[Any]]]
+) -> None:
+    """Older files may carry the step only as the `_step` item."""
     step = float("nan")
     for it in h.item:
         nk = it.nested_key
@@ -182,8 +200,6 @@ def add_history(
             entry = entries[key] = ([], [])
         entry[0].append(row)
         entry[1].append(value)
-    if step != step and h.HasField("step"):
-        step = float(h.step.num)
     steps.append(step if step == step else float(row))
 
 
