@@ -13,6 +13,7 @@ import sys
 import tempfile
 from typing import Any
 
+from gatekeeper.annotate import add_annotate_arg, annotate_from_args
 from gatekeeper.cli import (
     EXTENSIONS,
     add_policy_args,
@@ -61,6 +62,7 @@ def register(sub: Any) -> None:
     add_run_args(p)
     _add_follow_args(p)
     add_report_args(p)
+    add_annotate_arg(p)
     p.set_defaults(func=cmd_watch)
 
     p = sub.add_parser(
@@ -129,6 +131,7 @@ def _report(args: argparse.Namespace, follower: Any, outcome: Any) -> int:
 
     follower.printer.close()
     gate.write_reports(outcome.verdict, report_options(args))
+    annotate_from_args(args, outcome.verdict)
     if args.quiet:
         print(summary_line(outcome.verdict))
     return int(outcome.exit_code)
