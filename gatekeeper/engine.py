@@ -204,11 +204,15 @@ class RuleTracker:
         step, value = self.last if self.last else (None, None)
         what = f"{self.judged} point" + ("s" if self.judged != 1 else "")
         last = f"; last {fmt(value)} at {axis} {step}" if self.judged > 1 else ""
+        if self.violations:  # debounced: violating points, never `for` of them in a row
+            what = f"{self.judged - self.violations} of {what}"
+            last += f"; {self.violations} violating, none for {self.rule.for_} in a row"
         return Outcome(
             Status.PASS,
             f"{what} within {self.rule.check.describe()}{last}",
             step=step,
             value=value,
+            violations=self.violations,
             judged=self.judged,
         )
 

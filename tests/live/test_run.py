@@ -1,0 +1,303 @@
+"""`gatekeeper run -- CMD` and `gatekeeper watch` end to end: the real CLI in a child
+process, a real stand-in trainer (tests/live/writer.py) writing real files, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import gatekeeper, write_policy
+
+WRITER = str(Path(__file__).with_name("writer.py"))
+FAST = ("--interval", "0.1", "--progress-every", "1")
+
+
+def _policy(tmp: Path, extra: str = "", for_: int = 1) -> Path:
+    return write_policy(
+        tmp / "live.yaml",
+        f"""
+        version: 1
+        name: live
+        rules:
+          - id: kl-zero
+            metric: train/ppo_kl
+            check: {{abs_max: 1.0e-6}}
+            for: {for_}
+        {extra}
+        """,
+    )
+
+
+def _run(
+    tmp: Path, policy: Path, *writer_args: str, grace: str = "5"
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    record = tmp / "m.jsonl"
+    proc = gatekeeper(
+        "run",
+        "-p",
+        str(policy),
+        "--source",
+        str(record),
+        "--grace",
+        grace,
+        "--json",
+        str(tmp / "v.json"),
+        *FAST,
+        "--",
+        sys.executable,
+        WRITER,
+        str(record),
+        *writer_args,
+    )
+    verdict = json.loads((tmp / "v.json").read_text())
+    return proc, verdict
+
+
+def _rows(path: Path) -> int:
+    return sum(1 for line in path.read_text().splitlines() if '"train/step"' in line)
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only a zombie waiting for its (new) parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_bad_point_mid_run_stops_the_command_and_exits_1_naming_the_rule(tmp_path: Path) -> None:
+    proc, verdict = _run(
+        tmp_path, _policy(tmp_path), "--steps", "400", "--delay", "0.02", "--bad-at", "10"
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "live/kl-zero" in proc.stdout
+    stopped = verdict["stopped"]
+    assert stopped["rule"] == "live/kl-zero" and stopped["step"] == 10 and stopped["value"] == 0.5
+    assert stopped["signals"] == ["SIGTERM"] and stopped["exit_code"] == 128 + signal.SIGTERM
+    assert "run stopped at train/step 10" in proc.stdout
+    assert _rows(tmp_path / "m.jsonl") < 400  # killed before it burnt the rest of its budget
+
+
+def test_command_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path: Path) -> None:
+    proc, verdict = _run(
+        tmp_path,
+        _policy(tmp_path),
+        "--steps",
+        "400",
+        "--delay",
+        "0.02",
+        "--bad-at",
+        "3",
+        "--ignore-term",
+        grace="1",
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert verdict["stopped"]["signals"] == ["SIGTERM", "SIGKILL"]
+    assert verdict["stopped"]["exit_code"] == 128 + signal.SIGKILL
+
+
+def test_grandchildren_in_the_group_are_gone(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    proc, _ = _run(
+        tmp_path,
+        _policy(tmp_path),
+        "--steps",
+        "400",
+        "--delay",
+        "0.02",
+        "--bad-at",
+        "5",
+        "--grandchild",
+        str(pidfile),
+    )
+    assert proc.returncode == 1, proc.stderr
+    grandchild = int(pidfile.read_text())
+    assert _gone(grandchild)
+
+
+def test_healthy_command_exit_code_passes_through(tmp_path: Path) -> None:
+    proc, verdict = _run(
+        tmp_path, _policy(tmp_path), "--steps", "15", "--delay", "0.01", "--exit", "3"
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert verdict["status"] == "pass" and verdict["final"] and verdict["stopped"] is None
+    proc, _ = _run(tmp_path, _policy(tmp_path), "--steps", "15", "--delay", "0.01")
+    assert proc.returncode == 0
+
+
+def test_command_that_succeeds_but_fails_the_final_verdict_exits_1(tmp_path: Path) -> None:
+    extra = """
+          - id: reaches-step-100
+            metric: train/ppo_kl
+            steps: [100]
+            check: {abs_max: 1.0e-6}
+    """
+    proc, verdict = _run(tmp_path, _policy(tmp_path, extra), "--steps", "10", "--delay", "0.01")
+    assert proc.returncode == 1, proc.stdout
+    failing = [r["rule"] for r in verdict["results"] if r["status"] == "error"]
+    assert failing == ["reaches-step-100"]
+
+
+def test_writer_that_stops_writing_trips_stale(tmp_path: Path) -> None:
+    extra = """
+          - id: loss-fresh
+            metric: train/loss
+            check: {stale: {max_seconds: 1}}
+    """
+    proc, verdict = _run(
+        tmp_path,
+        _policy(tmp_path, extra),
+        "--steps",
+        "50",
+        "--delay",
+        "0.02",
+        "--hang-after",
+        "4",
+        grace="1",
+    )
+    assert proc.returncode == 1, proc.stdout
+    assert verdict["stopped"]["rule"] == "live/loss-fresh"
+    stale = next(r for r in verdict["results"] if r["rule"] == "loss-fresh")
+    assert stale["status"] == "fail" and stale["value"] > 1 and stale["step"] == 4
+
+
+def test_for_3_ignores_two_bad_points_and_fires_on_the_third(tmp_path: Path) -> None:
+    policy = _policy(tmp_path, for_=3)
+    two = ("--steps", "20", "--delay", "0.01", "--bad-at", "5", "--bad-at", "6", "--bad-at", "9")
+    proc, verdict = _run(tmp_path, policy, *two)
+    assert proc.returncode == 0, proc.stdout
+    assert verdict["results"][0]["violations"] == 3
+    (tmp_path / "m.jsonl").unlink()
+    three = ("--steps", "400", "--delay", "0.02", "--bad-at", "5", "--bad-at", "6", "--bad-at", "7")
+    proc, verdict = _run(tmp_path, policy, *three)
+    assert proc.returncode == 1
+    assert verdict["stopped"]["step"] == 7
+
+
+def test_partial_last_line_mid_write_is_no_error(tmp_path: Path) -> None:
+    proc, verdict = _run(
+        tmp_path, _policy(tmp_path), "--steps", "25", "--delay", "0.03", "--split-lines"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert verdict["results"][0]["judged"] == 25  # every row, none half-read or lost
+
+
+def test_sigint_to_gatekeeper_is_forwarded_to_the_command_group(tmp_path: Path) -> None:
+    record = tmp_path / "m.jsonl"
+    cmd = [
+        sys.executable,
+        "-m",
+        "gatekeeper",
+        "run",
+        "-p",
+        str(_policy(tmp_path)),
+        "--source",
+        str(record),
+        "--json",
+        str(tmp_path / "v.json"),
+        *FAST,
+        "--",
+        sys.executable,
+        WRITER,
+        str(record),
+        "--steps",
+        "2000",
+        "--delay",
+        "0.02",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (record.exists() and _rows(record) >= 5) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, out + err  # CMD's own status passes through
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    assert "SIGINT" in verdict["stopped"]["reason"]
+    assert _rows(record) < 2000
+
+
+def test_run_with_miles_record_dir_watches_the_rewritten_record(tmp_path: Path) -> None:
+    out_dir = tmp_path / "records"
+    proc = gatekeeper(
+        "run",
+        "-p",
+        str(_policy(tmp_path)),
+        "--miles",
+        "--source",
+        str(out_dir),
+        *FAST,
+        "--json",
+        str(tmp_path / "v.json"),
+        "--",
+        sys.executable,
+        WRITER,
+        "--miles",
+        "--steps",
+        "300",
+        "--delay",
+        "0.02",
+        "--bad-at",
+        "6",
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    assert verdict["stopped"]["step"] == 6
+    assert os.listdir(out_dir) == ["metrics.jsonl"]
+
+
+def test_watch_waits_for_the_source_and_ends_at_the_end_marker(tmp_path: Path) -> None:
+    record = tmp_path / "later" / "m.jsonl"
+    watch = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gatekeeper",
+            "watch",
+            str(record),
+            "-p",
+            str(_policy(tmp_path)),
+            "--junit",
+            str(tmp_path / "j.xml"),
+            *FAST,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.5)  # gatekeeper starts first; the trainer creates the file later
+    record.parent.mkdir()
+    subprocess.run(
+        [sys.executable, WRITER, str(record), "--steps", "10", "--delay", "0.01", "--end"],
+        check=True,
+    )
+    out, err = watch.communicate(timeout=60)
+    assert watch.returncode == 0, out + err
+    assert "10 points" in out or "judged" in out
+    assert (tmp_path / "j.xml").exists()
+
+
+def test_watch_exits_1_at_the_first_failure_and_idle_timeout_ends_a_quiet_run(
+    tmp_path: Path,
+) -> None:
+    record = tmp_path / "m.jsonl"
+    subprocess.run(
+        [sys.executable, WRITER, str(record), "--steps", "8", "--delay", "0", "--bad-at", "4"],
+        check=True,
+    )
+    proc = gatekeeper("watch", str(record), "-p", str(_policy(tmp_path)), *FAST)
+    assert proc.returncode == 1 and "live/kl-zero" in proc.stdout
+    good = tmp_path / "good.jsonl"
+    subprocess.run([sys.executable, WRITER, str(good), "--steps", "8", "--delay", "0"], check=True)
+    proc = gatekeeper(
+        "watch", str(good), "-p", str(_policy(tmp_path)), "--idle-timeout", "0.5", *FAST
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--idle-timeout" in proc.stdout
