@@ -244,3 +244,32 @@ def test_forked_workers_read_the_same_run(miles_run: Path) -> None:
     assert set(forked) == set(serial.series)
     for metric, s in serial.series.items():
         assert forked[metric] == [s.step_key, s.steps.tolist(), repr(s.values.tolist())]
+
+
+def test_watch_follows_a_live_wandb_run_to_its_end_and_annotates(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "version: 1\nname: live\nrules:\n"
+        "  - id: kl-step0\n    metric: train/ppo_kl\n    steps: [0]\n"
+        "    check: {abs_max: 1.0e-8}\n"
+        "  - id: eval-20\n    metric: eval/score\n    steps: [20]\n    check: {min: 19}\n"
+    )
+    root = tmp_path / "train"
+    writer = start_writer(root, 300, "--sleep", "0.005")
+    try:
+        watch = subprocess.run(
+            [sys.executable, "-m", "gatekeeper", "watch", str(root / "wandb"), "-p",
+             str(policy), "--annotate", "--interval", "0.2", "-q"],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert writer.wait(timeout=60) == 0
+    finally:
+        if writer.poll() is None:
+            os.killpg(writer.pid, signal.SIGKILL)
+    assert watch.returncode == 0, watch.stdout + watch.stderr
+    written = json.loads(
+        (Path(os.path.realpath(root / "wandb" / "latest-run")) / "gatekeeper-verdict.json")
+        .read_text()
+    )
+    assert written["tag"] == "gate:pass" and written["final"] is True
+    assert written["run"]["state"] == "finished"
