@@ -121,10 +121,15 @@ class Follower:
             )
             info = self._stopped(now, first.policy + "/" + first.rule, verdict)
             sent: list[str] = []
-            self.child.stop(
-                self.settings.grace, on_signal=lambda s: sent.append(signal.Signals(s).name)
-            )
+            sent_at: dict[str, float] = {}
+
+            def on_signal(sig: int) -> None:
+                sent.append(signal.Signals(sig).name)
+                sent_at[signal.Signals(sig).name] = round(time.time(), 3)
+
+            self.child.stop(self.settings.grace, on_signal=on_signal)
             info["signals"] = sent
+            info["signal_unix_times"] = sent_at  # when each was sent (detection latency)
             info["exit_code"] = self.child.exit_code()
             verdict.stopped = info
         return Outcome(verdict, "failed", 1)
