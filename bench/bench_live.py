@@ -49,11 +49,13 @@ rules:
   - {id: loss-between, metric: train/loss, check: {between: [0, 10]}}
   - {id: loss-spike, metric: train/loss, check: {spike: {window: 20, factor: 50}}}
   - {id: loss-trend, metric: train/loss, check: {trend: {window: 50, max_slope: 1.0}}}
-  - {id: loss-mean-early, metric: train/loss, steps: {from: 0, to: 100}, reduce: mean, check: {max: 10}}
+  - {id: loss-mean-early, metric: train/loss, steps: {from: 0, to: 100}, reduce: mean,
+     check: {max: 10}}
   - {id: loss-last, metric: train/loss, steps: last, check: {max: 10}}
   - {id: grad-flat, metric: train/grad_norm, check: {flat: {window: 50, min_std: 1.0e-9}}}
   - {id: grad-fraction, metric: train/grad_norm, check: {fraction: {above: 0.999, max: 0.5}}}
-  - {id: reward-reach, metric: train/reward, check: {reach: {value: 0.5, by_step: 2000000000, window: 5}}}
+  - {id: reward-reach, metric: train/reward,
+     check: {reach: {value: 0.5, by_step: 2000000000, window: 5}}}
   - {id: loss-fresh, metric: train/loss, check: {stale: {max_seconds: 3600}}}
 """
 
@@ -185,10 +187,12 @@ def main() -> None:
     interval, lat = bench_latency(args.trials)
     med = statistics.median(lat)
     print(
-        f"detection latency, bad row flushed -> SIGTERM sent, interval {interval:g} s, {len(lat)} trials:"
+        "detection latency, bad row flushed -> SIGTERM sent, "
+        f"interval {interval:g} s, {len(lat)} trials:"
     )
     print(
-        f"  median {med:.3f} s  min {min(lat):.3f}  max {max(lat):.3f}  (target <= {interval + 0.5:g} s)"
+        f"  median {med:.3f} s  min {min(lat):.3f}  max {max(lat):.3f}  "
+        f"(target <= {interval + 0.5:g} s)"
     )
 
     runs = bench_polls(args.small, args.big, args.polls)
@@ -199,7 +203,8 @@ def main() -> None:
     for key, label in (("small", args.small), ("big", args.big)):
         f = runs[key]
         print(
-            f"  {label:>9,} rows of history: {statistics.median(f.times) * 1e3:7.3f} ms/poll  (catch-up read {f.catch_up:.2f} s)"
+            f"  {label:>9,} rows of history: {statistics.median(f.times) * 1e3:7.3f} ms/poll"
+            f"  (catch-up read {f.catch_up:.2f} s)"
         )
     ratio = big / small
     print(f"  ratio {ratio:.2f}x  (target <= 1.2x)")
