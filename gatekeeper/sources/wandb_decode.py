@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 from google.protobuf.message import DecodeError
 
 from gatekeeper.errors import RecordError, SourceError
@@ -91,9 +92,25 @@ def _converted(entries: dict[str, tuple[list[int], list[Any]]]) -> Part:
     for key, (rows, vals) in entries.items():
         if key.startswith("_"):
             continue  # _step is in `steps`; _timestamp, _runtime, _wandb are no metrics
-        values, mask = to_floats(vals)
+        values, mask = texts_to_floats(vals)
         out.keys[key] = (np.asarray(rows, np.int64), values, mask)
     return out
+
+
+def texts_to_floats(texts: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    """JSON texts of history values to float64 (see `to_floats`), fast when all are plain
+    numbers: one orjson parse of the joined texts instead of one conversion per value."""
+    if texts and isinstance(texts[0], str):
+        try:
+            joined = ",".join(texts)
+        except TypeError:  # a typed (non-text) value among them
+            return to_floats(texts)
+        if not any(c in joined for c in ('"', "{", "[", "null")):
+            try:
+                return np.array(orjson.loads(f"[{joined}]"), dtype=np.float64), None
+            except orjson.JSONDecodeError:
+                pass  # NaN/Infinity are not JSON to orjson; the general path reads them
+    return to_floats(texts)
 
 
 def _decode_range_bytes(path: str, start: int, stop: int | None, resync: bool) -> Part:
