@@ -42,6 +42,7 @@ query HistoryPage($entity: String!, $project: String!, $name: String!, $minStep:
 """
 
 _STATES = {s.value: s for s in RunState}
+_TRANSIENT_MARKS = ("did not respond in time", "timed out", "timeout", "temporarily")
 
 
 def parse_spec(spec: str) -> tuple[str, str, str]:
@@ -75,6 +76,9 @@ class Retry:
                 permanent = _permanent(exc)
                 if permanent is not None:
                     raise permanent from None
+                if isinstance(exc, TypeError | AttributeError | KeyError | IndexError):
+                    # a response of a shape nobody expected: retrying will not change it
+                    raise SourceError(f"{what}: unexpected answer: {_describe(exc)}") from exc
                 self.attempts += 1
                 left = deadline - time.monotonic()
                 wait = min(_retry_after(exc) or delay, self.max_delay)
@@ -245,6 +249,8 @@ def _permanent(exc: BaseException) -> SourceError | None:
     if "could not find run" in lowered or "not found" in lowered:
         return SourceNotFound(f"wandb run not found: {text}; check ENTITY/PROJECT/RUN_ID")
     name = type(exc).__name__
+    if any(mark in lowered for mark in _TRANSIENT_MARKS):
+        return None  # e.g. credentials not verified because the server did not answer
     if name in ("AuthenticationError", "UsageError") or "401" in text or "403" in text:
         return SourceError(
             f"wandb refused the credentials ({name}: {text}); set WANDB_API_KEY for "

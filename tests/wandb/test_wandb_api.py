@@ -15,7 +15,7 @@ import pytest
 
 from gatekeeper.annotate import annotate
 from gatekeeper.cli import main
-from gatekeeper.errors import SourceUnavailable
+from gatekeeper.errors import SourceError, SourceUnavailable
 from gatekeeper.model import RunState
 from gatekeeper.sources import open_source
 from gatekeeper.sources.wandb_api import WandbApiSource
@@ -163,3 +163,12 @@ def _failing(verdict: Verdict) -> Verdict:
                         mode=Mode.ENFORCE, metric="train/loss", message="too high",
                         source="p.yaml:3")
     return Verdict(run=verdict.run, results=[result], final=True)
+
+
+def test_refused_credentials_fail_at_once_with_a_hint(standin: StandinWandb) -> None:
+    standin.fail_next(401, times=50)
+    source = WandbApiSource(SPEC, timeout=3, retry_seconds=60)
+    with pytest.raises(SourceError, match="WANDB_API_KEY") as info:
+        source.read()
+    assert not isinstance(info.value, SourceUnavailable)
+    assert source.retry.attempts == 0  # not retried: no retry fixes a refused key
