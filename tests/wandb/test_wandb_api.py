@@ -172,3 +172,22 @@ def test_refused_credentials_fail_at_once_with_a_hint(standin: StandinWandb) -> 
         source.read()
     assert not isinstance(info.value, SourceUnavailable)
     assert source.retry.attempts == 0  # not retried: no retry fixes a refused key
+
+
+def test_check_cli_on_a_wandb_url_with_annotate(standin: StandinWandb, tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "version: 1\nname: api\nrules:\n"
+        "  - id: kl-step0\n    metric: train/ppo_kl\n    steps: [0]\n"
+        "    check: {abs_max: 1.0e-8}\n"
+        "  - id: grad-finite\n    metric: train/grad_norm\n    check: {finite: true}\n"
+    )
+    out = tmp_path / "gate.json"
+    assert main(["check", SPEC, "-p", str(policy), "-q", "--annotate", "--json", str(out)]) == 1
+    results = {r["rule"]: r for r in json.loads(out.read_text())["results"]}
+    assert results["kl-step0"]["status"] == "pass"
+    assert results["grad-finite"]["status"] in ("fail", "error")  # NaN at train/step 5
+    grad = results["grad-finite"]
+    assert (grad["step"], grad["step_key"]) == (5, "train/step")
+    assert "gate:fail" in standin.run.tags
+    assert standin.run.summary["gatekeeper/report"] == str(out)
