@@ -1,9 +1,11 @@
 """`WandbLocalSource`: a wandb run directory on disk, read from its `.wandb` transaction log.
 
 Accepts `wandb/offline-run-*/`, `wandb/run-*/`, a `run-*.wandb` file, and a `wandb/`
-folder (or the directory holding one), which means its `latest-run` — resolved once, when
-the source is opened, so a watch keeps following the same run. Polls read only the
-records appended since the last poll.
+folder (or the directory holding one), which means its `latest-run`. That is resolved
+once — when the source opens, or at the first poll that finds it (a watch may start
+before training does) — so a watch keeps following the same run. Polls read only the
+records appended since the last poll. A run without an exit record (still running, or
+its writer was killed) is `running`; the exit code decides `finished` or `failed`.
 """
 
 from __future__ import annotations
