@@ -8,6 +8,7 @@ shipped miles + rl-health policies) watches them all. After a warm-up it samples
   lag      steps written but not yet ingested, per run (max and p95): bounded = keeps up
   poll lag how late polls start against their schedule (p95 from the histogram)
 
+The daemon is started as `python -m gatekeeper serve -c FILE` (the real live JSONL source).
 Targets (issue #6): lag stays bounded, cpu < 0.5 of one core, rss < 500 MB.
 Usage: python bench/bench_daemon.py [--runs 1000] [--seconds 120] [--interval 10]
 """
@@ -138,7 +139,7 @@ def main() -> None:
     writer.start()
     log = open(os.path.join(tmp, "daemon.log"), "wb")
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "tests.daemon.launch", cfg_path, "--log-level", "warning"],
+        [sys.executable, "-m", "gatekeeper", "serve", "-c", cfg_path, "--log-level", "warning"],
         cwd=REPO,
         stdout=log,
         stderr=subprocess.STDOUT,

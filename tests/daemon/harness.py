@@ -67,7 +67,16 @@ class DaemonProcess:
     def start(self, wait: bool = True) -> DaemonProcess:
         fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.daemon.launch", str(self.config), "--log-level", "info"],
+            [
+                sys.executable,
+                "-m",
+                "gatekeeper",
+                "serve",
+                "-c",
+                str(self.config),
+                "--log-level",
+                "info",
+            ],
             cwd=REPO,
             env=self.env,
             stdout=fh,
