@@ -44,8 +44,18 @@ class Part:
     pending: int = 0
 
 
+# The Record fields a reader uses; the others (summary, stats, output, ...) stay unparsed.
+READ_FIELDS = frozenset({"num", "history", "metric", "run", "exit", "config"})
+
+
 @functools.cache
 def record_parser() -> Any:
+    """`FromString` of the SDK's protobuf `Record`, narrowed to READ_FIELDS.
+
+    Built from the descriptor the installed SDK ships, in a private descriptor pool: the
+    same wire format, but a summary record (as large as each history record) is skipped
+    as unknown bytes instead of parsed item by item.
+    """
     # Imported on first use: `import wandb` costs a second, and most commands never read wandb.
     try:
         from wandb.proto import wandb_internal_pb2
@@ -53,7 +63,32 @@ def record_parser() -> Any:
         raise SourceError(
             f"reading wandb runs needs the wandb SDK ({exc}); install gatekeeper[wandb]"
         ) from None
-    return wandb_internal_pb2.Record.FromString  # type: ignore[attr-defined]
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    sdk_file = wandb_internal_pb2.DESCRIPTOR
+    proto = descriptor_pb2.FileDescriptorProto.FromString(sdk_file.serialized_pb)
+    record = next(m for m in proto.message_type if m.name == "Record")
+    kept = [f for f in record.field if f.name in READ_FIELDS]
+    del record.field[:]
+    record.field.extend(kept)
+    pool = descriptor_pool.DescriptorPool()
+    _add_file_deps(pool, sdk_file)
+    pool.Add(proto)
+    full_name = f"{proto.package}.Record" if proto.package else "Record"
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name)).FromString
+
+
+def _add_file_deps(pool: Any, file: Any) -> None:
+    from google.protobuf import descriptor_pb2
+
+    for dep in file.dependencies:
+        _add_file_deps(pool, dep)
+        try:
+            pool.FindFileByName(dep.name)
+        except KeyError:
+            proto = descriptor_pb2.FileDescriptorProto()
+            dep.CopyToProto(proto)
+            pool.Add(proto)
 
 
 def decode_range(path: str, start: int, stop: int | None, resync: bool) -> Part:
