@@ -66,3 +66,36 @@ def test_a_file_shorter_than_its_header_is_not_yet_written(tmp_path: Path) -> No
     short.write_bytes(b":W&")
     reader = LogReader(str(short))
     assert list(reader.records()) == [] and reader.offset == 0
+
+
+def _frame(records: list[bytes]) -> bytes:
+    """A minimal LevelDB-log writer: small records as FULL chunks in the first block."""
+    import struct
+    import zlib
+
+    out = bytearray(b":W&B\xe1\xbe\x00")
+    for data in records:
+        crc = zlib.crc32(data, zlib.crc32(b"\x01"))
+        out += struct.pack("<IHB", crc, len(data), 1) + data
+    assert len(out) < BLOCK_LEN
+    return bytes(out)
+
+
+def test_older_files_with_flat_keys_and_no_history_step(tmp_path: Path) -> None:
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    from gatekeeper.sources import open_source
+
+    records = []
+    for step in range(3):
+        items = [pb.HistoryItem(key="loss", value_json=repr(1.0 / (step + 1))),
+                 pb.HistoryItem(key="_step", value_json=str(step * 10))]
+        records.append(pb.Record(history=pb.HistoryRecord(item=items)).SerializeToString())
+    records.append(pb.Record(exit=pb.RunExitRecord(exit_code=0)).SerializeToString())
+    log = tmp_path / "run-old.wandb"
+    log.write_bytes(_frame(records))
+    run = open_source(str(log)).read()
+    loss = run.series["loss"]
+    assert loss.step_key == "_step" and loss.steps.tolist() == [0, 10, 20]
+    assert loss.values.tolist() == [1.0, 0.5, 1.0 / 3]
+    assert run.state.value == "finished"
