@@ -8,7 +8,8 @@ bench/out/wandb-<steps>x50/ and reused. Then, in one process, side by side:
   scan        frame + CRC-check every record and parse it with the SDK's protobuf `Record`
               (the least any reader of this file must do);
   gatekeeper  `WandbLocalSource.read()`: the same, plus every history item into numpy
-              columns on its define_metric step axis;
+              columns on its define_metric step axis (forked workers, one per core;
+              also timed in one process);
   sdk         the SDK's own decoding of the same records: `Record.FromString` and
               `wandb.sdk.lib.proto_util.dict_from_proto_list` (json.loads per value) into
               one dict per row, then per-metric columns. wandb 0.31 ships no Python reader
@@ -88,10 +89,17 @@ def scan(path: str) -> int:
     return n
 
 
-def ours(wandb_dir: Path) -> int:
+def ours(wandb_dir: Path, parallel: bool = True) -> int:
+    from gatekeeper.sources import wandb_decode
     from gatekeeper.sources.wandb_local import WandbLocalSource
 
-    run = WandbLocalSource(str(wandb_dir)).read()
+    saved = wandb_decode.PARALLEL_MIN_BYTES
+    if not parallel:
+        wandb_decode.PARALLEL_MIN_BYTES = 1 << 62
+    try:
+        run = WandbLocalSource(str(wandb_dir)).read()
+    finally:
+        wandb_decode.PARALLEL_MIN_BYTES = saved
     return sum(len(s) for s in run.series.values())
 
 
@@ -138,10 +146,13 @@ def main() -> int:
 
     t_scan, records = timed(scan, path)
     t_ours, points = timed(ours, wandb_dir)
+    t_serial, _ = timed(ours, wandb_dir, False)
     t_sdk, sdk_points = timed(sdk, path)
     print(f"file {path}: {size:.0f} MB, {records} records, {points} points ({sdk_points} by sdk)")
     print(f"scan        {t_scan:7.2f} s")
-    print(f"gatekeeper  {t_ours:7.2f} s   {points / t_ours / 1e6:.2f} M points/s")
+    print(f"gatekeeper  {t_ours:7.2f} s   {points / t_ours / 1e6:.2f} M points/s, "
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} before")
+    print(f"  1 process {t_serial:7.2f} s   (the same read without forked workers)")
     print(f"sdk         {t_sdk:7.2f} s")
     speedup, vs_scan = t_sdk / t_ours, t_ours / t_scan
     ok_sdk, ok_scan = speedup >= 5, vs_scan <= 2
