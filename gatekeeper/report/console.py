@@ -41,14 +41,15 @@ def render(verdict: Verdict, stream: TextIO | None = None, *, show_skipped: bool
         if r.mode.value == "shadow":
             status.append(" (shadow)", style="dim")
         message = r.message + (f" [override: {r.override}]" if r.override else "")
+        # Text(), not str: rule messages may contain "[...]", which rich reads as markup.
         table.add_row(
-            f"{r.policy}/{r.rule}",
+            Text(f"{r.policy}/{r.rule}"),
             status,
-            r.metric,
-            step_text(r),
-            value_text(r),
-            r.expected,
-            message,
+            Text(r.metric),
+            Text(step_text(r)),
+            Text(value_text(r)),
+            Text(r.expected),
+            Text(message),
         )
     console.print(table)
     style = "bold green" if verdict.passed else "bold red"

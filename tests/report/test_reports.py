@@ -77,3 +77,13 @@ def test_step_summary_is_cut_below_the_limit():
     assert "more rows cut" in text
     small = github.step_summary(verdict([result(1, Status.FAIL)]))
     assert "| `pol/r1` | fail |" in small and "cut" not in small
+
+
+def test_console_prints_brackets_in_messages_verbatim():
+    import io
+
+    from gatekeeper.report import console
+
+    out = io.StringIO()
+    console.render(verdict([result(0, Status.FAIL, message="window [bold] of [20 points]")]), out)
+    assert "[bold]" in out.getvalue() and "[20 points]" in out.getvalue()
