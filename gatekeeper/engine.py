@@ -73,6 +73,37 @@ class RuleTracker:
         self.agg_state: Any = (
             rule.check.start() if isinstance(rule.check, AggregateCheck) else None
         )
+        # steps {every: config.<key>}: the period comes from the run's config, which the
+        # first verdict brings; points fed before it wait here (once, not per poll)
+        every = rule.steps.kind == "every"
+        self.period: int | None = rule.steps.count if every and not rule.steps.period_key else None
+        self.period_error: str | None = None
+        self.unbound: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def bind(self, run: Run) -> None:
+        """Learn what the selection reads from the run's config (steps {every: config.k})."""
+        sel = self.rule.steps
+        if sel.kind != "every" or sel.period_key is None or self.period is not None:
+            return
+        found, value = run.lookup(sel.period_key)
+        if not found or value is None:
+            value = sel.count
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            shown = "is not set and steps has no default" if value is None else f"is {value!r}"
+            self.period_error = f"{sel.period_key} {shown}; steps every needs a whole number >= 1"
+            return
+        self.period = value
+        waiting, self.unbound = self.unbound, []
+        for steps, values in waiting:
+            self._select_every(steps, values)
+
+    def _select_every(self, steps: np.ndarray, values: np.ndarray) -> None:
+        if self.period is None:
+            self.unbound.append((steps, values))
+            return
+        keep = steps % self.period == self.rule.steps.offset
+        if keep.any():
+            self._judge(steps[keep], values[keep])
 
     # ---- feeding ---------------------------------------------------------------------
     def feed(self, steps: np.ndarray, values: np.ndarray, step_key: str) -> None:
@@ -86,6 +117,9 @@ class RuleTracker:
         sel = self.rule.steps
         if sel.kind in ("tail", "last"):
             self._keep_tail(steps, values, sel.count or 1)
+            return
+        if sel.kind == "every":
+            self._select_every(steps, values)
             return
         if sel.kind == "first":
             if self.first_taken:
@@ -165,6 +199,8 @@ class RuleTracker:
         axis = self.step_key or "step"
         if self.seen == 0:
             return self._absent(final, ctx)
+        if self.period_error is not None:
+            return Outcome(Status.ERROR, self.period_error)
         if rule.steps.kind in ("tail", "last"):
             if not final:
                 return Outcome(Status.PENDING, f"judged when the run ends ({rule.steps.describe()})")
@@ -221,6 +257,13 @@ class RuleTracker:
         if not final:
             return Outcome(Status.PENDING, f"waiting for metric {metric}")
         available = list(getattr(ctx.run, "series", {}) or {})
+        if self.rule.if_logged:
+            inputs = self.rule.expr.metrics if self.rule.expr is not None else (metric,)
+            absent = [m for m in inputs if m not in available]
+            if absent:
+                return Outcome(
+                    Status.SKIP, f"metric {', '.join(absent)} not logged by this run (if_logged)"
+                )
         if self.rule.expr is not None:
             return Outcome(Status.ERROR, missing_inputs(self.rule.expr, available))
         close = difflib.get_close_matches(metric, available, n=3, cutoff=0.6)
@@ -341,31 +384,79 @@ class Evaluation:
         history: Any = None,
         now: float | None = None,
         arrivals: Mapping[str, float] | None = None,
+        references: Mapping[str, Run] | None = None,
     ) -> Verdict:
         """`now` and `arrivals` (metric -> wall time its last new point arrived) come from
-        a live watcher, for `stale` rules; without them those rules are skipped."""
-        ctx = EvalContext(run=run, history=history, now=now)
+        a live watcher, for `stale` rules; without them those rules are skipped.
+        `references` are earlier runs by name, for `isclose` rules."""
+        ctx = EvalContext(run=run, history=history, now=now, references=references)
         arrivals = arrivals or {}
         results: list[RuleResult] = []
         by_policy = {p.name: p for p in self.policies}
         skip_reason = {p.name: _policy_mismatch(p, run) for p in self.policies}
+        unset = {p.name: _missing_config(p, run) for p in self.policies}
         for tracker in self.trackers:
             rule = tracker.rule
             outcome = _applicability(rule, run, skip_reason[rule.policy])
+            if outcome is None and unset[rule.policy]:
+                outcome = Outcome(Status.ERROR, unset[rule.policy] or "")
             if outcome is None:
-                rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrivals.get(rule.metric))
+                outcome = _metric_error(rule, run)
+            if outcome is None:
+                tracker.bind(run)
+                arrival = arrivals.get(rule.metric)
+                rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrival, metric=rule.metric)
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
             results.append(_result(rule, outcome, tracker.step_key, by_policy[rule.policy]))
         return Verdict(run=run.summary(), results=results, final=final)
 
 
 def evaluate(
-    policies: Iterable[PolicySpec], run: Run, *, final: bool = True, history: Any = None
+    policies: Iterable[PolicySpec],
+    run: Run,
+    *,
+    final: bool = True,
+    history: Any = None,
+    references: Mapping[str, Run] | None = None,
 ) -> Verdict:
     """Judge a whole run against the policies."""
     ev = Evaluation(policies)
     ev.feed(run.series)
-    return ev.verdict(run, final=final, history=history)
+    return ev.verdict(run, final=final, history=history, references=references)
+
+
+def _missing_config(policy: PolicySpec, run: Run) -> str | None:
+    """Why the policy cannot pick its variants: config keys it reads that the run lacks."""
+    missing = [k for k in policy.requires_config if not run.lookup(f"config.{k}")[0]]
+    if not missing:
+        return None
+    flags = " ".join(
+        f"--config {k}={_yaml_text(policy.requires_config[k])}" for k in missing
+    )
+    return (
+        f"run config does not set {', '.join(missing)}, which policy {policy.name} reads to "
+        f"pick its variants; give the run's values, e.g. {flags} (or \"config\" in run.json)"
+    )
+
+
+def _yaml_text(value: Any) -> str:
+    if value is None:
+        return "..."
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _metric_error(rule: RuleSpec, run: Run) -> Outcome | None:
+    """A metric the source could not read whole (null or duplicate step): ERROR, its reason."""
+    if not run.metric_errors:
+        return None
+    inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
+    for metric in inputs:
+        reason = run.metric_errors.get(metric)
+        if reason is not None:
+            return Outcome(Status.ERROR, f"{metric}: {reason}")
+    return None
 
 
 def _policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
