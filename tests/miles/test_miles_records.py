@@ -231,3 +231,24 @@ def test_cli_exit_codes_and_config_flags(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bare = gatekeeper("check", str(merged), "-p", PACK, "-q")
     assert bare.returncode == 1 and "miles-ci-consistency" in bare.stdout
+
+
+def test_null_step_is_an_error_while_live_too(tmp_path: Path) -> None:
+    """`gatekeeper watch` on the attempt directory miles writes into agrees with `check`."""
+    from gatekeeper.engine import Evaluation
+    from gatekeeper.sources.live_jsonl import LiveJsonlSource
+
+    def no_step(process: str, m: dict[str, Any]) -> None:
+        if m.get("rollout/step") == 2:
+            del m["rollout/step"]
+
+    attempt, _ = record(tmp_path, Variant(), no_step)
+    source = LiveJsonlSource(str(attempt))
+    ev = Evaluation(POLICIES)
+    poll = source.poll()
+    ev.feed(poll.series)
+    run = RunOverrides(config=Variant().config()).apply(poll.run)
+    rules = by_rule(ev.verdict(run, final=True))
+    raw = rules["miles-ci-capture/raw-reward-finite"]
+    assert raw.status is Status.ERROR and "null step" in raw.message
+    assert rules["miles-ci-capture/grad-norm-finite"].status is Status.PASS
