@@ -397,9 +397,7 @@ class Evaluation:
         unset = {p.name: _missing_config(p, run) for p in self.policies}
         for tracker in self.trackers:
             rule = tracker.rule
-            outcome = _applicability(rule, run, skip_reason[rule.policy])
-            if outcome is None and unset[rule.policy]:
-                outcome = Outcome(Status.ERROR, unset[rule.policy] or "")
+            outcome = _applicability(rule, run, skip_reason[rule.policy], unset[rule.policy])
             if outcome is None:
                 outcome = _metric_error(rule, run)
             if outcome is None:
@@ -474,11 +472,15 @@ def _policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
     return None
 
 
-def _applicability(rule: RuleSpec, run: Run, mismatch: str | None) -> Outcome | None:
+def _applicability(
+    rule: RuleSpec, run: Run, mismatch: str | None, unset: str | None = None
+) -> Outcome | None:
     if mismatch:
         return Outcome(Status.SKIP, mismatch)
     if rule.off:
         return Outcome(Status.SKIP, f"switched off by override: {rule.override}")
+    if unset:  # before `when`: a variant must not be skipped on a key the run lacks
+        return Outcome(Status.ERROR, unset)
     failing = first_failing(list(rule.conditions), run)
     if failing is not None:
         found, value = run.lookup(failing.key)
