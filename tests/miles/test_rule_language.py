@@ -226,3 +226,22 @@ def test_rise_needs_its_starting_value(tmp_path: Path) -> None:
     assert live.status is Status.PENDING
     with pytest.raises(PolicyError, match="by_step"):
         policy(tmp_path, "  - {id: r, metric: m, check: {rise: {from_step: 3, by_step: 3, min: 0.1}}}\n")
+
+
+def test_kimi_k3_recipe_rise(tmp_path: Path) -> None:
+    from gatekeeper.engine import evaluate
+    from gatekeeper.policy.loader import load_policies
+
+    p = load_policies([str(REPO / "policies" / "recipes" / "kimi-k3.yaml")])
+    aime = [0.40, 0.41, 0.43, 0.44, 0.45, 0.455, 0.457, 0.458, 0.459, 0.459, 0.52]
+    run = run_of(series("eval/aime", aime, step_key="eval/step"))
+    run.config = {"recipe": "kimi-k3"}
+    (result,) = evaluate(p, run).results
+    assert result.status is Status.FAIL and "rose only 0.059" in result.message
+    aime[9] = 0.4601
+    (result,) = evaluate(p, run_of(series("eval/aime", aime, step_key="eval/step"))).results
+    assert result.status is Status.SKIP  # another recipe's run
+    run = run_of(series("eval/aime", aime, step_key="eval/step"))
+    run.config = {"recipe": "kimi-k3"}
+    (result,) = evaluate(p, run).results
+    assert (result.status, result.step) == (Status.PASS, 9)
