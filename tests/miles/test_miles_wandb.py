@@ -22,7 +22,9 @@ from tests.wandb.conftest import sdk_env
 
 WRITER = Path(__file__).with_name("wandb_writer.py")
 REPO = Path(__file__).resolve().parents[2]
-POLICIES = gate.load([str(REPO / "policies" / "miles"), str(REPO / "policies" / "rl-health.yaml")], [])
+POLICIES = gate.load(
+    [str(REPO / "policies" / "miles"), str(REPO / "policies" / "rl-health.yaml")], []
+)
 
 
 def _marker(v: Any) -> Any:

@@ -89,7 +89,8 @@ def test_if_logged_skips_an_absent_metric_and_judges_a_present_one(tmp_path: Pat
     from gatekeeper.engine import evaluate
 
     absent = {r.rule: r for r in evaluate(p, run_of(series("a", [1.0]))).results}
-    assert absent["r"].status is Status.SKIP and "m not logged by this run (if_logged)" in absent["r"].message
+    assert absent["r"].status is Status.SKIP
+    assert "m not logged by this run (if_logged)" in absent["r"].message
     assert absent["e"].status is Status.SKIP and "b not logged" in absent["e"].message
     assert absent["plain"].status is Status.ERROR  # without if_logged: never a silent pass
     present = {r.rule: r for r in evaluate(p, run_of(series("m", [2.0]), series("a", [1.0]),
@@ -136,7 +137,9 @@ def test_per_metric_errors_leave_the_rest_judged(tmp_path: Path) -> None:
 
 # --- isclose: miles' grad-norm replay -----------------------------------------------------
 
-ISCLOSE = "  - {id: r, metric: g, check: {isclose: {reference: ref, rel_tol: 0.03, abs_tol: 0.03}}}\n"
+ISCLOSE = (
+    "  - {id: r, metric: g, check: {isclose: {reference: ref, rel_tol: 0.03, abs_tol: 0.03}}}\n"
+)
 
 
 def _replay(tmp_path: Path, run_values, ref_values, ref_steps=None):
@@ -215,7 +218,8 @@ def test_rise(tmp_path: Path, values, status: Status, step: int) -> None:
     p = policy(tmp_path, RISE)
     result = judge(p, run_of(series("eval/aime", values, step_key="eval/step")))
     assert (result.status, result.step) == (status, step), result.message
-    assert judge_in_chunks(p, run_of(series("eval/aime", values, step_key="eval/step")), 2).status is status
+    chunked = judge_in_chunks(p, run_of(series("eval/aime", values, step_key="eval/step")), 2)
+    assert chunked.status is status
 
 
 def test_rise_needs_its_starting_value(tmp_path: Path) -> None:
@@ -225,7 +229,8 @@ def test_rise_needs_its_starting_value(tmp_path: Path) -> None:
     live = judge(p, run_of(series("eval/aime", [0.3, 0.32], steps=[0, 2])), final=False)
     assert live.status is Status.PENDING
     with pytest.raises(PolicyError, match="by_step"):
-        policy(tmp_path, "  - {id: r, metric: m, check: {rise: {from_step: 3, by_step: 3, min: 0.1}}}\n")
+        policy(tmp_path, "  - {id: r, metric: m, "
+                         "check: {rise: {from_step: 3, by_step: 3, min: 0.1}}}\n")
 
 
 def test_kimi_k3_recipe_rise(tmp_path: Path) -> None:
