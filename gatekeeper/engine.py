@@ -19,7 +19,7 @@ from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome, f
 from gatekeeper.expr import Aligner, missing_inputs
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.conditions import first_failing, parse_conditions
-from gatekeeper.policy.schema import Reduce, Steps
+from gatekeeper.policy.schema import Reduce, Steps, period_expr
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import RuleResult, Severity, Status, Verdict
 
@@ -76,23 +76,28 @@ class RuleTracker:
         # steps {every: config.<key>}: the period comes from the run's config, which the
         # first verdict brings; points fed before it wait here (once, not per poll)
         every = rule.steps.kind == "every"
-        self.period: int | None = rule.steps.count if every and not rule.steps.period_key else None
+        self.period: int | None = rule.steps.count if every and not rule.steps.period_from else None
         self.period_error: str | None = None
         self.unbound: list[tuple[np.ndarray, np.ndarray]] = []
 
     def bind(self, run: Run) -> None:
         """Learn what the selection reads from the run's config (steps {every: config.k})."""
         sel = self.rule.steps
-        if sel.kind != "every" or sel.period_key is None or self.period is not None:
+        if sel.kind != "every" or not sel.period_from or self.period is not None:
             return
-        found, value = run.lookup(sel.period_key)
-        if not found or value is None:
-            value = sel.count
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            shown = "is not set and steps has no default" if value is None else f"is {value!r}"
-            self.period_error = f"{sel.period_key} {shown}; steps every needs a whole number >= 1"
+        period = _period(sel.period_from, run)
+        if isinstance(period, str):
+            self.period_error = period
             return
-        self.period = value
+        if period is None:
+            if sel.count is None:
+                self.period_error = (
+                    f"the run's config sets none of {', '.join(sel.period_from)}, and steps "
+                    "every has no default"
+                )
+                return
+            period = sel.count
+        self.period = period
         waiting, self.unbound = self.unbound, []
         for steps, values in waiting:
             self._select_every(steps, values)
@@ -421,6 +426,24 @@ def evaluate(
     ev = Evaluation(policies)
     ev.feed(run.series)
     return ev.verdict(run, final=final, history=history, references=references)
+
+
+def _period(sources: tuple[str, ...], run: Run) -> int | str | None:
+    """The first period the run's config gives (None: none set; str: why it is invalid)."""
+    for text in sources:
+        expr = period_expr(text)
+        values = [run.lookup(name) for name in expr.metrics]
+        if not all(found and value is not None for found, value in values):
+            continue
+        given = {n: v for n, (_, v) in zip(expr.metrics, values, strict=True)}
+        if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in given.values()):
+            return f"{text}: config values must be numbers, got {given}"
+        value = float(expr.evaluate({k: np.asarray(float(v)) for k, v in given.items()}))
+        if not (np.isfinite(value) and value >= 1 and value == int(value)):
+            shown = "" if len(given) == 1 else f" {given}"
+            return f"{text} is {fmt(value)}{shown}; steps every needs a whole number >= 1"
+        return int(value)
+    return None
 
 
 def _missing_config(policy: PolicySpec, run: Run) -> str | None:

@@ -36,10 +36,12 @@ class Steps(BaseModel):
     start: int | None = None
     end: int | None = None
     count: int | None = None
-    # kind "every": steps with step % period == offset; the period is a number or a
-    # `config.<key>` read from the run (miles: the first step of each rollout is
-    # train/step % num_steps_per_rollout == 0), `default` when the run does not set it.
-    period_key: str | None = None
+    # kind "every": steps with step % period == offset; the period is a number, or read
+    # from the run's config: `config.<key>` or an expression over config keys, several
+    # tried in order (the first whose keys are all set wins), `default` when none is.
+    # miles: the first step of each rollout is train/step % num_steps_per_rollout == 0, and
+    # miles leaves num_steps_per_rollout null when --global-batch-size sets it instead.
+    period_from: tuple[str, ...] = ()
     offset: int = 0
 
     @model_validator(mode="before")
@@ -88,11 +90,26 @@ class Steps(BaseModel):
         if self.kind == "tail":
             return f"last {self.count}"
         if self.kind == "every":
-            period = self.period_key or str(self.count)
-            if self.period_key and self.count is not None:
-                period += f" (default {self.count})"
-            return f"step % {period} == {self.offset}"
+            period = " or ".join(self.period_from) or str(self.count)
+            if self.period_from and self.count is not None:
+                period += f" or {self.count}"
+            return f"step % ({period}) == {self.offset}"
         return self.kind
+
+
+def period_expr(text: str) -> Any:
+    """`config.<key>`, or an expression over config keys (the expr grammar)."""
+    try:
+        expr = parse_expr(text)
+    except ValueError as exc:
+        raise ValueError(f"steps.every: {exc}") from None
+    bad = [m for m in expr.metrics if not m.startswith("config.") or m == "config."]
+    if bad:
+        raise ValueError(
+            f"steps.every reads the run's config: config.<key> or an expression over them, "
+            f"got {', '.join(map(repr, bad))} in {text!r}"
+        )
+    return expr
 
 
 def _whole(name: str, v: Any, low: int) -> int:
@@ -107,10 +124,11 @@ def _every(raw: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"steps.every takes every, default and offset; unknown: {sorted(unknown)}")
     every = raw["every"]
     out: dict[str, Any] = {"kind": "every", "offset": _whole("offset", raw.get("offset", 0), 0)}
-    if isinstance(every, str):
-        if not every.startswith("config.") or len(every) <= len("config."):
-            raise ValueError(f"steps.every is a whole number or config.<key>, got {every!r}")
-        out["period_key"] = every
+    sources = every if isinstance(every, list) else [every]
+    if every and all(isinstance(e, str) for e in sources):
+        for text in sources:
+            period_expr(text)
+        out["period_from"] = tuple(sources)
         if "default" in raw:
             out["count"] = _whole("default", raw["default"], 1)
         return out

@@ -181,3 +181,26 @@ def test_metric_checker_below_threshold_fails_and_applies_only_to_its_tests(
     rules = by_rule(gate.check(str(wandb_run(tmp_path / "other", Variant())), POLICIES))
     other = rules["miles-metric-checker-gsm8k/gsm8k-reaches-threshold"]
     assert other.status is Status.SKIP and "ci_metric_checker_key" in other.message
+
+
+def test_steps_per_rollout_derived_from_the_batch_when_miles_leaves_it_null(
+    tmp_path: Path,
+) -> None:
+    """A run launched with --global-batch-size instead of --num-steps-per-rollout logs
+    num_steps_per_rollout: null; miles trains rollout_batch_size * n_samples_per_prompt //
+    global_batch_size steps per rollout (here 8 * 4 // 8 = 4), and the pack derives it."""
+    v = Variant(num_steps_per_rollout=4)
+    batch = {"num_steps_per_rollout": None, "rollout_batch_size": 8,
+             "n_samples_per_prompt": 4, "global_batch_size": 8}
+
+    def at(step: int):
+        def edit(process: str, m: dict[str, Any]) -> None:
+            if m.get("train/step") == step:
+                m["train/ppo_kl"] = 0.05
+        return edit
+
+    healthy = gate.check(str(wandb_run(tmp_path / "ok", v, at(7), batch)), POLICIES)
+    assert healthy.exit_code == 0, not_passing(healthy)  # step 7 is inside rollout 1
+    rules = by_rule(gate.check(str(wandb_run(tmp_path / "bad", v, at(8), batch)), POLICIES))
+    rule = rules["miles-ci-consistency/ppo-kl-rollout-start"]
+    assert (rule.status, rule.step) == (Status.FAIL, 8)

@@ -250,3 +250,27 @@ def test_kimi_k3_recipe_rise(tmp_path: Path) -> None:
     run.config = {"recipe": "kimi-k3"}
     (result,) = evaluate(p, run).results
     assert (result.status, result.step) == (Status.PASS, 9)
+
+
+def test_every_tries_its_sources_in_order(tmp_path: Path) -> None:
+    p = policy(tmp_path, "  - id: r\n    metric: m\n    check: {abs_lt: 1.0e-9}\n"
+                         "    steps:\n      every: [config.n, 'config.a * config.b / config.c']\n")
+    values = [0.0, 0.3, 0.0, 0.3, 0.5, 0.0]
+    run = run_of(series("m", values))
+    run.config = {"n": None, "a": 8, "b": 4, "c": 16}  # n null: 8 * 4 / 16 = 2
+    assert (judge(p, run).status, judge(p, run).step) == (Status.FAIL, 4)
+    run.config = {"n": 5, "a": 8, "b": 4, "c": 16}  # n set: it wins
+    assert judge(p, run).status is Status.PASS
+    run.config = {"a": 8, "b": 4, "c": 12}
+    bad = judge(p, run)
+    assert bad.status is Status.ERROR and "is 2.66667" in bad.message
+    run.config = {"n": "four"}
+    assert "must be numbers" in judge(p, run).message
+    run.config = {}
+    assert "sets none of config.n" in judge(p, run).message
+
+
+def test_every_reads_only_config(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match=r"p\.yaml:4: rules\[0\]\.steps.*train/loss"):
+        policy(tmp_path, "  - {id: r, metric: m, steps: {every: 'train/loss * 2'}, "
+                         "check: {max: 1}}\n")
