@@ -19,7 +19,8 @@ from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome, f
 from gatekeeper.expr import Aligner, missing_inputs
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.conditions import first_failing, parse_conditions
-from gatekeeper.policy.schema import Reduce, Steps, period_expr
+from gatekeeper.policy.binding import metric_error, missing_config, period_from_config
+from gatekeeper.policy.schema import Reduce, Steps
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import RuleResult, Severity, Status, Verdict
 
@@ -85,7 +86,7 @@ class RuleTracker:
         sel = self.rule.steps
         if sel.kind != "every" or not sel.period_from or self.period is not None:
             return
-        period = _period(sel.period_from, run)
+        period = period_from_config(sel.period_from, run)
         if isinstance(period, str):
             self.period_error = period
             return
@@ -399,12 +400,12 @@ class Evaluation:
         results: list[RuleResult] = []
         by_policy = {p.name: p for p in self.policies}
         skip_reason = {p.name: _policy_mismatch(p, run) for p in self.policies}
-        unset = {p.name: _missing_config(p, run) for p in self.policies}
+        unset = {p.name: missing_config(p, run) for p in self.policies}
         for tracker in self.trackers:
             rule = tracker.rule
             outcome = _applicability(rule, run, skip_reason[rule.policy], unset[rule.policy])
             if outcome is None:
-                outcome = _metric_error(rule, run)
+                outcome = metric_error(rule, run)
             if outcome is None:
                 tracker.bind(run)
                 arrival = arrivals.get(rule.metric)
@@ -426,58 +427,6 @@ def evaluate(
     ev = Evaluation(policies)
     ev.feed(run.series)
     return ev.verdict(run, final=final, history=history, references=references)
-
-
-def _period(sources: tuple[str, ...], run: Run) -> int | str | None:
-    """The first period the run's config gives (None: none set; str: why it is invalid)."""
-    for text in sources:
-        expr = period_expr(text)
-        values = [run.lookup(name) for name in expr.metrics]
-        if not all(found and value is not None for found, value in values):
-            continue
-        given = {n: v for n, (_, v) in zip(expr.metrics, values, strict=True)}
-        if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in given.values()):
-            return f"{text}: config values must be numbers, got {given}"
-        value = float(expr.evaluate({k: np.asarray(float(v)) for k, v in given.items()}))
-        if not (np.isfinite(value) and value >= 1 and value == int(value)):
-            shown = "" if len(given) == 1 else f" {given}"
-            return f"{text} is {fmt(value)}{shown}; steps every needs a whole number >= 1"
-        return int(value)
-    return None
-
-
-def _missing_config(policy: PolicySpec, run: Run) -> str | None:
-    """Why the policy cannot pick its variants: config keys it reads that the run lacks."""
-    missing = [k for k in policy.requires_config if not run.lookup(f"config.{k}")[0]]
-    if not missing:
-        return None
-    flags = " ".join(
-        f"--config {k}={_yaml_text(policy.requires_config[k])}" for k in missing
-    )
-    return (
-        f"run config does not set {', '.join(missing)}, which policy {policy.name} reads to "
-        f"pick its variants; give the run's values, e.g. {flags} (or \"config\" in run.json)"
-    )
-
-
-def _yaml_text(value: Any) -> str:
-    if value is None:
-        return "..."
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _metric_error(rule: RuleSpec, run: Run) -> Outcome | None:
-    """A metric the source could not read whole (null or duplicate step): ERROR, its reason."""
-    if not run.metric_errors:
-        return None
-    inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
-    for metric in inputs:
-        reason = run.metric_errors.get(metric)
-        if reason is not None:
-            return Outcome(Status.ERROR, f"{metric}: {reason}")
-    return None
 
 
 def _policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
