@@ -17,6 +17,9 @@ import numpy as np
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runs")
 STEPS = 100
+# Four optimizer steps per rollout: miles' check_kl judges the first step of each rollout
+# (train/step % 4 == 0), where the policy has not moved yet and ppo_kl is ~0.
+STEPS_PER_ROLLOUT = 4
 
 
 def _clean(v: float) -> float | str:
@@ -32,9 +35,13 @@ def healthy_series(seed: int = 7) -> dict[str, np.ndarray]:
     t = np.arange(STEPS)
     reward = 0.5 + 0.35 * (1 - np.exp(-t / 25)) + rng.normal(0, 0.02, STEPS)
     reward[0] = 0.5
+    ppo_kl = np.concatenate([[0.0], np.abs(rng.normal(0, 3e-4, STEPS - 1))])
+    clipfrac = np.concatenate([[0.0], rng.uniform(0.01, 0.08, STEPS - 1)])
+    ppo_kl[::STEPS_PER_ROLLOUT] = 0.0
+    clipfrac[::STEPS_PER_ROLLOUT] = 0.0
     return {
-        "train/ppo_kl": np.concatenate([[0.0], np.abs(rng.normal(0, 3e-4, STEPS - 1))]),
-        "train/pg_clipfrac": np.concatenate([[0.0], rng.uniform(0.01, 0.08, STEPS - 1)]),
+        "train/ppo_kl": ppo_kl,
+        "train/pg_clipfrac": clipfrac,
         "train/kl_loss": np.concatenate([[0.0], np.abs(rng.normal(0, 1e-3, STEPS - 1))]),
         "train/loss": 0.4 - 0.1 * (1 - np.exp(-t / 40)) + rng.normal(0, 0.01, STEPS),
         "train/grad_norm": np.concatenate([[0.155], rng.uniform(0.12, 0.3, STEPS - 1)]),
@@ -77,7 +84,16 @@ def main() -> None:
     meta = {
         "name": "qwen3-4b-grpo-e2e",
         "tags": ["e2e", "megatron"],
-        "config": {"recipe": "deepseek-v4.1-flash", "lora_rank": 0, "backend": "megatron"},
+        "config": {
+            "recipe": "deepseek-v4.1-flash",
+            "backend": "megatron",
+            # what the miles pack reads to pick its check_kl variant (requires_config)
+            "lora_rank": 0,
+            "multi_latent_attention": False,
+            "num_steps_per_rollout": STEPS_PER_ROLLOUT,
+            "use_rollout_routing_replay": False,
+            "use_kl_loss": True,
+        },
         "state": "finished",
     }
     good = healthy_series()

@@ -48,6 +48,20 @@ def run_overrides(args: argparse.Namespace) -> RunOverrides:
     return RunOverrides(name=args.name, tags=tuple(args.tag or ()), config=config, state=state)
 
 
+def parse_references(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, source = item.partition("=")
+        if not eq or not name or not source:
+            raise UsageError(
+                f"--reference {item!r}: expected NAME=SOURCE, e.g. --reference grad-norm=ref.jsonl"
+            )
+        if name in out:
+            raise UsageError(f"--reference {name!r} is given twice")
+        out[name] = source
+    return out
+
+
 def add_policy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-p", "--policy", action="append", required=True, metavar="POLICY",
@@ -100,7 +114,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     policies = gate.load(args.policy, [parse_override(o) for o in args.override])
     from gatekeeper.commands.history import history_options, print_summary
 
-    verdict = gate.check(args.source, policies, run_overrides(args), history=history_options(args))
+    references = gate.read_references(parse_references(args.reference))
+    verdict = gate.check(
+        args.source, policies, run_overrides(args), history=history_options(args),
+        references=references,
+    )
     gate.write_reports(verdict, report_options(args))
     print_summary(verdict, args)
     annotate_from_args(args, verdict)
@@ -147,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_args(p)
     add_report_args(p)
     add_annotate_arg(p)
+    p.add_argument(
+        "--reference", action="append", default=[], metavar="NAME=SOURCE",
+        help="an earlier run (record file, run directory, wandb run) that isclose rules "
+        "with reference: NAME compare against, step by step (repeatable)",
+    )
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("validate", help="load policies and report problems (exit 2 if any)")

@@ -19,6 +19,7 @@ from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome, f
 from gatekeeper.expr import Aligner, missing_inputs
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.conditions import first_failing, parse_conditions
+from gatekeeper.policy.binding import metric_error, missing_config, period_from_config
 from gatekeeper.policy.schema import Reduce, Steps
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import RuleResult, Severity, Status, Verdict
@@ -73,6 +74,42 @@ class RuleTracker:
         self.agg_state: Any = (
             rule.check.start() if isinstance(rule.check, AggregateCheck) else None
         )
+        # steps {every: config.<key>}: the period comes from the run's config, which the
+        # first verdict brings; points fed before it wait here (once, not per poll)
+        every = rule.steps.kind == "every"
+        self.period: int | None = rule.steps.count if every and not rule.steps.period_from else None
+        self.period_error: str | None = None
+        self.unbound: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def bind(self, run: Run) -> None:
+        """Learn what the selection reads from the run's config (steps {every: config.k})."""
+        sel = self.rule.steps
+        if sel.kind != "every" or not sel.period_from or self.period is not None:
+            return
+        period = period_from_config(sel.period_from, run)
+        if isinstance(period, str):
+            self.period_error = period
+            return
+        if period is None:
+            if sel.count is None:
+                self.period_error = (
+                    f"the run's config sets none of {', '.join(sel.period_from)}, and steps "
+                    "every has no default"
+                )
+                return
+            period = sel.count
+        self.period = period
+        waiting, self.unbound = self.unbound, []
+        for steps, values in waiting:
+            self._select_every(steps, values)
+
+    def _select_every(self, steps: np.ndarray, values: np.ndarray) -> None:
+        if self.period is None:
+            self.unbound.append((steps, values))
+            return
+        keep = steps % self.period == self.rule.steps.offset
+        if keep.any():
+            self._judge(steps[keep], values[keep])
 
     # ---- feeding ---------------------------------------------------------------------
     def feed(self, steps: np.ndarray, values: np.ndarray, step_key: str) -> None:
@@ -86,6 +123,9 @@ class RuleTracker:
         sel = self.rule.steps
         if sel.kind in ("tail", "last"):
             self._keep_tail(steps, values, sel.count or 1)
+            return
+        if sel.kind == "every":
+            self._select_every(steps, values)
             return
         if sel.kind == "first":
             if self.first_taken:
@@ -165,6 +205,8 @@ class RuleTracker:
         axis = self.step_key or "step"
         if self.seen == 0:
             return self._absent(final, ctx)
+        if self.period_error is not None:
+            return Outcome(Status.ERROR, self.period_error)
         if rule.steps.kind in ("tail", "last"):
             if not final:
                 return Outcome(Status.PENDING, f"judged when the run ends ({rule.steps.describe()})")
@@ -221,6 +263,13 @@ class RuleTracker:
         if not final:
             return Outcome(Status.PENDING, f"waiting for metric {metric}")
         available = list(getattr(ctx.run, "series", {}) or {})
+        if self.rule.if_logged:
+            inputs = self.rule.expr.metrics if self.rule.expr is not None else (metric,)
+            absent = [m for m in inputs if m not in available]
+            if absent:
+                return Outcome(
+                    Status.SKIP, f"metric {', '.join(absent)} not logged by this run (if_logged)"
+                )
         if self.rule.expr is not None:
             return Outcome(Status.ERROR, missing_inputs(self.rule.expr, available))
         close = difflib.get_close_matches(metric, available, n=3, cutoff=0.6)
@@ -341,31 +390,43 @@ class Evaluation:
         history: Any = None,
         now: float | None = None,
         arrivals: Mapping[str, float] | None = None,
+        references: Mapping[str, Run] | None = None,
     ) -> Verdict:
         """`now` and `arrivals` (metric -> wall time its last new point arrived) come from
-        a live watcher, for `stale` rules; without them those rules are skipped."""
-        ctx = EvalContext(run=run, history=history, now=now)
+        a live watcher, for `stale` rules; without them those rules are skipped.
+        `references` are earlier runs by name, for `isclose` rules."""
+        ctx = EvalContext(run=run, history=history, now=now, references=references)
         arrivals = arrivals or {}
         results: list[RuleResult] = []
         by_policy = {p.name: p for p in self.policies}
         skip_reason = {p.name: _policy_mismatch(p, run) for p in self.policies}
+        unset = {p.name: missing_config(p, run) for p in self.policies}
         for tracker in self.trackers:
             rule = tracker.rule
-            outcome = _applicability(rule, run, skip_reason[rule.policy])
+            outcome = _applicability(rule, run, skip_reason[rule.policy], unset[rule.policy])
             if outcome is None:
-                rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrivals.get(rule.metric))
+                outcome = metric_error(rule, run)
+            if outcome is None:
+                tracker.bind(run)
+                arrival = arrivals.get(rule.metric)
+                rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrival, metric=rule.metric)
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
             results.append(_result(rule, outcome, tracker.step_key, by_policy[rule.policy]))
         return Verdict(run=run.summary(), results=results, final=final)
 
 
 def evaluate(
-    policies: Iterable[PolicySpec], run: Run, *, final: bool = True, history: Any = None
+    policies: Iterable[PolicySpec],
+    run: Run,
+    *,
+    final: bool = True,
+    history: Any = None,
+    references: Mapping[str, Run] | None = None,
 ) -> Verdict:
     """Judge a whole run against the policies."""
     ev = Evaluation(policies)
     ev.feed(run.series)
-    return ev.verdict(run, final=final, history=history)
+    return ev.verdict(run, final=final, history=history, references=references)
 
 
 def _policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
@@ -383,11 +444,15 @@ def _policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
     return None
 
 
-def _applicability(rule: RuleSpec, run: Run, mismatch: str | None) -> Outcome | None:
+def _applicability(
+    rule: RuleSpec, run: Run, mismatch: str | None, unset: str | None = None
+) -> Outcome | None:
     if mismatch:
         return Outcome(Status.SKIP, mismatch)
     if rule.off:
         return Outcome(Status.SKIP, f"switched off by override: {rule.override}")
+    if unset:  # before `when`: a variant must not be skipped on a key the run lacks
+        return Outcome(Status.ERROR, unset)
     failing = first_failing(list(rule.conditions), run)
     if failing is not None:
         found, value = run.lookup(failing.key)

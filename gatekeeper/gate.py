@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
 from gatekeeper.engine import evaluate
-from gatekeeper.errors import GatekeeperError
+from gatekeeper.errors import GatekeeperError, UsageError
+from gatekeeper.model import Run
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.policy.overrides import CliOverride, apply_cli_overrides
 from gatekeeper.policy.spec import PolicySpec
@@ -39,17 +40,26 @@ def check(
     policies: list[PolicySpec],
     run_overrides: RunOverrides | None = None,
     history: HistoryOptions | None = None,
+    references: dict[str, Run] | None = None,
 ) -> Verdict:
     """Read a finished run whole and judge it (missing data is ERROR, never a pass).
-    With `history`, drift rules read their baselines from the store (and record the run)."""
+    With `history`, drift rules read their baselines from the store (and record the run).
+    `references` (name -> an earlier run) are what `isclose` rules compare against."""
     run = open_source(source).read()
     if run_overrides is not None:
         run = run_overrides.apply(run)
     if history is not None:
         from gatekeeper.history.session import judge
 
+        if references:
+            raise UsageError("--reference and --history cannot be combined yet")
         return judge(policies, run, history)
-    return evaluate(policies, run, final=True)
+    return evaluate(policies, run, final=True, references=references)
+
+
+def read_references(sources: dict[str, str]) -> dict[str, Run]:
+    """Read each reference run whole (any source: record file, directory, wandb run)."""
+    return {name: open_source(spec).read() for name, spec in sources.items()}
 
 
 def github_enabled(mode: str) -> bool:

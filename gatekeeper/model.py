@@ -97,6 +97,9 @@ class Run:
     url: str | None = None
     run_id: str | None = None
     series: dict[str, Series] = field(default_factory=dict)
+    # metric -> why its series cannot be judged (a null or duplicate step in a miles
+    # record). A rule reading such a metric is ERROR with this reason; the rest is judged.
+    metric_errors: dict[str, str] = field(default_factory=dict)
 
     def lookup(self, dotted: str) -> tuple[bool, Any]:
         """Resolve `name`, `tags`, `state`, `id` or a dotted `config.a.b` key: (found, value)."""

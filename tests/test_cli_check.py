@@ -9,6 +9,11 @@ import pytest
 from tests.helpers import REPO, gatekeeper, write_policy, write_record
 
 MILES = str(REPO / "policies" / "miles" / "ci-consistency.yaml")
+# a miles record carries no config; the pack requires the keys its variants read
+DEFAULTS = [
+    "--config", "lora_rank=0", "--config", "multi_latent_attention=false",
+    "--config", "num_steps_per_rollout=1", "--config", "use_rollout_routing_replay=false",
+]
 
 
 @pytest.fixture
@@ -20,15 +25,17 @@ def broken(tmp_path):
 
 
 def test_the_signed_check_bug_fails_the_gate(broken, tmp_path):
-    out = gatekeeper("check", str(broken), "-p", MILES, "--json", str(tmp_path / "v.json"))
+    out = gatekeeper(
+        "check", str(broken), "-p", MILES, *DEFAULTS, "--json", str(tmp_path / "v.json")
+    )
     assert out.returncode == 1, out.stderr
-    assert "gate FAILED" in out.stdout and "miles-ci-consistency/ppo-kl-step0" in out.stdout
+    assert "gate FAILED" in out.stdout and "miles-ci-consistency/ppo-kl-rollout-start" in out.stdout
     report = json.loads((tmp_path / "v.json").read_text())
     assert report["status"] == "fail"
-    (kl,) = [r for r in report["results"] if r["rule"] == "ppo-kl-step0"]
+    (kl,) = [r for r in report["results"] if r["rule"] == "ppo-kl-rollout-start"]
     assert kl["status"] == "fail" and kl["step"] == 0 and kl["value"] == -0.3
-    assert kl["expected"] == "|x| <= 1e-09"
-    assert kl["source"] == "policies/miles/ci-consistency.yaml:13" or kl["source"].endswith("ci-consistency.yaml:13")
+    assert kl["expected"] == "|x| < 1e-09"
+    assert kl["source"].endswith("ci-consistency.yaml:27")
     assert set(kl) >= {"policy", "rule", "status", "metric", "step", "value", "expected", "message", "source"}
 
 
@@ -43,8 +50,8 @@ def test_healthy_example_passes_and_broken_example_fails():
 def test_override_reason_reaches_every_report(broken, tmp_path):
     reason = "MLA kernels differ, tracked in #123"
     out = gatekeeper(
-        "check", str(broken), "-p", MILES,
-        "--override", f"miles-ci-consistency/ppo-kl-step0=off:{reason}",
+        "check", str(broken), "-p", MILES, *DEFAULTS,
+        "--override", f"miles-ci-consistency/ppo-kl-rollout-start=off:{reason}",
         "--json", str(tmp_path / "v.json"), "--junit", str(tmp_path / "j.xml"),
         "--github", "always", env={"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")},
     )
@@ -56,10 +63,10 @@ def test_override_reason_reaches_every_report(broken, tmp_path):
 
 
 def test_missing_metric_fails_and_names_it(tmp_path):
-    run = write_record(tmp_path / "r.jsonl", {"train/ppo_kl": [(0, 0.0)]})
-    out = gatekeeper("check", str(run), "-p", MILES)
+    run = write_record(tmp_path / "r.jsonl", {"train/pg_clipfrac": [(0, 0.0)]})
+    out = gatekeeper("check", str(run), "-p", MILES, *DEFAULTS)
     assert out.returncode == 1
-    assert "metric train/pg_clipfrac is not in the run" in out.stdout
+    assert "metric train/ppo_kl is not in the run" in out.stdout
 
 
 def test_malformed_policy_exits_2_with_file_and_line(tmp_path, broken):
@@ -89,19 +96,22 @@ def test_run_metadata_flags_drive_when(tmp_path):
         tmp_path / "r.jsonl",
         {"train/ppo_kl": [(0, 5e-9)], "train/pg_clipfrac": [(0, 0.0)], "train/kl_loss": [(0, 0.0)]},
     )
-    plain = gatekeeper("check", str(run), "-p", MILES)
+    plain = gatekeeper("check", str(run), "-p", MILES, *DEFAULTS)
     assert plain.returncode == 1  # 5e-9 > 1e-9 for a full-weight run
-    lora = gatekeeper("check", str(run), "-p", MILES, "--config", "lora_rank=8", "--tag", "e2e")
+    lora = gatekeeper(
+        "check", str(run), "-p", MILES, *DEFAULTS, "--config", "lora_rank=8", "--tag", "e2e"
+    )
     assert lora.returncode == 0, lora.stdout  # LoRA runs allow 1e-8
 
 
 def test_github_annotations_point_at_policy_lines(broken, tmp_path):
     summary = tmp_path / "summary.md"
-    out = gatekeeper("check", str(broken), "-p", MILES, env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)})
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    out = gatekeeper("check", str(broken), "-p", MILES, *DEFAULTS, env=env)
     assert out.returncode == 1
     (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("::error")]
-    assert "file=" in line and "ci-consistency.yaml,line=13," in line
-    assert "| `miles-ci-consistency/ppo-kl-step0` | fail |" in summary.read_text()
+    assert "file=" in line and "ci-consistency.yaml,line=27," in line
+    assert "| `miles-ci-consistency/ppo-kl-rollout-start` | fail |" in summary.read_text()
 
 
 def test_validate_and_checks_commands():

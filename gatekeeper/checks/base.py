@@ -63,6 +63,8 @@ class EvalContext:
     rule_key: Any = None
     now: float | None = None
     last_arrival: float | None = None  # when a new point of the rule's metric last arrived
+    metric: str | None = None  # the metric the rule reads (isclose finds it in a reference)
+    references: Any = None  # name -> an earlier Run, for isclose (read at the edge)
 
 
 class Check(BaseModel):

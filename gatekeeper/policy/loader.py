@@ -104,6 +104,7 @@ def load_policy(path: str, _chain: tuple[str, ...] = ()) -> PolicySpec:
         description=policy.description,
         match=policy.match,
         rules=rules,
+        requires_config=dict(policy.requires_config),
     )
     if policy.extends:
         spec = _extend(spec, policy, tree, path, _chain)
@@ -160,6 +161,7 @@ def _extend(
         match=spec.match if "match" in fields else base.match,
         rules=rules,
         extends=base_path,
+        requires_config={**base.requires_config, **spec.requires_config},
     )
 
 
@@ -219,6 +221,7 @@ def _rule_spec(
         for_=rule.for_,
         description=rule.description,
         expr=parse_expr(rule.expr) if rule.expr else None,
+        if_logged=rule.if_logged,
     )
 
 

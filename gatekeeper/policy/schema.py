@@ -31,11 +31,18 @@ class Steps(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["all", "first", "last", "list", "range", "tail"]
+    kind: Literal["all", "first", "last", "list", "range", "tail", "every"]
     steps: tuple[int, ...] = ()
     start: int | None = None
     end: int | None = None
     count: int | None = None
+    # kind "every": steps with step % period == offset; the period is a number, or read
+    # from the run's config: `config.<key>` or an expression over config keys, several
+    # tried in order (the first whose keys are all set wins), `default` when none is.
+    # miles: the first step of each rollout is train/step % num_steps_per_rollout == 0, and
+    # miles leaves num_steps_per_rollout null when --global-batch-size sets it instead.
+    period_from: tuple[str, ...] = ()
+    offset: int = 0
 
     @model_validator(mode="before")
     @classmethod
@@ -63,11 +70,14 @@ class Steps(BaseModel):
             if lo is not None and hi is not None and lo > hi:
                 raise ValueError(f"steps.from ({lo}) must be <= steps.to ({hi})")
             return {"kind": "range", "start": lo, "end": hi}
+        if isinstance(raw, dict) and "every" in raw:
+            return _every(raw)
         if isinstance(raw, dict) and "kind" in raw:
             return raw
         raise ValueError(
             "steps must be all, first, last, a list of steps like [0, 1], "
-            f"{{from: a, to: b}} or {{last: n}}; got {raw!r}"
+            f"{{from: a, to: b}}, {{last: n}} or {{every: n | config.<key>, default: n}}; "
+            f"got {raw!r}"
         )
 
     def describe(self) -> str:
@@ -79,7 +89,53 @@ class Steps(BaseModel):
             return f"{lo}..{hi}"
         if self.kind == "tail":
             return f"last {self.count}"
+        if self.kind == "every":
+            period = " or ".join(self.period_from) or str(self.count)
+            if self.period_from and self.count is not None:
+                period += f" or {self.count}"
+            return f"step % ({period}) == {self.offset}"
         return self.kind
+
+
+def period_expr(text: str) -> Any:
+    """`config.<key>`, or an expression over config keys (the expr grammar)."""
+    try:
+        expr = parse_expr(text)
+    except ValueError as exc:
+        raise ValueError(f"steps.every: {exc}") from None
+    bad = [m for m in expr.metrics if not m.startswith("config.") or m == "config."]
+    if bad:
+        raise ValueError(
+            f"steps.every reads the run's config: config.<key> or an expression over them, "
+            f"got {', '.join(map(repr, bad))} in {text!r}"
+        )
+    return expr
+
+
+def _whole(name: str, v: Any, low: int) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < low:
+        raise ValueError(f"steps.{name} must be a whole number >= {low}, got {v!r}")
+    return v
+
+
+def _every(raw: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(raw) - {"every", "default", "offset"}
+    if unknown:
+        raise ValueError(f"steps.every takes every, default and offset; unknown: {sorted(unknown)}")
+    every = raw["every"]
+    out: dict[str, Any] = {"kind": "every", "offset": _whole("offset", raw.get("offset", 0), 0)}
+    sources = every if isinstance(every, list) else [every]
+    if every and all(isinstance(e, str) for e in sources):
+        for text in sources:
+            period_expr(text)
+        out["period_from"] = tuple(sources)
+        if "default" in raw:
+            out["count"] = _whole("default", raw["default"], 1)
+        return out
+    if "default" in raw:
+        raise ValueError("steps.default goes with every: config.<key>, not a number")
+    out["count"] = _whole("every", every, 1)
+    return out
 
 
 class Rule(BaseModel):
@@ -96,6 +152,9 @@ class Rule(BaseModel):
     severity: Severity = Severity.FAIL
     when: dict[str, Any] = Field(default_factory=dict)
     for_: int = Field(default=1, ge=1, alias="for")
+    # judge the metric only if the run logs it: absent at the end -> SKIP with that
+    # reason (miles' asserts that run only `if key in log_dict`), never a silent pass
+    if_logged: bool = False
     description: str = ""
 
     @field_validator("check")
@@ -190,8 +249,20 @@ class Policy(BaseModel):
     mode: Mode = Mode.ENFORCE
     match: Match | None = None
     extends: str | None = None
+    # config keys this policy's `when:`/`steps:` read, each with the value to suggest:
+    # a run that does not set one is ERROR on every rule, never judged as the default
+    requires_config: dict[str, Any] = Field(default_factory=dict)
     overrides: list[RuleOverride] = Field(default_factory=list)
     rules: list[Rule] = Field(default_factory=list)
+
+    @field_validator("requires_config", mode="before")
+    @classmethod
+    def _keys(cls, value: Any) -> Any:
+        if isinstance(value, list):  # a plain list of keys: no suggested value
+            if not all(isinstance(k, str) and k for k in value):
+                raise ValueError(f"requires_config lists config keys, got {value!r}")
+            return {k: None for k in value}
+        return value
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Policy:

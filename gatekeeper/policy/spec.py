@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gatekeeper.checks import Check
 from gatekeeper.expr import Expr
@@ -28,6 +29,7 @@ class RuleSpec:
     off: bool = False
     override: str | None = None  # reason an override gave; shown in every report
     expr: Expr | None = None  # a derived metric; then `metric` is its text
+    if_logged: bool = False  # absent metric -> SKIP (not logged by this run), not ERROR
 
     @property
     def key(self) -> str:
@@ -51,6 +53,7 @@ class PolicySpec:
     match: Match | None = None
     rules: tuple[RuleSpec, ...] = field(default_factory=tuple)
     extends: str | None = None  # resolved path of the base policy file
+    requires_config: dict[str, Any] = field(default_factory=dict)  # key -> suggested value
 
     def with_rules(self, rules: tuple[RuleSpec, ...]) -> PolicySpec:
         return replace(self, rules=rules)

@@ -143,6 +143,9 @@ class JsonlParser:
     chunks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
     step_keys: dict[str, str] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    # metric -> why it cannot be judged (a null step in a record line); the rest is judged
+    metric_errors: dict[str, str] = field(default_factory=dict)
+    record_metrics: set[str] = field(default_factory=set)  # metrics from record lines
 
     def feed(self, data: bytes | memoryview, *, final: bool) -> int:
         """Parse the complete lines of `data`; with `final`, a partial tail is an error.
@@ -259,6 +262,7 @@ class JsonlParser:
                 line=line,
             )
         step_key = obj.get("step_key") or default_step_key(metric, self.step_aliases)
+        self.record_metrics.add(metric)
         flat = _fast_floats(series, 2, check_shape=True)
         if flat is not None:
             # copies: a strided view would keep the whole interleaved buffer alive
@@ -278,6 +282,15 @@ class JsonlParser:
                     file=self.path,
                     line=line,
                 )
+            if point[0] is None:
+                # miles' capture writes the step it was given; `tracking.log(..., step=None)`
+                # leaves null, and miles' own gate then fails that metric only
+                self.metric_errors.setdefault(
+                    metric,
+                    f"series point {i} has a null step ({self.path}:{line}); "
+                    "a point without a step cannot be judged",
+                )
+                continue
             if not isinstance(point[0], (int, float)) or isinstance(point[0], bool):
                 raise RecordError(
                     f"series point {i} of {metric!r}: step must be a number, got {_show(point[0])}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
@@ -46,6 +47,8 @@ class JsonlSource(Source):
         chunks: dict[str, list[tuple]] = {}
         step_keys: dict[str, str] = {}
         ended_state: RunState | None = None
+        metric_errors: dict[str, str] = {}
+        record_metrics: set[str] = set()
         for path in self.files():
             parser = self._parser(path)
             try:
@@ -60,18 +63,25 @@ class JsonlSource(Source):
                         f"{step_keys[metric]!r} in another file of this run"
                     )
                 chunks.setdefault(metric, []).extend(parts)
+            for metric, reason in parser.metric_errors.items():
+                metric_errors.setdefault(metric, reason)
+            record_metrics |= parser.record_metrics
             for event in parser.events:
                 if event.get("event") == "end":
                     ended_state = _end_state(event.get("state"))
         series: dict[str, Series] = {}
         for metric in sorted(chunks):
             series[metric] = merge_chunks(metric, chunks.pop(metric), step_keys[metric])
-        return self._run(share_steps(series), ended_state)
+            if metric in record_metrics and metric not in metric_errors:
+                dup = duplicate_step(series[metric])
+                if dup is not None:
+                    metric_errors[metric] = dup
+        run = self._run(share_steps(series), ended_state)
+        run.metric_errors = metric_errors
+        return run
 
     def _run(self, series: dict[str, Series], ended_state: RunState | None) -> Run:
-        base = os.path.basename(os.path.normpath(self.path))
-        name = base[: -len(".jsonl")] if base.endswith(".jsonl") else base
-        run = Run(name=name, source=self.path, series=series)
+        run = Run(name=name_from_path(self.path), source=self.path, series=series)
         sidecar = sidecar_for(self.path)
         if sidecar:
             meta = read_sidecar(sidecar)
@@ -85,6 +95,36 @@ class JsonlSource(Source):
         if ended_state is not None:
             run.state = ended_state
         return run
+
+
+# Names miles' CI harness gives every run alike: `<record_key>/attempt-<n>/` holds the
+# per-process files, `<record_key>/attempt-<n>.merged.jsonl` the merged record.
+_GENERIC_NAME = re.compile(r"^(attempt-\d+(\.merged)?|merged|records?|metrics)$")
+
+
+def name_from_path(path: str) -> str:
+    """The run name a record's path gives when no sidecar names it: the file or directory
+    name, or its parent's for names every miles run shares (`attempt-0.merged`), so two
+    tests' records are not one run called `merged`."""
+    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
+    names = [p[: -len(".jsonl")] if p.endswith(".jsonl") else p for p in parts if p]
+    while len(names) > 1 and _GENERIC_NAME.match(names[-1]):
+        names.pop()
+    return names[-1] if names else path
+
+
+def duplicate_step(series: Series) -> str | None:
+    """A miles record holds one point per step; two at one step (two processes, or a
+    retried step) cannot be told apart, so miles' gate fails the metric: say which step."""
+    steps = series.steps
+    if steps.size < 2:
+        return None
+    same = np.flatnonzero(steps[1:] == steps[:-1])
+    if not same.size:
+        return None
+    step = int(steps[same[0]])
+    count = int(np.count_nonzero(steps == step))
+    return f"duplicate {series.step_key} {step} ({count} points); a record holds one point per step"
 
 
 def share_steps(series: dict[str, Series]) -> dict[str, Series]:

@@ -84,6 +84,7 @@ class LiveJsonlSource(LiveSource):
         self.step_aliases = step_aliases
         self.tails: dict[str, _Tail] = {}
         self.step_keys: dict[str, str] = {}
+        self.metric_errors: dict[str, str] = {}  # a null step in a record: that metric only
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -108,6 +109,7 @@ class LiveJsonlSource(LiveSource):
         ended = bool(self.tails) and all(t.ended is not None for t in self.tails.values())
         state = self._end_state() if ended else RunState.RUNNING
         run = self._whole._run({}, state)
+        run.metric_errors = dict(self.metric_errors)
         return Poll(series=series, run=run, ended=ended, points=points)
 
     def cursor(self) -> dict[str, Any]:
@@ -161,6 +163,8 @@ class LiveJsonlSource(LiveSource):
             tail.sig = _signature(fh, offset)
         tail.ino, tail.dev, tail.offset, tail.line = st.st_ino, st.st_dev, offset, parser.line
         self._collect(tail, parser, out, skip_emitted=not appended)
+        for metric, reason in parser.metric_errors.items():
+            self.metric_errors.setdefault(metric, reason)
         for event in parser.events:
             if event.get("event") == "end":
                 tail.ended = _end_state(event.get("state"))

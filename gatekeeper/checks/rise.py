@@ -1,0 +1,106 @@
+"""`rise: {from_step: m, by_step: n, min: d}` — by step n the value has risen by at least d
+over its value at step m: x(s) - x(m) >= d at some step m < s <= n. A recipe says this:
+"eval/aime rises by >= 0.06 over eval@0 by eval@9". Steps are on the metric's own axis
+(eval/step for eval/*); the value at step m is required.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt
+from gatekeeper.verdict import Status
+
+
+@dataclass
+class _RiseState:
+    base: float | None = None
+    reached: tuple[int, float] | None = None  # step, value where the rise was reached
+    best: tuple[int, float] | None = None  # step, value of the highest point after from_step
+    last_step: int | None = None
+    after: int = 0  # points in (from_step, by_step]
+
+
+class Rise(AggregateCheck):
+    kind = "rise"
+    from_step: int = Field(ge=0)
+    by_step: int = Field(ge=0)
+    min: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Rise:
+        if self.by_step <= self.from_step:
+            raise ValueError(
+                f"by_step ({self.by_step}) must be after from_step ({self.from_step})"
+            )
+        return self
+
+    @classmethod
+    def from_shorthand(cls, value: object) -> dict[str, object]:
+        raise ValueError("rise takes a mapping: {from_step: m, by_step: n, min: d}")
+
+    def describe(self) -> str:
+        return f"x - x@{self.from_step} >= {fmt(self.min)} by step {self.by_step}"
+
+    def start(self) -> _RiseState:
+        return _RiseState()
+
+    def feed(self, state: _RiseState, steps: np.ndarray, values: np.ndarray) -> _RiseState:
+        if not steps.size:
+            return state
+        last = int(steps[-1])
+        state.last_step = last if state.last_step is None else max(state.last_step, last)
+        at_base = np.flatnonzero(steps == self.from_step)
+        if at_base.size and state.base is None:
+            state.base = float(values[at_base[0]])
+        keep = (steps > self.from_step) & (steps <= self.by_step)
+        if not keep.any() or state.reached is not None:
+            return state
+        steps, values = steps[keep], values[keep]
+        state.after += int(steps.size)
+        j = int(np.argmax(values))
+        if state.best is None or values[j] > state.best[1]:
+            state.best = (int(steps[j]), float(values[j]))
+        if state.base is not None:
+            hit = np.flatnonzero(values - state.base >= self.min)
+            if hit.size:
+                state.reached = (int(steps[hit[0]]), float(values[hit[0]]))
+        return state
+
+    def outcome(self, state: _RiseState, *, final: bool, ctx: EvalContext) -> Outcome:
+        done = final or (state.last_step is not None and state.last_step >= self.by_step)
+        if state.base is None:
+            if not done:
+                return Outcome(Status.PENDING, f"waiting for step {self.from_step}")
+            return Outcome(Status.ERROR, f"no value at step {self.from_step} to rise from")
+        if state.reached is not None:
+            step, value = state.reached
+            return Outcome(
+                Status.PASS,
+                f"rose {fmt(value - state.base)} (from {fmt(state.base)} at step "
+                f"{self.from_step} to {fmt(value)}) by step {step}",
+                step=step,
+                value=value,
+                judged=state.after + 1,
+            )
+        if not done:
+            return Outcome(
+                Status.PENDING, f"not yet risen {fmt(self.min)}; waiting until step {self.by_step}"
+            )
+        if state.best is None:
+            return Outcome(
+                Status.ERROR, f"no points after step {self.from_step} up to step {self.by_step}"
+            )
+        step, value = state.best
+        return Outcome(
+            Status.FAIL,
+            f"rose only {fmt(value - state.base)} < {fmt(self.min)} by step {self.by_step} "
+            f"(from {fmt(state.base)} at step {self.from_step}; best {fmt(value)} at step {step})",
+            step=step,
+            value=value,
+            violations=1,
+            judged=state.after + 1,
+        )

@@ -1,0 +1,40 @@
+"""`strictly_between: [lo, hi]` — lo < x < hi, both ends open: miles' log-prob checker
+asserts `0 < entropy < 0.7`, so an entropy of exactly 0 (a collapsed policy) fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import model_validator
+
+from gatekeeper.checks.base import MaskCheck, fmt
+
+
+class StrictlyBetween(MaskCheck):
+    kind = "strictly_between"
+    lo: float
+    hi: float
+
+    @classmethod
+    def from_shorthand(cls, value: Any) -> dict[str, Any]:
+        if isinstance(value, list) and len(value) == 2:
+            return {"lo": value[0], "hi": value[1]}
+        raise ValueError(f"strictly_between takes [lo, hi] or {{lo: .., hi: ..}}, got {value!r}")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> StrictlyBetween:
+        if not self.lo < self.hi:
+            raise ValueError(f"lo must be < hi, got [{fmt(self.lo)}, {fmt(self.hi)}]")
+        return self
+
+    def describe(self) -> str:
+        return f"{fmt(self.lo)} < x < {fmt(self.hi)}"
+
+    def violations(self, values: np.ndarray, n_context: int) -> np.ndarray:
+        return ~((values > self.lo) & (values < self.hi))
+
+    def explain(self, value: float) -> str:
+        side = "<=" if value <= self.lo else ">="
+        bound = self.lo if value <= self.lo else self.hi
+        return f"x = {fmt(value)} {side} {fmt(bound)} (outside ({fmt(self.lo)}, {fmt(self.hi)}))"
