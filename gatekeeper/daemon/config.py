@@ -143,6 +143,11 @@ class HttpSettings(_Model):
     address: str = "127.0.0.1"
     port: int = Field(default=9464, ge=0, le=65535)
     token_env: str | None = None  # bearer token for /metrics and /api when set
+    # A connection must send its request within this, and its answer is written within
+    # it again: idle and trickling clients are closed instead of holding resources.
+    request_timeout: Annotated[float, BeforeValidator(_seconds), Field(gt=0, le=300)] = 10.0
+    max_connections: int = Field(default=1024, ge=1, le=65536)  # then the oldest is closed
+    workers: int = Field(default=4, ge=1, le=64)  # threads answering complete requests
 
     def is_loopback(self) -> bool:
         if self.address == "localhost":

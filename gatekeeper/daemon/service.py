@@ -96,7 +96,15 @@ class Daemon:
         self.scheduler = PollScheduler(
             config.poll, targets, self.store, self.metrics, self._offer, records
         )
-        self.http = HttpServer(self._api(), config.http.address, config.http.port)
+        http = config.http
+        self.http = HttpServer(
+            self._api(),
+            http.address,
+            http.port,
+            workers=http.workers,
+            request_timeout=http.request_timeout,
+            max_connections=http.max_connections,
+        )
         self.stopped = threading.Event()
         self._closed = False
 
