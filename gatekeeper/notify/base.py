@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from gatekeeper.notify import deadline
 from gatekeeper.notify.grouping import Group, group_alerts
 
 log = logging.getLogger("gatekeeper.notify")
@@ -55,7 +56,8 @@ class Notifier(ABC):
         self._url = url  # a secret: never logged
         self.secret = secret
         self.max_lines = max_lines
-        self.client = httpx.Client(timeout=timeout)
+        self.timeout = timeout  # the whole request's deadline, not per socket operation
+        self.client = deadline.client(timeout)
 
     @abstractmethod
     def render(self, groups: Sequence[Group]) -> list[dict[str, Any]]:
@@ -64,9 +66,10 @@ class Notifier(ABC):
     def post(self, body: dict[str, Any]) -> None:
         """Send one body. Translates transport errors and error answers into SendError."""
         try:
-            resp = self.client.post(self._url, json=body)
+            with deadline.within(self.timeout):
+                resp = self.client.post(self._url, json=body)
         except httpx.TimeoutException:
-            raise SendError(f"{self.name}: timed out after {self.client.timeout.read}s") from None
+            raise SendError(f"{self.name}: no complete answer within {self.timeout:g}s") from None
         except httpx.HTTPError as exc:
             raise SendError(f"{self.name}: {type(exc).__name__}") from None
         self.check_response(resp)

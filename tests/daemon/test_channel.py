@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from gatekeeper.notify.base import Channel, ChannelHooks
+from gatekeeper.notify.base import Channel, ChannelHooks, SendError
 from gatekeeper.notify.lark import LarkNotifier
 from gatekeeper.notify.slack import SlackNotifier
 from gatekeeper.notify.webhook import WebhookNotifier
-from tests.daemon.recorder import Recorder
+from tests.daemon.recorder import Recorder, Trickler
 from tests.daemon.test_grouping import alert
 
 
@@ -123,3 +124,23 @@ def test_full_queue_drops_and_counts_without_blocking(outcomes: Outcomes) -> Non
     assert dropped >= 15 and outcomes.counts.get("dropped") == dropped
     assert all(outcomes.marks[i] == "dropped" for i, ok in enumerate(accepted) if not ok)
     ch.stop(), rec.close()
+
+
+HEADERS = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 200\r\n\r\n"
+
+
+@pytest.mark.parametrize(("prefix", "trickled"), [(b"", HEADERS), (HEADERS, b"x" * 200)])
+def test_a_trickling_receiver_is_cut_at_the_request_deadline(
+    prefix: bytes, trickled: bytes
+) -> None:
+    """timeout: 2s is the whole request: a receiver sending a byte every 0.3 s (each read
+    in time, so a per-read timeout never fires) is cut at 2 s, not after 30."""
+    rec = Trickler(trickled, prefix=prefix, period=0.3)
+    hook = WebhookNotifier("w", rec.url, timeout=2, max_lines=10)
+    started = time.monotonic()
+    with pytest.raises(SendError, match="within 2s"):
+        hook.post({"a": 1})
+    took = time.monotonic() - started
+    assert 1.9 <= took <= 2.6, took
+    assert rec.wait_cut() <= 3.0  # the receiver saw the connection closed at the deadline
+    hook.close(), rec.close()
