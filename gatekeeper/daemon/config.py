@@ -104,11 +104,34 @@ class Notifier(_Model):
     statuses: list[Literal["fail", "error", "warn"]] = ["fail", "error"]
     repeat_interval: Duration = 4 * 3600.0  # re-send while still firing; 0 = never
     group_wait: Duration = 2.0  # collect state changes this long before sending
-    timeout: PositiveDuration = 10.0
-    retries: int = Field(default=3, ge=0, le=10)
+    # The whole request (connect, send, answer), not each socket read.
+    timeout: Annotated[float, BeforeValidator(_seconds), Field(gt=0, le=300)] = 10.0
+    # Keep retrying an undelivered alert until it is this old (across restarts), then
+    # count it expired; 0 = one attempt.
+    retry_for: Annotated[float, BeforeValidator(_seconds), Field(ge=0, le=7 * 86400)] = 3600.0
     retry_backoff: PositiveDuration = 1.0  # first retry pause, doubling; Retry-After wins
+    retry_backoff_max: PositiveDuration = 60.0  # the pause between retries stops growing here
     queue_size: int = Field(default=1000, ge=1)
     max_lines: int = Field(default=20, ge=1)  # run lines per group before "+N more"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replaced(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "retries" in data:
+            raise ValueError(
+                "retries was replaced by retry_for, a time horizon: alerts are retried with "
+                "backoff until they are that old, e.g. retry_for: 1h"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _backoff(self) -> Notifier:
+        if self.retry_backoff > self.retry_backoff_max:
+            raise ValueError(
+                f"retry_backoff ({self.retry_backoff:g}s) must not exceed retry_backoff_max "
+                f"({self.retry_backoff_max:g}s)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _url(self) -> Notifier:

@@ -5,7 +5,8 @@ re-reading history), the latest verdict. Per rule: the confirmed status, a debou
 candidate and since-when. Per alert channel and rule: firing or not and when it was last
 sent. The alert log doubles as an outbox: alerts are inserted `pending` in the same
 transaction as the poll that caused them and marked `sent`/`failed`/`dropped` after
-delivery, so a `kill -9` at any moment neither loses a verdict nor creates an alert twice.
+delivery (`sent`, `failed`, `dropped`, `expired`), so a `kill -9` at any moment neither
+loses a verdict nor creates an alert twice.
 
 The pickles are trusted input: keep the state file writable by the daemon only.
 A file that is not a gatekeeper state of a known version raises `StateError`; the store
@@ -236,12 +237,14 @@ class StateStore:
             {},
         )
 
-    def pending_alerts(self) -> list[tuple[int, str, dict[str, Any]]]:
+    def pending_alerts(self) -> list[tuple[int, str, dict[str, Any], float]]:
+        """(id, channel, payload, created) of every alert not yet delivered, oldest first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, channel, payload FROM alerts WHERE outcome = 'pending' ORDER BY id"
+                "SELECT id, channel, payload, created FROM alerts WHERE outcome = 'pending' "
+                "ORDER BY id"
             ).fetchall()
-        return [(i, ch, json.loads(p)) for i, ch, p in rows]
+        return [(i, ch, json.loads(p), created) for i, ch, p, created in rows]
 
     def alert_log(self, limit: int = 100) -> list[dict[str, Any]]:
         with self._lock:

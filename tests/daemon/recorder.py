@@ -21,7 +21,12 @@ class Recorder:
     """Records JSON bodies posted to it. `lark_secret` makes it verify Lark signatures."""
 
     def __init__(
-        self, *, lark_secret: str | None = None, script: Script | None = None, delay: float = 0.0
+        self,
+        *,
+        lark_secret: str | None = None,
+        script: Script | None = None,
+        delay: float = 0.0,
+        port: int = 0,
     ):
         self.bodies: list[dict[str, Any]] = []
         self.requests = 0
@@ -41,7 +46,7 @@ class Recorder:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 rec.handle(self, json.loads(body))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
