@@ -60,6 +60,9 @@ class PollSettings(_Model):
     discovery_interval: PositiveDuration = 30.0  # how often globs are re-expanded
     workers: int = Field(default=8, ge=1, le=256)  # concurrent polls
     debounce: int = Field(default=1, ge=1)  # polls a new rule status must hold before it counts
+    # Failed polls in a row before a run that cannot be read is `error` and alerts
+    # (a malformed record, which will not heal, counts at once).
+    error_after: int = Field(default=3, ge=1, le=100)
 
 
 class WandbFilter(_Model):

@@ -260,7 +260,6 @@ class StateStore:
     def commit_poll(self, c: PollCommit) -> list[int]:
         """Write one poll's effects atomically; returns the ids of the alerts it created."""
         blob = pickle.dumps(c.evaluation, protocol=pickle.HIGHEST_PROTOCOL)
-        ids: list[int] = []
         with self._tx() as db:
             db.execute(
                 "INSERT INTO runs (key, target, cursor, evaluation, fingerprint, verdict, status,"
@@ -282,37 +281,27 @@ class StateStore:
                     c.now,
                 ),
             )
-            db.executemany(
-                "INSERT OR REPLACE INTO rules VALUES (?,?,?,?,?,?,?,?,?)",
-                [
-                    (
-                        c.key,
-                        r.policy,
-                        r.rule,
-                        r.severity,
-                        r.status,
-                        r.since,
-                        r.candidate,
-                        r.candidate_count,
-                        r.message,
-                    )
-                    for r in c.rules
-                ],
-            )
-            db.executemany(
-                "INSERT OR REPLACE INTO alert_state VALUES (?,?,?,?,?,?)",
-                [
-                    (c.key, p, r, ch, int(a.firing), a.last_sent)
-                    for (p, r, ch), a in c.alert_states.items()
-                ],
-            )
-            for channel, payload in c.alerts:
-                cur = db.execute(
-                    "INSERT INTO alerts (channel, payload, created) VALUES (?,?,?)",
-                    (channel, json.dumps(payload), c.now),
-                )
-                ids.append(int(cur.lastrowid or 0))
+            ids = _write_effects(db, c.key, c.rules, c.alert_states, c.alerts, c.now)
         return ids
+
+    def commit_unreadable(
+        self,
+        key: str,
+        target: str,
+        now: float,
+        rule: RuleRow,
+        alert_states: dict[tuple[str, str, str], AlertState],
+        alerts: list[tuple[str, dict[str, Any]]],
+    ) -> list[int]:
+        """A run that cannot be read is `error`: its status, its source rule and the alerts
+        in one transaction. Cursor, evaluation and verdict stay as last committed."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO runs (key, target, status) VALUES (?,?,'error') ON CONFLICT(key)"
+                " DO UPDATE SET status='error'",
+                (key, target),
+            )
+            return _write_effects(db, key, [rule], alert_states, alerts, now)
 
     def reset_run(self, key: str) -> None:
         """Forget a run's evaluation (its policies changed): it is re-read from the start."""
@@ -327,3 +316,43 @@ class StateStore:
                 "UPDATE alerts SET outcome=?, done=?, detail=? WHERE id=?",
                 [(outcome, now, detail[:500], i) for i in ids],
             )
+
+
+def _write_effects(
+    db: sqlite3.Connection,
+    key: str,
+    rules: list[RuleRow],
+    alert_states: dict[tuple[str, str, str], AlertState],
+    alerts: list[tuple[str, dict[str, Any]]],
+    now: float,
+) -> list[int]:
+    """Rule rows, alert states and new outbox alerts of one run; the new alert ids."""
+    db.executemany(
+        "INSERT OR REPLACE INTO rules VALUES (?,?,?,?,?,?,?,?,?)",
+        [
+            (
+                key,
+                r.policy,
+                r.rule,
+                r.severity,
+                r.status,
+                r.since,
+                r.candidate,
+                r.candidate_count,
+                r.message,
+            )
+            for r in rules
+        ],
+    )
+    db.executemany(
+        "INSERT OR REPLACE INTO alert_state VALUES (?,?,?,?,?,?)",
+        [(key, p, r, ch, int(a.firing), a.last_sent) for (p, r, ch), a in alert_states.items()],
+    )
+    ids: list[int] = []
+    for channel, payload in alerts:
+        cur = db.execute(
+            "INSERT INTO alerts (channel, payload, created) VALUES (?,?,?)",
+            (channel, json.dumps(payload), now),
+        )
+        ids.append(int(cur.lastrowid or 0))
+    return ids

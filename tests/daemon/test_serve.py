@@ -173,20 +173,23 @@ def test_a_hung_source_and_a_failing_notifier_do_not_stop_the_loop(tmp_path: Pat
         kid.wait(30)
         assert daemon.wait(lambda: daemon.run("bad")["ended"]), daemon.tail()
         assert daemon.run("bad")["status"] == "fail"
+        # The stuck run turns `error` after poll.error_after failed polls and alerts too.
         assert daemon.wait(
             lambda: (
                 daemon.metric('gatekeeper_notifications_total{channel="hook",outcome="expired"}')
-                == 1
+                == 2
             )
-        )
+        ), daemon.tail()
         assert hook.requests >= 3  # retried with backoff until retry_for, then expired
         assert daemon.metric('gatekeeper_notification_retries_total{channel="hook"}') >= 2
         stuck = daemon.run("stuck")
-        assert stuck["errors"] >= 1 and "timed out" in stuck["last_error"]
-        assert daemon.metric('gatekeeper_poll_errors_total{kind="timeout"}') >= 1
+        assert stuck["status"] == "error" and "timed out" in stuck["last_error"]
+        assert stuck["errors"] >= 3
+        assert daemon.metric('gatekeeper_poll_errors_total{kind="timeout"}') >= 3
         log = daemon.api("/api/alerts")["alerts"]
-        assert [(a["outcome"], a["payload"]["run"]) for a in log] == [("expired", "bad")]
-        assert "500" in log[0]["detail"]
+        got = {(a["outcome"], a["payload"]["run"], a["payload"]["rule"]) for a in log}
+        assert got == {("expired", "bad", "kl-small"), ("expired", "stuck", "source-readable")}
+        assert all("500" in a["detail"] for a in log)
     finally:
         kid.kill()
         assert daemon.stop() == 0  # exits although a poll thread is stuck in open()
