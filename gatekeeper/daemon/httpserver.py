@@ -41,7 +41,7 @@ class _Conn:
     head: bytearray = field(default_factory=bytearray)
 
 
-class SocketWriter(io.RawIOBase):
+class SocketWriter(io.BufferedIOBase):
     """A write-only file over a socket in blocking mode with a timeout (`sendall` treats
     the timeout as a total deadline for the whole write)."""
 
@@ -51,7 +51,7 @@ class SocketWriter(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, b: Any) -> int:
+    def write(self, b: Any, /) -> int:
         self._sock.sendall(b)
         return len(b)
 

@@ -95,13 +95,21 @@ class DeadlineBackend(httpcore.NetworkBackend):
 
 
 def client(timeout: float) -> httpx.Client:
-    """An httpx client whose requests, made inside `within(...)`, respect the deadline.
+    """An httpx client whose requests, made inside `within(...)`, respect the deadline,
+    directly or through a proxy from the environment.
 
-    The wrapped backend is installed on httpcore's pool (`_network_backend`, present in
+    The wrapped backend is installed on httpcore's pools (`_network_backend`, present in
     httpcore 1.x for direct and proxied pools); a layout change fails here, loudly."""
-    transport = httpx.HTTPTransport()
+    c = httpx.Client(timeout=timeout)  # as httpx builds it: proxies from the environment
+    for transport in (c._transport, *c._mounts.values()):
+        if isinstance(transport, httpx.HTTPTransport):
+            _wrap(transport)
+    return c
+
+
+def _wrap(transport: httpx.HTTPTransport) -> None:
     pool = transport._pool
-    if not hasattr(pool, "_network_backend"):
+    if not isinstance(getattr(pool, "_network_backend", None), httpcore.NetworkBackend):
         raise RuntimeError("httpcore changed: cannot install the request deadline")
-    pool._network_backend = DeadlineBackend(pool._network_backend)
-    return httpx.Client(timeout=timeout, transport=transport)
+    if not isinstance(pool._network_backend, DeadlineBackend):
+        pool._network_backend = DeadlineBackend(pool._network_backend)
