@@ -194,3 +194,42 @@ def test_a_hung_source_and_a_failing_notifier_do_not_stop_the_loop(tmp_path: Pat
         kid.kill()
         assert daemon.stop() == 0  # exits although a poll thread is stuck in open()
         hook.close()
+
+
+def test_a_failing_rule_turning_error_is_not_resolved_on_a_fail_only_channel(
+    tmp_path: Path,
+) -> None:
+    fail_only, both = Recorder(), Recorder()
+    config = write_config(
+        tmp_path,
+        [
+            {
+                "name": "fail-only",
+                "kind": "webhook",
+                "url": fail_only.url,
+                "statuses": ["fail"],
+                "group_wait": 0.1,
+            },
+            {"name": "both", "kind": "webhook", "url": both.url, "group_wait": 0.1},
+        ],
+    )
+    run = tmp_path / "runs" / "worse.jsonl"
+    daemon = DaemonProcess(config).start()
+    try:
+        with open(run, "a") as fh:
+            fh.write('{"train/step": 0, "train/ppo_kl": 0.5, "train/loss": 1.0}\n')
+        assert fail_only.wait(lambda: len(fail_only.bodies) == 1), daemon.tail()
+        with open(run, "a") as fh:  # the failing rule gets worse: a NaN is ERROR
+            fh.write('{"train/step": 1, "train/ppo_kl": NaN, "train/loss": 1.0}\n')
+
+        def kl_status() -> str:
+            rules = daemon.run("worse")["rules"]
+            return next(r["status"] for r in rules if r["rule"] == "kl-small")
+
+        assert daemon.wait(lambda: kl_status() == "error"), daemon.tail()
+        time.sleep(1.0)  # polled several times since
+        assert firing_lines(fail_only.bodies) == {("worse", "kl-small", "firing"): 1}
+        assert firing_lines(both.bodies) == {("worse", "kl-small", "firing"): 1}
+    finally:
+        assert daemon.stop() == 0
+        fail_only.close(), both.close()
