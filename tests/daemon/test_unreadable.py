@@ -85,3 +85,38 @@ def test_a_run_unreadable_for_error_after_polls_alerts_and_resolves_when_readabl
     finally:
         daemon.stop()
         hook.close()
+
+
+def test_an_unreadable_run_stays_error_across_a_restart_and_resolves_once(tmp_path: Path) -> None:
+    hook = Recorder()
+    path = write_config(
+        tmp_path,
+        [{"name": "hook", "kind": "webhook", "url": hook.url, "group_wait": 0.1}],
+        error_after=1,
+        backoff_max=0.5,
+    )
+    run = tmp_path / "runs" / "flaky.jsonl"
+    run.write_text(json.dumps({"train/step": 0, "train/ppo_kl": 0.001, "train/loss": 1.0}) + "\n")
+    broken = Path(str(run) + ".broken")
+    broken.touch()
+    config = load_config(str(path))
+    daemon = Daemon(config, open_test_source)
+    daemon.start()
+    try:
+        assert hook.wait(lambda: len(alerts_of(hook)) == 1)
+        daemon.stop()
+        broken.unlink()
+        daemon = Daemon(config, open_test_source)
+        assert daemon.store.load_runs()[str(run)].status == "error"  # committed as such
+        daemon.start()
+        assert hook.wait(lambda: len(alerts_of(hook)) == 2)
+        time.sleep(1.0)
+        assert alerts_of(hook) == [
+            ("flaky", "source-readable", "error", "firing"),
+            ("flaky", "source-readable", "pass", "resolved"),
+        ]
+        (watcher,) = daemon.scheduler.snapshot()
+        assert watcher.status == "pass" and watcher.points == 2
+    finally:
+        daemon.stop()
+        hook.close()
