@@ -51,7 +51,7 @@ class Routes:
     """Exact paths and path prefixes to handlers; `auth` routes need the bearer token.
 
     Another module adds pages with `routes.add("/status", handler)`; a handler answers
-    with `h.json(...)` or `h.send(...)` and reads `h.path` and `h.api`.
+    with `h.json(...)` or `h.send(...)` and reads `h.path`, `h.query` and `h.api`.
     """
 
     exact: dict[str, tuple[Route, bool]] = field(default_factory=dict)
@@ -115,6 +115,7 @@ class Handler(BaseHTTPRequestHandler):
     api: Api  # set on the subclass built per server
     routes: Routes
     server_version = "gatekeeper"
+    query = ""  # the request's query string, for routes that take parameters
 
     def __init__(self, sock: socket.socket, addr: Any, head: bytes):
         self._head = head
@@ -129,7 +130,8 @@ class Handler(BaseHTTPRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        self.path = urlsplit(self.path).path
+        url = urlsplit(self.path)
+        self.path, self.query = url.path, url.query
         found = self.routes.find(self.path)
         if found is None:
             return self.json(404, {"error": f"no endpoint {self.path}"})

@@ -131,6 +131,8 @@ class BoundedServer:
                 if exc.errno in (errno.EMFILE, errno.ENFILE) and self._conns:
                     log.warning("http: out of file descriptors, closing the oldest connection")
                     self._close(next(iter(self._conns.values())))
+                else:
+                    time.sleep(0.1)  # nothing to close: do not spin on a listener still ready
                 return
             if len(self._conns) >= self.max_connections:
                 self._close(next(iter(self._conns.values())))

@@ -79,6 +79,13 @@ class Notifier(ABC):
                 f"{self.name}: rejected with {resp.status_code}: {resp.text[:200]}", retryable=False
             )
 
+    def scrub(self, text: str) -> str:
+        """`text` without this notifier's URL or secret (a receiver may echo them)."""
+        for secret in (self._url, self.secret):
+            if secret:
+                text = text.replace(secret, "[redacted]")
+        return text
+
     def close(self) -> None:
         self.client.close()
 

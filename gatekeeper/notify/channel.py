@@ -183,7 +183,7 @@ class Channel:
 
     def _failed(self, batch: list[Pending], exc: SendError) -> None:
         self.failures += 1
-        error = str(exc)
+        error = self.notifier.scrub(str(exc))  # it goes to the log and the alert log
         log.warning("notifier %s: attempt %d failed: %s", self.name, self.failures, error)
         if not exc.retryable:
             self.failures = 0

@@ -21,6 +21,7 @@ from tests.daemon.test_grouping import alert
 class Outcomes:
     def __init__(self) -> None:
         self.marks: dict[int, str] = {}
+        self.details: dict[int, str] = {}
         self.counts: dict[str, int] = {}
         self.retries = 0
         self.lock = threading.Lock()
@@ -29,6 +30,7 @@ class Outcomes:
         def mark(ids: list[int], outcome: str, detail: str) -> None:
             with self.lock:
                 self.marks.update({i: outcome for i in ids})
+                self.details.update({i: detail for i in ids})
 
         def count(channel: str, outcome: str, n: int) -> None:
             with self.lock:
@@ -205,3 +207,13 @@ def test_a_trickling_receiver_is_cut_at_the_request_deadline(
     assert 1.9 <= took <= 2.6, took
     assert rec.wait_cut() <= 3.0  # the receiver saw the connection closed at the deadline
     hook.close(), rec.close()
+
+
+def test_a_receiver_echoing_the_url_does_not_put_it_in_the_alert_log(outcomes: Outcomes) -> None:
+    rec = Recorder(script=lambda n: (400, {}, f"unknown hook {url}".encode()))
+    url = rec.url + "/s3cret-hook-id"
+    ch = channel(WebhookNotifier("w", url, timeout=2, max_lines=10), outcomes)
+    ch.offer(1, alert("a"))
+    assert rec.wait(lambda: outcomes.marks.get(1) == "failed")
+    assert "s3cret-hook-id" not in outcomes.details[1] and "[redacted]" in outcomes.details[1]
+    ch.stop(), rec.close()
