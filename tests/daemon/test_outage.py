@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.daemon.harness import DaemonProcess, free_port, write_config, writer
-from tests.daemon.recorder import Recorder
+from tests.daemon.recorder import Recorder, Trickler
 
 OUTAGE = 30.0  # seconds, as the issue asks: far beyond the old ~7 s of retries
 
@@ -83,3 +83,41 @@ def test_a_30s_receiver_outage_across_two_restarts_loses_no_alert_and_sends_none
         assert daemon.stop() == 0
         if rec is not None:
             rec.close()
+
+
+def test_the_daemon_cuts_a_trickling_receiver_at_the_request_deadline(tmp_path: Path) -> None:
+    """A receiver answering one byte every 0.3 s would hold the request for 20 s; with
+    `timeout: 1s` the daemon hangs up at 1 s, retries, and expires the alert at retry_for."""
+    trickler = Trickler(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", period=0.3, limit=20)
+    config = write_config(
+        tmp_path,
+        [
+            {
+                "name": "hook",
+                "kind": "webhook",
+                "url": trickler.url,
+                "group_wait": 0.1,
+                "timeout": 1,
+                "retry_for": 2,
+                "retry_backoff": 0.1,
+            }
+        ],
+    )
+    daemon = DaemonProcess(config).start()
+    kid = writer(tmp_path / "runs" / "bad.jsonl", "--steps", "4", "--bad-at", "1", "--end")
+    try:
+        kid.wait(30)
+        assert daemon.wait(
+            lambda: (
+                daemon.metric('gatekeeper_notifications_total{channel="hook",outcome="expired"}')
+                == 1
+            ),
+            15,
+        ), daemon.tail()
+        (entry,) = daemon.api("/api/alerts")["alerts"]
+        assert entry["outcome"] == "expired" and "no complete answer within 1s" in entry["detail"]
+        assert trickler.cut_after and max(trickler.cut_after) < 1.8, trickler.cut_after
+    finally:
+        kid.kill()
+        assert daemon.stop() == 0
+        trickler.close()
