@@ -46,11 +46,39 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _check(config)
     from gatekeeper.daemon.service import Daemon
 
+    _room_for_connections(config.http.max_connections)
+    _guard_secrets(config)
     Daemon(config).serve()
     logging.shutdown()
     # A poll stuck in the kernel (a hung network filesystem) cannot be interrupted and
     # would block interpreter exit forever; everything is committed by now.
     os._exit(0)
+
+
+def _guard_secrets(config: Any) -> None:
+    """Register every secret the daemon will hold with the log filter (see logsafe)."""
+    from gatekeeper.daemon.logsafe import install
+    from gatekeeper.errors import ConfigError
+
+    secrets: list[str | None] = [config.http.token()]
+    for n in config.notifiers:
+        try:
+            secrets += [n.resolved_url(), n.resolved_secret()]
+        except ConfigError:
+            pass  # unset: the Daemon reports it, and there is nothing to hide
+    install(secrets)
+
+
+def _room_for_connections(max_connections: int) -> None:
+    """Raise the soft open-files limit so `http.max_connections` sockets plus the state,
+    sources and notifiers fit (many systems start at 1,024); never above the hard limit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max_connections + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
 
 
 def _check(config: Any) -> int:

@@ -60,6 +60,9 @@ class PollSettings(_Model):
     discovery_interval: PositiveDuration = 30.0  # how often globs are re-expanded
     workers: int = Field(default=8, ge=1, le=256)  # concurrent polls
     debounce: int = Field(default=1, ge=1)  # polls a new rule status must hold before it counts
+    # Failed polls in a row before a run that cannot be read is `error` and alerts
+    # (a malformed record, which will not heal, counts at once).
+    error_after: int = Field(default=3, ge=1, le=100)
 
 
 class WandbFilter(_Model):
@@ -104,11 +107,34 @@ class Notifier(_Model):
     statuses: list[Literal["fail", "error", "warn"]] = ["fail", "error"]
     repeat_interval: Duration = 4 * 3600.0  # re-send while still firing; 0 = never
     group_wait: Duration = 2.0  # collect state changes this long before sending
-    timeout: PositiveDuration = 10.0
-    retries: int = Field(default=3, ge=0, le=10)
+    # The whole request (connect, send, answer), not each socket read.
+    timeout: Annotated[float, BeforeValidator(_seconds), Field(gt=0, le=300)] = 10.0
+    # Keep retrying an undelivered alert until it is this old (across restarts), then
+    # count it expired; 0 = one attempt.
+    retry_for: Annotated[float, BeforeValidator(_seconds), Field(ge=0, le=7 * 86400)] = 3600.0
     retry_backoff: PositiveDuration = 1.0  # first retry pause, doubling; Retry-After wins
+    retry_backoff_max: PositiveDuration = 60.0  # the pause between retries stops growing here
     queue_size: int = Field(default=1000, ge=1)
     max_lines: int = Field(default=20, ge=1)  # run lines per group before "+N more"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replaced(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "retries" in data:
+            raise ValueError(
+                "retries was replaced by retry_for, a time horizon: alerts are retried with "
+                "backoff until they are that old, e.g. retry_for: 1h"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _backoff(self) -> Notifier:
+        if self.retry_backoff > self.retry_backoff_max:
+            raise ValueError(
+                f"retry_backoff ({self.retry_backoff:g}s) must not exceed retry_backoff_max "
+                f"({self.retry_backoff_max:g}s)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _url(self) -> Notifier:
@@ -143,6 +169,11 @@ class HttpSettings(_Model):
     address: str = "127.0.0.1"
     port: int = Field(default=9464, ge=0, le=65535)
     token_env: str | None = None  # bearer token for /metrics and /api when set
+    # A connection must send its request within this, and its answer is written within
+    # it again: idle and trickling clients are closed instead of holding resources.
+    request_timeout: Annotated[float, BeforeValidator(_seconds), Field(gt=0, le=300)] = 10.0
+    max_connections: int = Field(default=1024, ge=1, le=65536)  # then the oldest is closed
+    workers: int = Field(default=4, ge=1, le=64)  # threads answering complete requests
 
     def is_loopback(self) -> bool:
         if self.address == "localhost":

@@ -6,15 +6,17 @@ Every object that owns metrics takes a `registry`, so tests use a fresh one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gatekeeper.verdict import GateStatus
+
+OUTCOMES = ("sent", "failed", "dropped", "expired")  # final outcomes of an alert
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,20 @@ class DaemonMetrics:
         )
         self.notifications = Counter(
             "gatekeeper_notifications",
-            "Alerts by channel and outcome (sent, failed, dropped)",
+            "Alerts by channel and final outcome (sent, failed, dropped, expired)",
             ["channel", "outcome"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "gatekeeper_notification_retries",
+            "Delivery attempts that failed and will be retried",
+            ["channel"],
+            registry=registry,
+        )
+        self.waiting = Gauge(
+            "gatekeeper_notifications_waiting",
+            "Alerts queued or waiting for a retry, not yet delivered",
+            ["channel"],
             registry=registry,
         )
         self.watched = Counter(
@@ -110,11 +124,18 @@ class DaemonMetrics:
     def count_notification(self, channel: str, outcome: str, n: int = 1) -> None:
         self.notifications.labels(channel=channel, outcome=outcome).inc(n)
 
-    def prime(self, channels: Iterable[str], **_: Any) -> None:
-        """Create the labelled series at 0, so rate() works from the first scrape."""
-        for ch in channels:
-            for outcome in ("sent", "failed", "dropped"):
+    def count_retry(self, channel: str) -> None:
+        self.retries.labels(channel=channel).inc()
+
+    def prime(self, channels: Mapping[str, Any], **_: Any) -> None:
+        """Create the labelled series at 0, so rate() works from the first scrape; each
+        channel's `waiting()` is read at scrape time."""
+        for ch, channel in channels.items():
+            for outcome in OUTCOMES:
                 self.notifications.labels(channel=ch, outcome=outcome)
+            self.retries.labels(channel=ch)
+            if hasattr(channel, "waiting"):
+                self.waiting.labels(channel=ch).set_function(channel.waiting)
         for kind in ("error", "timeout", "discovery"):
             self.poll_errors.labels(kind=kind)
         for outcome in ("ok", "error", "skipped"):

@@ -29,6 +29,7 @@ from gatekeeper.daemon.discovery import Lister
 from gatekeeper.daemon.exporter import DaemonMetrics
 from gatekeeper.daemon.state import RunRecord, StateStore
 from gatekeeper.daemon.watch import RunWatcher, Watched
+from gatekeeper.errors import RecordError
 
 log = logging.getLogger("gatekeeper.daemon")
 DISCOVERY_JOB = "__discovery__"
@@ -138,13 +139,15 @@ class PollScheduler:
                 max(0.0, datetime.now(due.tzinfo).timestamp() - due.timestamp())
             )
         started = time.time()
-        if watcher.in_flight is not None and not watcher.in_flight.done():
-            self.metrics.polls.labels(outcome="skipped").inc()
-            return  # the previous fetch is still hung
-        watcher.in_flight = None
         if started < watcher.next_allowed:
             self.metrics.polls.labels(outcome="skipped").inc()
             return  # backing off after errors
+        if watcher.in_flight is not None and not watcher.in_flight.done():
+            # Still hung: not polled again, but a failed poll all the same, so a run
+            # stuck for good turns `error` and alerts after poll.error_after of them.
+            self._failed(watcher, "timeout", "poll timed out and is still hung")
+            return
+        watcher.in_flight = None
         with self.metrics.poll_duration.time():
             self._poll(watcher, started)
         if watcher.ended:
@@ -159,24 +162,38 @@ class PollScheduler:
             self._failed(watcher, "timeout", f"poll timed out after {self.settings.timeout:g}s")
             return
         except Exception as exc:  # any source failure: count, back off, keep the loop going
-            self._failed(watcher, "error", f"{type(exc).__name__}: {exc}")
+            self._failed(watcher, "error", f"{type(exc).__name__}: {exc}", exc)
             return
         try:
             alerts = watcher.apply(poll, time.time())
         except Exception as exc:
             log.exception("run %s: evaluating or committing the poll failed", watcher.key)
-            self._failed(watcher, "error", f"{type(exc).__name__}: {exc}")
+            self._failed(watcher, "error", f"{type(exc).__name__}: {exc}", exc)
             return
         self.metrics.points.inc(poll.points)
         self.metrics.polls.labels(outcome="ok").inc()
         for alert_id, channel, payload in alerts:
             self.offer(alert_id, channel, payload)
 
-    def _failed(self, watcher: RunWatcher, kind: str, error: str) -> None:
+    def _failed(
+        self, watcher: RunWatcher, kind: str, error: str, exc: Exception | None = None
+    ) -> None:
+        """Count, back off; past `poll.error_after` failures in a row (at once for a
+        malformed record, which will not heal) the run is `error` and alerts."""
         log.warning("run %s: %s", watcher.key, error)
         self.metrics.poll_errors.labels(kind=kind).inc()
         self.metrics.polls.labels(outcome="error").inc()
-        watcher.failed(error, time.time(), self.settings.backoff_max)
+        now = time.time()
+        watcher.failed(error, now, self.settings.backoff_max)
+        if not isinstance(exc, RecordError) and watcher.errors < self.settings.error_after:
+            return
+        try:
+            alerts = watcher.unreadable(error, now)
+        except Exception:
+            log.exception("run %s: recording it as unreadable failed", watcher.key)
+            return
+        for alert_id, channel, payload in alerts:
+            self.offer(alert_id, channel, payload)
 
     def _retire(self, watcher: RunWatcher) -> None:
         log.info("run %s ended (%s): retired", watcher.key, watcher.status)

@@ -96,7 +96,15 @@ class Daemon:
         self.scheduler = PollScheduler(
             config.poll, targets, self.store, self.metrics, self._offer, records
         )
-        self.http = HttpServer(self._api(), config.http.address, config.http.port)
+        http = config.http
+        self.http = HttpServer(
+            self._api(),
+            http.address,
+            http.port,
+            workers=http.workers,
+            request_timeout=http.request_timeout,
+            max_connections=http.max_connections,
+        )
         self.stopped = threading.Event()
         self._closed = False
 
@@ -106,22 +114,26 @@ class Daemon:
                 ids, outcome, time.time(), detail
             ),
             count=self.metrics.count_notification,
+            retried=self.metrics.count_retry,
         )
         return Channel(
             build_notifier(n),
             hooks,
             queue_size=n.queue_size,
             group_wait=n.group_wait,
-            retries=n.retries,
+            retry_for=n.retry_for,
             retry_backoff=n.retry_backoff,
+            retry_backoff_max=n.retry_backoff_max,
         )
 
-    def _offer(self, alert_id: int, channel: str, payload: dict[str, Any]) -> None:
+    def _offer(
+        self, alert_id: int, channel: str, payload: dict[str, Any], created: float | None = None
+    ) -> None:
         ch = self.channels.get(channel)
         if ch is None:
             self.store.mark_alerts([alert_id], "dropped", time.time(), "channel not configured")
             return
-        ch.offer(alert_id, payload)
+        ch.offer(alert_id, payload, created)
 
     # ---- views for the exporter and the API ---------------------------------------------
     def _views(self) -> list[RunView]:
@@ -161,8 +173,9 @@ class Daemon:
     def start(self) -> None:
         for ch in self.channels.values():
             ch.start()
-        for alert_id, channel, payload in self.store.pending_alerts():
-            self._offer(alert_id, channel, payload)  # committed before a crash, not yet sent
+        # Committed before a stop or crash, not yet delivered: their retry horizon goes on.
+        for alert_id, channel, payload, created in self.store.pending_alerts():
+            self._offer(alert_id, channel, payload, created)
         self.scheduler.start()
         self.http.start()
         log.info("serving on http://%s:%d", self.config.http.address, self.http.port)

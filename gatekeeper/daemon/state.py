@@ -5,7 +5,8 @@ re-reading history), the latest verdict. Per rule: the confirmed status, a debou
 candidate and since-when. Per alert channel and rule: firing or not and when it was last
 sent. The alert log doubles as an outbox: alerts are inserted `pending` in the same
 transaction as the poll that caused them and marked `sent`/`failed`/`dropped` after
-delivery, so a `kill -9` at any moment neither loses a verdict nor creates an alert twice.
+delivery (`sent`, `failed`, `dropped`, `expired`), so a `kill -9` at any moment neither
+loses a verdict nor creates an alert twice.
 
 The pickles are trusted input: keep the state file writable by the daemon only.
 A file that is not a gatekeeper state of a known version raises `StateError`; the store
@@ -236,12 +237,14 @@ class StateStore:
             {},
         )
 
-    def pending_alerts(self) -> list[tuple[int, str, dict[str, Any]]]:
+    def pending_alerts(self) -> list[tuple[int, str, dict[str, Any], float]]:
+        """(id, channel, payload, created) of every alert not yet delivered, oldest first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, channel, payload FROM alerts WHERE outcome = 'pending' ORDER BY id"
+                "SELECT id, channel, payload, created FROM alerts WHERE outcome = 'pending' "
+                "ORDER BY id"
             ).fetchall()
-        return [(i, ch, json.loads(p)) for i, ch, p in rows]
+        return [(i, ch, json.loads(p), created) for i, ch, p, created in rows]
 
     def alert_log(self, limit: int = 100) -> list[dict[str, Any]]:
         with self._lock:
@@ -257,7 +260,6 @@ class StateStore:
     def commit_poll(self, c: PollCommit) -> list[int]:
         """Write one poll's effects atomically; returns the ids of the alerts it created."""
         blob = pickle.dumps(c.evaluation, protocol=pickle.HIGHEST_PROTOCOL)
-        ids: list[int] = []
         with self._tx() as db:
             db.execute(
                 "INSERT INTO runs (key, target, cursor, evaluation, fingerprint, verdict, status,"
@@ -279,37 +281,27 @@ class StateStore:
                     c.now,
                 ),
             )
-            db.executemany(
-                "INSERT OR REPLACE INTO rules VALUES (?,?,?,?,?,?,?,?,?)",
-                [
-                    (
-                        c.key,
-                        r.policy,
-                        r.rule,
-                        r.severity,
-                        r.status,
-                        r.since,
-                        r.candidate,
-                        r.candidate_count,
-                        r.message,
-                    )
-                    for r in c.rules
-                ],
-            )
-            db.executemany(
-                "INSERT OR REPLACE INTO alert_state VALUES (?,?,?,?,?,?)",
-                [
-                    (c.key, p, r, ch, int(a.firing), a.last_sent)
-                    for (p, r, ch), a in c.alert_states.items()
-                ],
-            )
-            for channel, payload in c.alerts:
-                cur = db.execute(
-                    "INSERT INTO alerts (channel, payload, created) VALUES (?,?,?)",
-                    (channel, json.dumps(payload), c.now),
-                )
-                ids.append(int(cur.lastrowid or 0))
+            ids = _write_effects(db, c.key, c.rules, c.alert_states, c.alerts, c.now)
         return ids
+
+    def commit_unreadable(
+        self,
+        key: str,
+        target: str,
+        now: float,
+        rule: RuleRow,
+        alert_states: dict[tuple[str, str, str], AlertState],
+        alerts: list[tuple[str, dict[str, Any]]],
+    ) -> list[int]:
+        """A run that cannot be read is `error`: its status, its source rule and the alerts
+        in one transaction. Cursor, evaluation and verdict stay as last committed."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO runs (key, target, status) VALUES (?,?,'error') ON CONFLICT(key)"
+                " DO UPDATE SET status='error'",
+                (key, target),
+            )
+            return _write_effects(db, key, [rule], alert_states, alerts, now)
 
     def reset_run(self, key: str) -> None:
         """Forget a run's evaluation (its policies changed): it is re-read from the start."""
@@ -324,3 +316,43 @@ class StateStore:
                 "UPDATE alerts SET outcome=?, done=?, detail=? WHERE id=?",
                 [(outcome, now, detail[:500], i) for i in ids],
             )
+
+
+def _write_effects(
+    db: sqlite3.Connection,
+    key: str,
+    rules: list[RuleRow],
+    alert_states: dict[tuple[str, str, str], AlertState],
+    alerts: list[tuple[str, dict[str, Any]]],
+    now: float,
+) -> list[int]:
+    """Rule rows, alert states and new outbox alerts of one run; the new alert ids."""
+    db.executemany(
+        "INSERT OR REPLACE INTO rules VALUES (?,?,?,?,?,?,?,?,?)",
+        [
+            (
+                key,
+                r.policy,
+                r.rule,
+                r.severity,
+                r.status,
+                r.since,
+                r.candidate,
+                r.candidate_count,
+                r.message,
+            )
+            for r in rules
+        ],
+    )
+    db.executemany(
+        "INSERT OR REPLACE INTO alert_state VALUES (?,?,?,?,?,?)",
+        [(key, p, r, ch, int(a.firing), a.last_sent) for (p, r, ch), a in alert_states.items()],
+    )
+    ids: list[int] = []
+    for channel, payload in alerts:
+        cur = db.execute(
+            "INSERT INTO alerts (channel, payload, created) VALUES (?,?,?)",
+            (channel, json.dumps(payload), now),
+        )
+        ids.append(int(cur.lastrowid or 0))
+    return ids

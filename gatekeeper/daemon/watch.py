@@ -21,9 +21,28 @@ from gatekeeper.engine import Evaluation
 from gatekeeper.notify.grouping import ChannelState, alert_payload, decide
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.verdict import Mode, RuleResult, Verdict
+from gatekeeper.verdict import Mode, RuleResult, Severity, Status, Verdict
 
 log = logging.getLogger("gatekeeper.daemon")
+
+# The daemon's own rule on every run: its source can be read. A run that cannot be read
+# is an error that alerts like any rule in ERROR, never a run left pending in silence.
+SOURCE_POLICY, SOURCE_RULE = "gatekeeper", "source-readable"
+SOURCE_KEY = (SOURCE_POLICY, SOURCE_RULE)
+
+
+def source_result(status: Status, message: str) -> RuleResult:
+    return RuleResult(
+        SOURCE_POLICY,
+        SOURCE_RULE,
+        status,
+        Severity.FAIL,
+        Mode.ENFORCE,
+        metric="",
+        message=message[:400],
+        source="gatekeeper serve",
+        expected="the run's source can be read and parsed",
+    )
 
 
 @dataclass(frozen=True)
@@ -111,10 +130,14 @@ class RunWatcher:
         if self.watched.tags:
             run.tags = tuple(dict.fromkeys((*run.tags, *self.watched.tags)))
         verdict = self.evaluation.verdict(run, final=poll.ended)
-        rows = track(
-            self.rules, verdict.results, debounce=self.watched.debounce, final=poll.ended, now=now
-        )
-        states, alerts = self._alerts(verdict, rows, now)
+        results = list(verdict.results)
+        if self._unreadable():
+            results.append(source_result(Status.PASS, "the run can be read again"))
+        rows = track(self.rules, results, debounce=self.watched.debounce, final=poll.ended, now=now)
+        states, alerts = self._decide(results, rows, verdict.run, now)
+        status = verdict.status.value
+        if status != "fail" and any(r.status == "error" and _is_source(r) for r in rows):
+            status = "error"  # read again, but recovery is not confirmed yet (debounce)
         commit = PollCommit(
             key=self.key,
             target=self.watched.target,
@@ -122,7 +145,7 @@ class RunWatcher:
             evaluation=self.evaluation,
             fingerprint=self.watched.fingerprint,
             verdict=verdict_dict(verdict),
-            status=verdict.status.value,
+            status=status,
             points=self.points + poll.points,
             ended=poll.ended,
             now=now,
@@ -146,18 +169,25 @@ class RunWatcher:
         """Nothing new and no repeat due: the committed state already says it all."""
         if poll.points or poll.ended or self.source is None or self.source.cursor() != self.cursor:
             return False
+        if self._unreadable():
+            return False  # readable again: resolve the error even without new data
         repeats = {ch.name: ch.repeat_interval for ch in self.watched.channels}
         return not any(
             a.firing and repeats.get(ch, 0) > 0 and now - a.last_sent >= repeats[ch]
             for (_, _, ch), a in self.alerts.items()
         )
 
-    def _alerts(
-        self, verdict: Verdict, rows: list[RuleRow], now: float
+    def _decide(
+        self,
+        results: list[RuleResult],
+        rows: list[RuleRow],
+        run: Mapping[str, Any],
+        now: float,
     ) -> tuple[dict[tuple[str, str, str], AlertState], list[tuple[str, dict[str, Any]]]]:
+        """Per channel: the alert states after this poll and the alerts due."""
         pairs: list[tuple[RuleResult, str]] = [
             (res, row.status)
-            for res, row in zip(verdict.results, rows, strict=True)
+            for res, row in zip(results, rows, strict=True)
             if res.mode is Mode.ENFORCE  # shadow policies are reported, never paged
         ]
         states: dict[tuple[str, str, str], AlertState] = {}
@@ -174,10 +204,27 @@ class RunWatcher:
             for (p, r), st in updated.items():
                 states[(p, r, ch.name)] = AlertState(st.firing, st.last_sent)
             for res, state, repeat in due:
-                alerts.append(
-                    (ch.name, alert_payload(res, verdict.run, self.key, state, now, repeat))
-                )
+                alerts.append((ch.name, alert_payload(res, run, self.key, state, now, repeat)))
         return states, alerts
+
+    def _unreadable(self) -> bool:
+        row = self.rules.get(SOURCE_KEY)
+        return row is not None and row.status != "pass"
+
+    def unreadable(self, error: str, now: float) -> list[tuple[int, str, dict[str, Any]]]:
+        """The run cannot be read: commit it as `error` and return the alerts due, as for
+        any rule in ERROR (repeats included). Cursor and evaluation stay as committed."""
+        result = source_result(Status.ERROR, f"the run cannot be read: {error}")
+        prev = self.rules.get(SOURCE_KEY)
+        since = prev.since if prev is not None and prev.status == "error" else now
+        row = RuleRow(SOURCE_POLICY, SOURCE_RULE, "fail", "error", since, message=result.message)
+        run = (self.verdict or {}).get("run") or {"name": self.name}
+        states, alerts = self._decide([result], [row], run, now)
+        ids = self.store.commit_unreadable(self.key, self.watched.target, now, row, states, alerts)
+        self.rules[SOURCE_KEY] = row
+        self.alerts.update(states)
+        self.status = "error"
+        return [(i, ch, p) for i, (ch, p) in zip(ids, alerts, strict=True)]
 
     def store_record(self) -> RunRecord | None:
         return self.store.load_runs().get(self.key)
@@ -223,6 +270,10 @@ def verdict_dict(verdict: Verdict) -> dict[str, Any]:
         "stopped": verdict.stopped,
         "results": results,
     }
+
+
+def _is_source(row: RuleRow) -> bool:
+    return (row.policy, row.rule) == SOURCE_KEY
 
 
 def _default_name(key: str) -> str:

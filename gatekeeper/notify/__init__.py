@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gatekeeper.notify.base import Channel, ChannelHooks, Notifier, SendError
+from gatekeeper.notify.base import Notifier, SendError
+from gatekeeper.notify.channel import Channel, ChannelHooks
 
 if TYPE_CHECKING:
     from gatekeeper.daemon.config import Notifier as NotifierConfig

@@ -26,6 +26,18 @@ def reason_class(message: str) -> str:
     return _NUMBER.sub("#", message).strip()
 
 
+# How bad a rule status is. FAIL and ERROR rank alike: both fail the gate, so a firing
+# rule moving between them is still firing, never "resolved" (FAIL -> ERROR got worse).
+_RANK = {"warn": 1, "fail": 2, "error": 2}
+
+
+def still_firing(status: str, statuses: frozenset[str]) -> bool:
+    """A rule firing on a channel keeps firing while its status is at least as bad as the
+    mildest status the channel alerts on; it resolves only when it got better than that."""
+    floor = min((_RANK.get(s, 3) for s in statuses), default=3)
+    return _RANK.get(status, 0) >= floor
+
+
 @dataclass
 class ChannelState:
     firing: bool
@@ -88,7 +100,9 @@ def decide(
         ):
             due.append((result, "firing", True))
             updated[key] = ChannelState(True, now)
-        elif not firing and prev is not None and prev.firing:
+        elif firing or (prev is not None and prev.firing and still_firing(confirmed, statuses)):
+            continue  # unchanged, or worse than what this channel lists: not resolved
+        elif prev is not None and prev.firing:
             due.append((result, "resolved", False))
             updated[key] = ChannelState(False, now)
     return due, updated

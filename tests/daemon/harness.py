@@ -36,13 +36,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_config(tmp: Path, notifiers: list[dict[str, Any]] | None = None, **poll: Any) -> Path:
+def write_config(
+    tmp: Path,
+    notifiers: list[dict[str, Any]] | None = None,
+    *,
+    http: dict[str, Any] | None = None,
+    **poll: Any,
+) -> Path:
     """A daemon config (JSON is YAML) watching tmp/runs/*.jsonl with the kl policy."""
     (tmp / "runs").mkdir(exist_ok=True)
     (tmp / "kl.yaml").write_text(POLICY)
     config = {
         "state": "state/gatekeeper.db",
-        "http": {"port": free_port()},
+        "http": {"port": free_port(), **(http or {})},
         "poll": {"interval": 0.3, "jitter": 0.05, "timeout": 2, "discovery_interval": 0.5, **poll},
         "targets": [{"glob": "runs/*.jsonl", "policies": ["kl.yaml"]}],
         "notifiers": notifiers or [],
@@ -57,8 +63,9 @@ def port_of(config: Path) -> int:
 
 
 class DaemonProcess:
-    def __init__(self, config: Path, env: dict[str, str] | None = None):
+    def __init__(self, config: Path, env: dict[str, str] | None = None, level: str = "info"):
         self.config = config
+        self.level = level
         self.env = {**os.environ, **(env or {})}
         self.port = port_of(config)
         self.log = config.parent / "daemon.log"
@@ -75,7 +82,7 @@ class DaemonProcess:
                 "-c",
                 str(self.config),
                 "--log-level",
-                "info",
+                self.level,
             ],
             cwd=REPO,
             env=self.env,
@@ -121,6 +128,16 @@ class DaemonProcess:
                 return False
             time.sleep(0.1)
         return False
+
+    def proc_status(self) -> dict[str, int]:
+        """Threads and resident memory (kB) of the daemon process, from /proc."""
+        assert self.proc is not None
+        text = Path(f"/proc/{self.proc.pid}/status").read_text()
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        return {
+            "threads": int(fields["Threads"]),
+            "rss_kb": int(fields["VmRSS"].split()[0]),
+        }
 
     def kill9(self) -> None:
         assert self.proc is not None

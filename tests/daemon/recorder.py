@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +21,12 @@ class Recorder:
     """Records JSON bodies posted to it. `lark_secret` makes it verify Lark signatures."""
 
     def __init__(
-        self, *, lark_secret: str | None = None, script: Script | None = None, delay: float = 0.0
+        self,
+        *,
+        lark_secret: str | None = None,
+        script: Script | None = None,
+        delay: float = 0.0,
+        port: int = 0,
     ):
         self.bodies: list[dict[str, Any]] = []
         self.requests = 0
@@ -40,7 +46,7 @@ class Recorder:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 rec.handle(self, json.loads(body))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -99,3 +105,51 @@ class Recorder:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class Trickler:
+    """A receiver that reads the request, sends `prefix` at once, then `answer` one byte
+    every `period` seconds (at most `limit` seconds): each read of the client sees data
+    in time, so only a deadline on the whole request cuts it."""
+
+    def __init__(self, answer: bytes, prefix: bytes = b"", period: float = 0.3, limit: float = 30):
+        self.answer, self.prefix, self.period, self.limit = answer, prefix, period, limit
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.cut_after: list[float] = []  # seconds until the client hung up, per request
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/hook"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            started = time.monotonic()
+            conn.sendall(self.prefix)
+            for i in range(len(self.answer)):
+                if time.monotonic() - started > self.limit:
+                    break
+                try:
+                    conn.sendall(self.answer[i : i + 1])
+                except OSError:
+                    break
+                time.sleep(self.period)
+            self.cut_after.append(time.monotonic() - started)
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def wait_cut(self, timeout: float = 5.0) -> float:
+        end = time.monotonic() + timeout
+        while not self.cut_after and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.cut_after[0] if self.cut_after else float("inf")

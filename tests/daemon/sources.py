@@ -6,6 +6,7 @@ import os
 import threading
 from typing import Any
 
+from gatekeeper.errors import SourceError
 from gatekeeper.model import Run, RunState
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.jsonl import JsonlParser
@@ -63,7 +64,18 @@ class HangingSource(TailSource):
         return super().poll()
 
 
+class FlakySource(TailSource):
+    """Cannot be read while a `SPEC.broken` file exists (a permission or mount problem)."""
+
+    def poll(self) -> Poll:
+        if os.path.exists(self.spec + ".broken"):
+            raise SourceError(f"{self.spec}: cannot read: Permission denied")
+        return super().poll()
+
+
 def open_test_source(spec: str) -> LiveSource:
     if "hang" in os.path.basename(spec):
         return HangingSource(spec)
+    if "flaky" in os.path.basename(spec):
+        return FlakySource(spec)
     return TailSource(spec)

@@ -42,6 +42,9 @@ def test_a_full_config_loads_with_durations_and_relative_paths(tmp_path: Path) -
     assert cfg.targets[0].glob == str(tmp_path / "runs" / "*")
     assert cfg.notifiers[0].repeat_interval == 4 * 3600
     assert cfg.http.address == "127.0.0.1"
+    n = cfg.notifiers[0]  # delivery defaults: a 10 s request deadline, retried for an hour
+    assert (n.timeout, n.retry_for, n.retry_backoff, n.retry_backoff_max) == (10, 3600, 1, 60)
+    assert (cfg.http.request_timeout, cfg.http.max_connections) == (10, 1024)
 
 
 @pytest.mark.parametrize(
@@ -67,6 +70,35 @@ def test_a_full_config_loads_with_durations_and_relative_paths(tmp_path: Path) -
         (
             "targets:\n  - wandb: {project: just-a-project}\n    policies: [p]\n",
             r"gatekeeper.yaml:2: targets\[0\].wandb.project: expected ENTITY/PROJECT.*a-project",
+        ),
+        (
+            "targets: [{source: x, policies: [p]}]\n"
+            "notifiers:\n  - {name: n, kind: slack, url_env: U, retry_for: forever}\n",
+            r"gatekeeper.yaml:3: notifiers\[0\].retry_for: .*duration like 30s.*'forever'",
+        ),
+        (
+            "targets: [{source: x, policies: [p]}]\n"
+            "notifiers:\n  - {name: n, kind: slack, url_env: U, retry_for: 30d}\n",
+            r"notifiers\[0\].retry_for: Input should be less than or equal to 604800",
+        ),
+        (
+            "targets: [{source: x, policies: [p]}]\n"
+            "notifiers:\n  - {name: n, kind: slack, url_env: U, retries: 3}\n",
+            r"gatekeeper.yaml:3: notifiers\[0\]: .*retries was replaced by retry_for",
+        ),
+        (
+            "targets: [{source: x, policies: [p]}]\n"
+            "notifiers:\n  - {name: n, kind: slack, url_env: U, timeout: 0s}\n",
+            r"notifiers\[0\].timeout: Input should be greater than 0",
+        ),
+        (
+            "targets: [{source: x, policies: [p]}]\n"
+            "notifiers:\n  - {name: n, kind: slack, url_env: U, retry_backoff: 2m}\n",
+            r"notifiers\[0\]: .*retry_backoff \(120s\) must not exceed retry_backoff_max \(60s\)",
+        ),
+        (
+            "http: {request_timeout: 10m}\ntargets: [{source: x, policies: [p]}]\n",
+            r"gatekeeper.yaml:1: http.request_timeout: Input should be less than or equal to 300",
         ),
     ],
 )

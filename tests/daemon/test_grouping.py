@@ -43,6 +43,37 @@ def alert(run: str, message: str = "|x| = 0.3 > 1e-08 at train/step 0", **kw: ob
     return {**base, **kw}
 
 
+def test_a_failing_rule_getting_worse_is_not_resolved_on_a_fail_only_channel() -> None:
+    fail_only = frozenset({"fail"})
+    due, st = decide(
+        [(result(Status.FAIL), "fail")], {}, statuses=fail_only, repeat_interval=0, now=0
+    )
+    assert [s for _, s, _ in due] == ["firing"]
+    due, st2 = decide(
+        [(result(Status.ERROR), "error")], st, statuses=fail_only, repeat_interval=0, now=1
+    )
+    assert due == [] and st2 == {}  # FAIL -> ERROR got worse: still firing, nothing sent
+    due, _ = decide(
+        [(result(Status.WARN), "warn")], st, statuses=fail_only, repeat_interval=0, now=2
+    )
+    assert [s for _, s, _ in due] == ["resolved"]  # better than fail: resolved
+
+
+def test_a_warn_channel_keeps_firing_when_warn_turns_fail_and_resolves_on_pass() -> None:
+    warn_only = frozenset({"warn"})
+    _, st = decide(
+        [(result(Status.WARN), "warn")], {}, statuses=warn_only, repeat_interval=0, now=0
+    )
+    due, _ = decide(
+        [(result(Status.FAIL), "fail")], st, statuses=warn_only, repeat_interval=0, now=1
+    )
+    assert due == []
+    due, _ = decide(
+        [(result(Status.PASS), "pass")], st, statuses=warn_only, repeat_interval=0, now=2
+    )
+    assert [s for _, s, _ in due] == ["resolved"]
+
+
 def test_one_alert_per_state_change_and_repeat_while_firing() -> None:
     fail = result(Status.FAIL)
     due, st = decide([(fail, "fail")], {}, statuses=FIRING, repeat_interval=60, now=0)

@@ -155,7 +155,7 @@ def test_a_hung_source_and_a_failing_notifier_do_not_stop_the_loop(tmp_path: Pat
                 "kind": "webhook",
                 "url": hook.url,
                 "group_wait": 0.1,
-                "retries": 2,
+                "retry_for": 0.5,
                 "retry_backoff": 0.05,
             }
         ],
@@ -173,20 +173,63 @@ def test_a_hung_source_and_a_failing_notifier_do_not_stop_the_loop(tmp_path: Pat
         kid.wait(30)
         assert daemon.wait(lambda: daemon.run("bad")["ended"]), daemon.tail()
         assert daemon.run("bad")["status"] == "fail"
+        # The stuck run turns `error` after poll.error_after failed polls and alerts too.
         assert daemon.wait(
             lambda: (
-                daemon.metric('gatekeeper_notifications_total{channel="hook",outcome="failed"}')
-                == 1
+                daemon.metric('gatekeeper_notifications_total{channel="hook",outcome="expired"}')
+                == 2
             )
-        )
-        assert hook.requests == 3  # first try and two retries, then counted as failed
+        ), daemon.tail()
+        assert hook.requests >= 3  # retried with backoff until retry_for, then expired
+        assert daemon.metric('gatekeeper_notification_retries_total{channel="hook"}') >= 2
         stuck = daemon.run("stuck")
-        assert stuck["errors"] >= 1 and "timed out" in stuck["last_error"]
-        assert daemon.metric('gatekeeper_poll_errors_total{kind="timeout"}') >= 1
+        assert stuck["status"] == "error" and "timed out" in stuck["last_error"]
+        assert stuck["errors"] >= 3
+        assert daemon.metric('gatekeeper_poll_errors_total{kind="timeout"}') >= 3
         log = daemon.api("/api/alerts")["alerts"]
-        assert [(a["outcome"], a["payload"]["run"]) for a in log] == [("failed", "bad")]
-        assert "500" in log[0]["detail"]
+        got = {(a["outcome"], a["payload"]["run"], a["payload"]["rule"]) for a in log}
+        assert got == {("expired", "bad", "kl-small"), ("expired", "stuck", "source-readable")}
+        assert all("500" in a["detail"] for a in log)
     finally:
         kid.kill()
         assert daemon.stop() == 0  # exits although a poll thread is stuck in open()
         hook.close()
+
+
+def test_a_failing_rule_turning_error_is_not_resolved_on_a_fail_only_channel(
+    tmp_path: Path,
+) -> None:
+    fail_only, both = Recorder(), Recorder()
+    config = write_config(
+        tmp_path,
+        [
+            {
+                "name": "fail-only",
+                "kind": "webhook",
+                "url": fail_only.url,
+                "statuses": ["fail"],
+                "group_wait": 0.1,
+            },
+            {"name": "both", "kind": "webhook", "url": both.url, "group_wait": 0.1},
+        ],
+    )
+    run = tmp_path / "runs" / "worse.jsonl"
+    daemon = DaemonProcess(config).start()
+    try:
+        with open(run, "a") as fh:
+            fh.write('{"train/step": 0, "train/ppo_kl": 0.5, "train/loss": 1.0}\n')
+        assert fail_only.wait(lambda: len(fail_only.bodies) == 1), daemon.tail()
+        with open(run, "a") as fh:  # the failing rule gets worse: a NaN is ERROR
+            fh.write('{"train/step": 1, "train/ppo_kl": NaN, "train/loss": 1.0}\n')
+
+        def kl_status() -> str:
+            rules = daemon.run("worse")["rules"]
+            return next(r["status"] for r in rules if r["rule"] == "kl-small")
+
+        assert daemon.wait(lambda: kl_status() == "error"), daemon.tail()
+        time.sleep(1.0)  # polled several times since
+        assert firing_lines(fail_only.bodies) == {("worse", "kl-small", "firing"): 1}
+        assert firing_lines(both.bodies) == {("worse", "kl-small", "firing"): 1}
+    finally:
+        assert daemon.stop() == 0
+        fail_only.close(), both.close()

@@ -45,7 +45,7 @@ def test_a_poll_round_trips_and_its_alert_is_pending_until_marked(tmp_path: Path
     assert isinstance(rec.evaluation, Evaluation)
     assert rec.rules[("p", "r")].since == 90.0
     assert rec.alerts[("p", "r", "slack")] == AlertState(True, 100.0)
-    assert [(i, ch) for i, ch, _ in store.pending_alerts()] == [(alert_id, "slack")]
+    assert [(i, ch) for i, ch, _, _ in store.pending_alerts()] == [(alert_id, "slack")]
     store.mark_alerts([alert_id], "sent", 101.0)
     assert store.pending_alerts() == []
     assert store.alert_log()[0]["outcome"] == "sent"
@@ -118,6 +118,7 @@ def test_an_alert_committed_before_a_crash_is_sent_once_after_the_restart(tmp_pa
     store = StateStore(config.state)  # the crashed daemon committed the poll, sent nothing
     (alert_id,) = store.commit_poll(
         commit(
+            now=time.time(),  # within retry_for: a recent crash
             alerts=[
                 (
                     "hook",
@@ -133,7 +134,7 @@ def test_an_alert_committed_before_a_crash_is_sent_once_after_the_restart(tmp_pa
                         "reason_class": "bad",
                     },
                 )
-            ]
+            ],
         )
     )
     store.close()

@@ -1,0 +1,168 @@
+"""The daemon's HTTP listener under hostile clients: idle floods, trickling requests,
+clients that vanish mid-answer, and the bearer scheme in any case."""
+
+from __future__ import annotations
+
+import resource
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gatekeeper.daemon.http import Api, HttpServer
+from tests.daemon.harness import DaemonProcess, write_config
+
+
+@pytest.fixture
+def server() -> Iterator[HttpServer]:
+    api = Api(
+        registry=CollectorRegistry(),
+        healthy=lambda: True,
+        ready=lambda: True,
+        runs=lambda: [],
+        run=lambda ident: None,
+        alerts=lambda: [],
+        token="t0ken-value",
+    )
+    srv = HttpServer(api, "127.0.0.1", 0, workers=2, request_timeout=1.0, max_connections=50)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize(
+    ("header", "code"),
+    [
+        ("Bearer t0ken-value", 200),
+        ("bearer t0ken-value", 200),
+        ("BEARER  t0ken-value", 200),
+        ("Basic t0ken-value", 401),
+        ("bearer wrong", 401),
+        ("", 401),
+    ],
+)
+def test_the_bearer_scheme_is_case_insensitive_and_the_token_is_not(
+    server: HttpServer, header: str, code: int
+) -> None:
+    headers = {"Authorization": header} if header else {}
+    resp = httpx.get(f"http://127.0.0.1:{server.port}/api/runs", headers=headers, timeout=5)
+    assert resp.status_code == code
+
+
+def test_a_trickling_request_is_cut_at_the_request_timeout(server: HttpServer) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        started = time.monotonic()
+        closed_after = None
+        for byte in b"GET /healthz HTTP/1.0\r\nX-Slow: " + b"x" * 100:
+            try:
+                s.sendall(bytes([byte]))
+            except OSError:
+                closed_after = time.monotonic() - started
+                break
+            time.sleep(0.1)  # each byte well within any per-read timeout
+            s.setblocking(False)
+            try:
+                if s.recv(1) == b"":
+                    closed_after = time.monotonic() - started
+                    break
+            except BlockingIOError:
+                pass
+            finally:
+                s.setblocking(True)
+    assert closed_after is not None and 0.9 <= closed_after <= 2.0, closed_after
+    assert httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5).status_code == 200
+
+
+def test_more_connections_than_the_cap_close_the_oldest_and_probes_still_answer(
+    server: HttpServer,
+) -> None:
+    socks = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(80)]
+    try:
+        assert httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5).status_code == 200
+        assert server.server.waiting() <= 50
+        socks[0].settimeout(2)
+        assert socks[0].recv(1) == b""  # the oldest was closed to make room
+    finally:
+        for s in socks:
+            s.close()
+
+
+def probe(port: int) -> float:
+    """Seconds for a raw `GET /healthz` to be answered 200 (no client library overhead)."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        answer = b""
+        while chunk := s.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 200"), answer
+    return time.monotonic() - started
+
+
+def _reset_after_request(port: int, path: str) -> None:
+    """Send a request and vanish with a TCP reset before reading the answer."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.sendall(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+    s.close()
+
+
+def test_1000_idle_connections_cost_bounded_threads_and_memory_while_probes_answer(
+    tmp_path: Path,
+) -> None:
+    """The daemon holds 1,000 connections that never send a byte; /healthz still answers
+    fast, the thread count does not move and memory grows by a few MB; after
+    `request_timeout` the daemon closes them all."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 2200:
+        pytest.skip(f"needs 2,200 file descriptors, the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2200), hard))
+    config = write_config(tmp_path, http={"request_timeout": "4s", "max_connections": 1024})
+    daemon = DaemonProcess(config).start()
+    socks: list[socket.socket] = []
+    try:
+        time.sleep(0.5)
+        before, probe_before = daemon.proc_status(), probe(daemon.port)
+        started = time.monotonic()
+        for _ in range(1000):
+            socks.append(socket.create_connection(("127.0.0.1", daemon.port), timeout=5))
+        opened = time.monotonic() - started
+        probe_during = probe(daemon.port)
+        during = daemon.proc_status()
+        print(
+            f"\n1000 idle: opened in {opened:.2f}s; /healthz {probe_before * 1000:.1f} ms before,",
+            f"{probe_during * 1000:.1f} ms during; {before=} {during=}",
+        )
+        assert during["threads"] <= before["threads"] + 2, (before, during)
+        assert during["rss_kb"] - before["rss_kb"] < 20_000, (before, during)
+        assert probe_during < 1.0
+        for s in socks[:10]:  # the server ends idle connections at request_timeout
+            s.settimeout(8)
+            assert s.recv(1) == b""
+    finally:
+        for s in socks:
+            s.close()
+        assert daemon.stop() == 0
+
+
+def test_clients_that_vanish_mid_request_leave_no_traceback_in_the_log(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    daemon = DaemonProcess(config, level="debug").start()
+    try:
+        for i in range(30):
+            _reset_after_request(daemon.port, "/metrics" if i % 2 else "/api/alerts")
+            with socket.create_connection(("127.0.0.1", daemon.port)) as s:
+                s.sendall(b"GET /api/runs HTTP/1.0\r\n\r\n")
+                s.shutdown(socket.SHUT_RDWR)  # gone before the answer is written
+        assert daemon.get("/healthz").status_code == 200
+        time.sleep(0.5)
+    finally:
+        assert daemon.stop() == 0
+    log = daemon.log.read_text()
+    assert "Traceback" not in log and "Exception" not in log, log[-2000:]
+    assert "went away" in log  # some answers really hit a closed socket (one debug line each)
