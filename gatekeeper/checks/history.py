@@ -77,6 +77,15 @@ class Judgement:
         )
 
 
+def duplicate_step(state: HistoryState) -> int | None:
+    """The first step selected twice, if any (points arrive sorted by step)."""
+    steps, _ = state.points()
+    if steps.size < 2:
+        return None
+    same = np.flatnonzero(np.diff(np.sort(steps, kind="stable")) == 0)
+    return int(np.sort(steps)[same[0]]) if same.size else None
+
+
 class History(AggregateCheck):
     kind = "history"
     rel_up: float | None = Field(default=None, ge=0)
@@ -86,6 +95,9 @@ class History(AggregateCheck):
     k_std: float | None = Field(default=None, gt=0)
     last_n: int = Field(default=20, ge=1)
     min_history: int = Field(default=1, ge=1)
+    # Run metadata that decides which runs share a baseline (e.g. miles' test_path,
+    # backend, suite); `--series-key` overrides it. Not part of the coordinate.
+    series: list[str] | None = Field(default=None, min_length=1)
 
     @classmethod
     def from_shorthand(cls, value: Any) -> dict[str, Any]:
@@ -170,6 +182,15 @@ class History(AggregateCheck):
         )
 
     def outcome(self, state: HistoryState, *, final: bool, ctx: EvalContext) -> Outcome:
+        dup = duplicate_step(state)
+        if dup is not None:
+            # miles' gate: "all: duplicate step k in series" is an ERROR (one value per
+            # coordinate), judged before any baseline is read.
+            return Outcome(
+                Status.ERROR,
+                f"duplicate step {dup} in the series: a coordinate holds one value per run",
+                step=dup,
+            )
         if ctx.history is None:
             return Outcome(Status.SKIP, f"{INACTIVE} no baseline store given (check --history URL)")
         j = self.judge(state, ctx.history.get(ctx.rule_key))

@@ -23,7 +23,7 @@ def rec(
     series: str = SERIES,
     extra: dict | None = None,
 ) -> RunRecord:
-    return RunRecord(
+    return RunRecord.of(
         run_id, series, trusted, {KL0: value, KL1: value * 10, **(extra or {})}, commit
     )
 
