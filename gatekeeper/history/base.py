@@ -102,15 +102,19 @@ class CoordinateStats:
     count: np.ndarray
 
 
-def python_sum(matrix: np.ndarray, taken: np.ndarray) -> np.ndarray:
+def python_sum(
+    matrix: np.ndarray, taken: np.ndarray, *, compensated: bool | None = None
+) -> np.ndarray:
     """Column sums of `matrix` over the `taken` cells, row 0 first, bit-for-bit what
     CPython's `sum()` returns for each column's list: miles' gate computes its reference
     as `sum(values) / len(values)` on newest-first values. CPython >= 3.12 sums floats
     with Neumaier compensation, older ones left to right; we run on the same interpreter
-    miles' gate would (its CI container), so we follow the running one."""
+    miles' gate would (its CI container), so we follow the running one unless told."""
+    if compensated is None:
+        compensated = sys.version_info >= (3, 12)
     n = matrix.shape[1]
     total = np.zeros(n)
-    if sys.version_info < (3, 12):
+    if not compensated:
         for row, take in zip(matrix, taken, strict=True):
             total = np.where(take, total + row, total)
         return total
