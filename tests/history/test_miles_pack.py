@@ -257,3 +257,19 @@ def test_not_a_miles_database_is_refused(tmp_path):
     out = gatekeeper("history", "import", str(bogus), "--history", str(tmp_path / "gk.db"))
     assert out.returncode == 2 and "not a miles metric-history database" in out.stderr
     assert "lacks run_id, test_path" in out.stderr
+
+
+def test_the_attempt_directory_judges_as_its_merged_record(checkout, tmp_path):
+    """Per-process files read as a directory merge as miles' harness merges them."""
+    url = str(tmp_path / "gk.db")
+    miles = miles_ref.MilesStore(str(tmp_path / "miles.db"))
+    for i in (1, 2):
+        both_gates(checkout, tmp_path, miles, url, i)
+    merged = capture_run(tmp_path / "records3", seed=3, grad_scale=1.7)
+    attempt_dir = merged.removesuffix(".merged.jsonl")
+    _, by_file = gk_check(checkout, merged, url, "m", tmp_path / "m.json")
+    _, by_dir = gk_check(checkout, attempt_dir, url, "d", tmp_path / "d.json")
+    assert statuses(by_dir) == statuses(by_file)
+    assert statuses(by_dir)["grad-norm"] == "fail"
+    assert by_dir["run"]["history"]["series"] == by_file["run"]["history"]["series"]
+    miles.close()
