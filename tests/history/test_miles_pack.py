@@ -273,3 +273,41 @@ def test_the_attempt_directory_judges_as_its_merged_record(checkout, tmp_path):
     assert statuses(by_dir)["grad-norm"] == "fail"
     assert by_dir["run"]["history"]["series"] == by_file["run"]["history"]["series"]
     miles.close()
+
+
+def test_identity_outside_a_miles_checkout_is_an_error_not_a_guess(tmp_path):
+    record = capture_run(tmp_path / "records", seed=1)
+    out = gatekeeper("check", record, "-p", PACK, "--history", str(tmp_path / "gk.db"),
+                     cwd=tmp_path)
+    assert out.returncode == 2
+    assert "series key 'config.test_path' is not set" in out.stderr
+    given = gatekeeper("check", record, "-p", PACK, "--history", str(tmp_path / "gk.db"),
+                       "--config", f"test_path={TEST_PATH}", "--config", "backend=cuda",
+                       "--config", f"suite={SUITE}", "--json", str(tmp_path / "v.json"),
+                       cwd=tmp_path)
+    assert given.returncode == 0, given.stderr
+    series = json.loads((tmp_path / "v.json").read_text())["run"]["history"]["series"]
+    assert series == miles_series()
+
+
+def miles_series() -> str:
+    from gatekeeper.history.miles import series_of
+
+    return series_of(*IDENTITY)
+
+
+def test_rules_must_agree_on_the_series(tmp_path):
+    from gatekeeper.errors import ConfigError
+    from gatekeeper.history.session import series_keys
+    from gatekeeper.policy.loader import load_policies
+
+    pol = tmp_path / "p.yaml"
+    pol.write_text(
+        "version: 1\nname: p\nrules:\n"
+        "  - {id: a, metric: m, check: {history: {rel_up: 1, rel_down: 1, series: [name]}}}\n"
+        "  - {id: b, metric: n, check: {history: {rel_up: 1, rel_down: 1, series: [tags]}}}\n"
+    )
+    policies = load_policies([str(pol)])
+    with pytest.raises(ConfigError, match=r"disagree on the run series: \['name'\]"):
+        series_keys(policies, None)
+    assert series_keys(policies, ("config.x",)) == ("config.x",)
