@@ -21,6 +21,7 @@ from gatekeeper.history.base import RuleBaseline
 from gatekeeper.verdict import Status
 
 INACTIVE = "inactive:"  # message prefix of a rule with no baseline to judge against
+NO_STORE = f"{INACTIVE} no baseline store given (check --history URL)"
 
 
 @dataclass
@@ -181,6 +182,11 @@ class History(AggregateCheck):
             int(steps.size - active.sum()),
         )
 
+    def idle(self, ctx: EvalContext) -> str | None:
+        """Without a store a history rule judges nothing, so a metric this run does not log
+        is no error either: a pack of history rules is inert until `--history` is given."""
+        return NO_STORE if ctx.history is None else None
+
     def outcome(self, state: HistoryState, *, final: bool, ctx: EvalContext) -> Outcome:
         dup = duplicate_step(state)
         if dup is not None:
@@ -192,7 +198,7 @@ class History(AggregateCheck):
                 step=dup,
             )
         if ctx.history is None:
-            return Outcome(Status.SKIP, f"{INACTIVE} no baseline store given (check --history URL)")
+            return Outcome(Status.SKIP, NO_STORE)
         j = self.judge(state, ctx.history.get(ctx.rule_key))
         if not j.steps.size:
             return Outcome(

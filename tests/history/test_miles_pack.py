@@ -311,3 +311,19 @@ def test_rules_must_agree_on_the_series(tmp_path):
     with pytest.raises(ConfigError, match=r"disagree on the run series: \['name'\]"):
         series_keys(policies, None)
     assert series_keys(policies, ("config.x",)) == ("config.x",)
+
+
+def test_without_a_store_the_pack_is_inert_even_on_metrics_a_run_lacks(tmp_path):
+    record = tmp_path / "other.jsonl"
+    record.write_text(json.dumps({"metric": "train/loss", "series": [[0, 1.0]]}) + "\n")
+    out = gatekeeper("check", str(record), "-p", PACK, "--json", str(tmp_path / "v.json"),
+                     env={"GATEKEEPER_HISTORY": ""})
+    assert out.returncode == 0, out.stdout + out.stderr
+    results = json.loads((tmp_path / "v.json").read_text())["results"]
+    assert {r["status"] for r in results} == {"skip"}
+    assert all("no baseline store given" in r["message"] for r in results)
+    # with a store, a metric the record lacks is an ERROR, as in miles' gate
+    stored = gatekeeper("check", str(record), "-p", PACK, "--history", str(tmp_path / "h.db"),
+                        "--config", "test_path=t.py", "--config", "backend=cuda",
+                        "--config", "suite=s")
+    assert stored.returncode == 1 and "is not in the run" in stored.stdout
