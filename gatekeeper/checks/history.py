@@ -21,7 +21,6 @@ from gatekeeper.history.base import RuleBaseline
 from gatekeeper.verdict import Status
 
 INACTIVE = "inactive:"  # message prefix of a rule with no baseline to judge against
-NO_STORE = f"{INACTIVE} no baseline store given (check --history URL)"
 
 
 @dataclass
@@ -151,6 +150,13 @@ class History(AggregateCheck):
     def start(self) -> HistoryState:
         return HistoryState()
 
+    def idle(self, ctx: EvalContext) -> str | None:
+        """Without a store a history rule judges nothing, so a metric this run does not log
+        is no error either: a pack of history rules is inert until `--history` is given."""
+        if ctx.history is not None:
+            return None
+        return f"{INACTIVE} no baseline store given (check --history URL)"
+
     def feed(self, state: HistoryState, steps: np.ndarray, values: np.ndarray) -> HistoryState:
         state.steps.append(steps)
         state.values.append(values)
@@ -182,23 +188,18 @@ class History(AggregateCheck):
             int(steps.size - active.sum()),
         )
 
-    def idle(self, ctx: EvalContext) -> str | None:
-        """Without a store a history rule judges nothing, so a metric this run does not log
-        is no error either: a pack of history rules is inert until `--history` is given."""
-        return NO_STORE if ctx.history is None else None
-
     def outcome(self, state: HistoryState, *, final: bool, ctx: EvalContext) -> Outcome:
+        if ctx.history is None:
+            return Outcome(Status.SKIP, f"{INACTIVE} no baseline store given (check --history URL)")
         dup = duplicate_step(state)
         if dup is not None:
             # miles' gate: "all: duplicate step k in series" is an ERROR (one value per
-            # coordinate), judged before any baseline is read.
+            # coordinate), judged before the baseline.
             return Outcome(
                 Status.ERROR,
                 f"duplicate step {dup} in the series: a coordinate holds one value per run",
                 step=dup,
             )
-        if ctx.history is None:
-            return Outcome(Status.SKIP, NO_STORE)
         j = self.judge(state, ctx.history.get(ctx.rule_key))
         if not j.steps.size:
             return Outcome(
