@@ -139,11 +139,11 @@ class History(AggregateCheck):
                 fmt(a) if (a := getattr(self, f"abs_floor_{side}")) is not None else None,
                 f"{fmt(self.k_std)}*std" if self.k_std is not None else None,
             ]
-            terms = [t for t in terms if t]
+            given = [t for t in terms if t is not None]
             parts.append(
-                f"ref {sign} max({', '.join(terms)})"
-                if len(terms) > 1
-                else f"ref {sign} {terms[0]}"
+                f"ref {sign} max({', '.join(given)})"
+                if len(given) > 1
+                else f"ref {sign} {given[0]}"
             )
         return f"{parts[1]} <= x <= {parts[0]}, ref = mean of newest {self.last_n} trusted"
 

@@ -128,7 +128,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     url = store_url(args, required=True)
     assert url is not None
-    with open_store(url) as store:
+    store = open_store(url)
+    with store:
         got = import_runs(store, args.miles)
         print(
             f"{store.display}: imported {got.runs} miles run(s) ({got.trusted} trusted, "
@@ -143,7 +144,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     url = store_url(args, required=True)
     assert url is not None
-    with open_store(url, migrate=True) as store:
+    store = open_store(url, migrate=True)
+    with store:
         n = store.migrated
         print(
             f"{store.display}: converted {n} run(s) to the gk_* tables "

@@ -46,7 +46,10 @@ def checkout(tmp_path: Path) -> Path:
     return tmp_path / "miles"
 
 
-def capture_run(base: Path, seed: int, *, grad_scale: float = 1.0, dup_step: bool = False) -> str:
+def capture_run(
+    base: Path, seed: int, *, grad_scale: float = 1.0, dup_step: bool = False,
+    nan_kl_at: int | None = None,
+) -> str:
     """Two processes log as miles' trainer does: the actor the train/* keys on train steps,
     the rollout manager the rollout/* keys; the harness merges the attempt's files."""
     rng = np.random.default_rng(seed)
@@ -75,6 +78,8 @@ def capture_run(base: Path, seed: int, *, grad_scale: float = 1.0, dup_step: boo
                 },
             )
         )
+    if nan_kl_at is not None:
+        train[nan_kl_at][1]["train/ppo_kl"] = float("nan")  # captured as the "NaN" marker
     miles_ref.capture(attempt, train)
     miles_ref.capture(attempt, rollout)
     if dup_step:  # a third process logs grad_norm at a step the actor logged too
@@ -327,3 +332,28 @@ def test_without_a_store_the_pack_is_inert_even_on_metrics_a_run_lacks(tmp_path)
                         "--config", "test_path=t.py", "--config", "backend=cuda",
                         "--config", "suite=s")
     assert stored.returncode == 1 and "is not in the run" in stored.stdout
+
+
+def test_a_non_finite_value_errors_that_metric_and_records_nothing_of_it(checkout, tmp_path):
+    """The per-metric ERROR path a null step also takes: miles' selection fails, the gate
+    writes no value for that spec and judges the rest."""
+    url = str(tmp_path / "gk.db")
+    miles = miles_ref.MilesStore(str(tmp_path / "miles.db"))
+    both_gates(checkout, tmp_path, miles, url, 1)
+    mv, res, verdict = both_gates(checkout, tmp_path, miles, url, 2, nan_kl_at=3)
+    got = statuses(verdict)
+    assert got == {RULE_OF[m]: rule_status(s) for m, s in mv.items()}
+    assert got["ppo-kl"] == "error" and list(got.values()).count("pass") == 6
+    with open_store(url) as store:
+        assert store.runs()[0].values == len(miles_ref.values_to_write(
+            capture_run(tmp_path / "again", seed=2, nan_kl_at=3), mv)) == 3 * 6 + 6 + 2
+        kl = store.baseline(miles_series(), *history_prefix("train/ppo_kl"))
+        assert all(len(v) == 1 for v in kl.values())  # run 1 only: run 2 stored no kl
+    miles.close()
+
+
+def history_prefix(metric: str) -> tuple[str, str, str]:
+    spec = miles_ref.GATE_DEFAULTS[metric]
+    return metric, miles_ref.canonical_key(spec["steps"]), miles_ref.canonical_key(
+        spec["constraint"]
+    )
