@@ -118,8 +118,11 @@ class SqlStore(HistoryStore):
                     "metric_values); convert it once with `gatekeeper history migrate "
                     "--history URL` (the old tables are kept as gk_legacy_*)"
                 )
-            for stmt in self._ddl():
-                cur.execute(stmt)
+            # Once the tables exist, no DDL at all: a role that may only read and write
+            # them (miles' Neon application role is DML-only) opens the store too.
+            if not all(self._columns(cur, t) for t in ("gk_runs", "gk_series", "gk_points")):
+                for stmt in self._ddl():
+                    cur.execute(stmt)
             if not legacy:
                 return 0
             return self._migrate(cur)
