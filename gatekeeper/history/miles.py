@@ -21,6 +21,7 @@ import hashlib
 import os
 import re
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -29,7 +30,7 @@ import numpy as np
 
 from gatekeeper.errors import StateError
 from gatekeeper.history import is_postgres
-from gatekeeper.history.base import CoordKey, RunRecord, check_record, redact
+from gatekeeper.history.base import CoordKey, Points, RunRecord, check_record, redact
 from gatekeeper.history.keys import canonical
 from gatekeeper.history.sql import SqlStore
 
@@ -74,6 +75,8 @@ def _find_test(sanitized: str, sha: str, root: str) -> str | None:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")]
         for name in filenames:
+            if not name.endswith(".py"):  # miles' CI registers test files only
+                continue
             rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
             if record_dir_name(rel) == f"{sanitized}-{sha}":
                 return rel
@@ -156,7 +159,8 @@ def _iso(value: Any) -> str:
 
 def read_runs(url: str) -> list[RunRecord]:
     """Every run of a miles store as gatekeeper records, oldest first (miles orders its
-    baseline by created_at)."""
+    baseline by created_at). Values stream in run order and become arrays run by run, so
+    a large history never sits in memory as Python tuples."""
     conn, p = _connect(url)
     postgres = p == "%s"
     try:
@@ -166,38 +170,55 @@ def read_runs(url: str) -> list[RunRecord]:
             "SELECT run_id, test_path, backend, suite, commit_sha, created_at, trusted FROM runs"
         )
         runs = sorted(cur.fetchall(), key=lambda r: (_iso(r[5]), str(r[0])))
-        cur.execute(
-            "SELECT run_id, metric_key, steps_key, constraint_key, step, value FROM metric_values"
+        # a server-side cursor on PostgreSQL: psycopg would otherwise fetch every row
+        values = conn.cursor(name="gk_import") if postgres else conn.cursor()
+        values.execute(
+            "SELECT run_id, metric_key, steps_key, constraint_key, step, value "
+            "FROM metric_values ORDER BY run_id"
         )
-        by_run: dict[str, dict[CoordKey, dict[int, float]]] = {}
-        for run_id, metric, sk, ck, step, value in cur.fetchall():
-            coords = by_run.setdefault(str(run_id), {}).setdefault((metric, sk, ck), {})
-            if int(step) in coords:
-                # miles' baseline read would count such a row twice; we keep one value per
-                # coordinate, so say so rather than pick one.
-                raise StateError(
-                    f"miles store {redact(url)}: run {run_id} holds two values at {metric} "
-                    f"{sk} {ck} step {step}; delete one and import again"
-                )
-            coords[int(step)] = float(value)
+        points = dict(_points_by_run(values, url))
     finally:
         conn.close()
-    out = []
-    for run_id, test_path, backend, suite, commit, created_at, trusted in runs:
-        points = {}
-        for key, by_step in by_run.get(str(run_id), {}).items():
-            steps = np.array(sorted(by_step), dtype=np.int64)
-            points[key] = (steps, np.array([by_step[int(s)] for s in steps], dtype=np.float64))
-        out.append(
-            RunRecord(
-                str(run_id),
-                series_of(str(test_path), str(backend), str(suite)),
-                bool(trusted),
-                points,
-                str(commit) if commit is not None else None,
-                _iso(created_at),
-            )
+    return [
+        RunRecord(
+            str(run_id),
+            series_of(str(test_path), str(backend), str(suite)),
+            bool(trusted),
+            points.get(str(run_id), {}),
+            str(commit) if commit is not None else None,
+            _iso(created_at),
         )
+        for run_id, test_path, backend, suite, commit, created_at, trusted in runs
+    ]
+
+
+def _points_by_run(rows: Any, url: str) -> Iterator[tuple[str, dict[CoordKey, Points]]]:
+    """(run_id, its packed points) from value rows sorted by run_id."""
+    current: str | None = None
+    coords: dict[CoordKey, dict[int, float]] = {}
+    for run_id, metric, sk, ck, step, value in rows:
+        if str(run_id) != current:
+            if current is not None:
+                yield current, _packed(coords)
+            current, coords = str(run_id), {}
+        by_step = coords.setdefault((metric, sk, ck), {})
+        if int(step) in by_step:
+            # miles' baseline read would count such a row twice; we keep one value per
+            # coordinate, so say so rather than pick one.
+            raise StateError(
+                f"miles store {redact(url)}: run {run_id} holds two values at {metric} "
+                f"{sk} {ck} step {step}; delete one and import again"
+            )
+        by_step[int(step)] = float(value)
+    if current is not None:
+        yield current, _packed(coords)
+
+
+def _packed(coords: dict[CoordKey, dict[int, float]]) -> dict[CoordKey, Points]:
+    out = {}
+    for key, by_step in coords.items():
+        steps = np.array(sorted(by_step), dtype=np.int64)
+        out[key] = (steps, np.array([by_step[int(s)] for s in steps], dtype=np.float64))
     return out
 
 

@@ -357,3 +357,15 @@ def history_prefix(metric: str) -> tuple[str, str, str]:
     return metric, miles_ref.canonical_key(spec["steps"]), miles_ref.canonical_key(
         spec["constraint"]
     )
+
+
+def test_a_miles_run_with_two_values_at_one_coordinate_is_refused_not_guessed(tmp_path):
+    miles = miles_ref.MilesStore(str(tmp_path / "m.db"))
+    row = ("train/grad_norm", '"all"', '{"rel_up":0.5}', 0, 0.1)
+    miles.write_run(IDENTITY, "c1", "2026-01-01T00:00:00.000000+00:00", True, [row, row])
+    miles.close()
+    out = gatekeeper("history", "import", str(tmp_path / "m.db"), "--history",
+                     str(tmp_path / "gk.db"))
+    assert out.returncode == 2 and "holds two values at train/grad_norm" in out.stderr
+    with open_store(str(tmp_path / "gk.db")) as store:
+        assert store.runs() == []  # nothing half-imported
