@@ -259,6 +259,9 @@ class RuleTracker:
         )
 
     def _absent(self, final: bool, ctx: EvalContext) -> Outcome:
+        idle = getattr(self.rule.check, "idle", None)  # a check that cannot judge here at all
+        if idle is not None and (reason := idle(ctx)) is not None:
+            return Outcome(Status.SKIP, reason)
         metric = self.rule.metric
         if not final:
             return Outcome(Status.PENDING, f"waiting for metric {metric}")

@@ -77,6 +77,15 @@ class Judgement:
         )
 
 
+def duplicate_step(state: HistoryState) -> int | None:
+    """The first step selected twice, if any (points arrive sorted by step)."""
+    steps, _ = state.points()
+    if steps.size < 2:
+        return None
+    same = np.flatnonzero(np.diff(np.sort(steps, kind="stable")) == 0)
+    return int(np.sort(steps)[same[0]]) if same.size else None
+
+
 class History(AggregateCheck):
     kind = "history"
     rel_up: float | None = Field(default=None, ge=0)
@@ -86,6 +95,9 @@ class History(AggregateCheck):
     k_std: float | None = Field(default=None, gt=0)
     last_n: int = Field(default=20, ge=1)
     min_history: int = Field(default=1, ge=1)
+    # Run metadata that decides which runs share a baseline (e.g. miles' test_path,
+    # backend, suite); `--series-key` overrides it. Not part of the coordinate.
+    series: list[str] | None = Field(default=None, min_length=1)
 
     @classmethod
     def from_shorthand(cls, value: Any) -> dict[str, Any]:
@@ -127,16 +139,23 @@ class History(AggregateCheck):
                 fmt(a) if (a := getattr(self, f"abs_floor_{side}")) is not None else None,
                 f"{fmt(self.k_std)}*std" if self.k_std is not None else None,
             ]
-            terms = [t for t in terms if t]
+            given = [t for t in terms if t is not None]
             parts.append(
-                f"ref {sign} max({', '.join(terms)})"
-                if len(terms) > 1
-                else f"ref {sign} {terms[0]}"
+                f"ref {sign} max({', '.join(given)})"
+                if len(given) > 1
+                else f"ref {sign} {given[0]}"
             )
         return f"{parts[1]} <= x <= {parts[0]}, ref = mean of newest {self.last_n} trusted"
 
     def start(self) -> HistoryState:
         return HistoryState()
+
+    def idle(self, ctx: EvalContext) -> str | None:
+        """Without a store a history rule judges nothing, so a metric this run does not log
+        is no error either: a pack of history rules is inert until `--history` is given."""
+        if ctx.history is not None:
+            return None
+        return f"{INACTIVE} no baseline store given (check --history URL)"
 
     def feed(self, state: HistoryState, steps: np.ndarray, values: np.ndarray) -> HistoryState:
         state.steps.append(steps)
@@ -172,6 +191,15 @@ class History(AggregateCheck):
     def outcome(self, state: HistoryState, *, final: bool, ctx: EvalContext) -> Outcome:
         if ctx.history is None:
             return Outcome(Status.SKIP, f"{INACTIVE} no baseline store given (check --history URL)")
+        dup = duplicate_step(state)
+        if dup is not None:
+            # miles' gate: "all: duplicate step k in series" is an ERROR (one value per
+            # coordinate), judged before the baseline.
+            return Outcome(
+                Status.ERROR,
+                f"duplicate step {dup} in the series: a coordinate holds one value per run",
+                step=dup,
+            )
         j = self.judge(state, ctx.history.get(ctx.rule_key))
         if not j.steps.size:
             return Outcome(

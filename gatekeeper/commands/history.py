@@ -1,4 +1,5 @@
-"""`gatekeeper history record|show|mark-untrusted`, and `check --history URL [--record]`.
+"""`gatekeeper history record|show|mark-untrusted|import|migrate`, and
+`check --history URL [--record]`.
 
 The store URL comes from `--history` or the GATEKEEPER_HISTORY environment variable (so a
 PostgreSQL password can stay in a CI secret); it is shown with the password redacted.
@@ -36,7 +37,7 @@ def add_history_args(p: argparse.ArgumentParser, *, required: bool = False) -> N
         action="append",
         metavar="KEY",
         help="run metadata that identifies which runs share a baseline, e.g. "
-        "config.test_path (repeatable; default: name)",
+        "config.test_path (repeatable; default: the history rules' `series`, else name)",
     )
     p.add_argument("--run-id", help="id to record the run under (default: the run's id or name)")
     p.add_argument("--commit", help="commit to record (default: config.commit or $GITHUB_SHA)")
@@ -51,7 +52,7 @@ def store_url(args: argparse.Namespace, *, required: bool) -> str | None:
 
 def history_options(args: argparse.Namespace, *, record: bool | None = None) -> Any:
     """HistoryOptions from `check`/`history record` arguments, or None without a store."""
-    from gatekeeper.history.session import DEFAULT_SERIES_KEYS, HistoryOptions
+    from gatekeeper.history.session import HistoryOptions
 
     want_record = bool(getattr(args, "record", False)) if record is None else record
     url = store_url(args, required=want_record)
@@ -60,7 +61,7 @@ def history_options(args: argparse.Namespace, *, record: bool | None = None) -> 
     return HistoryOptions(
         url=url,
         record=want_record,
-        series_keys=tuple(getattr(args, "series_key", None) or DEFAULT_SERIES_KEYS),
+        series_keys=tuple(getattr(args, "series_key", None) or ()) or None,
         run_id=getattr(args, "run_id", None),
         commit=getattr(args, "commit", None),
     )
@@ -120,6 +121,41 @@ def cmd_mark_untrusted(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """Copy a miles metric-history database into the gatekeeper store."""
+    from gatekeeper.history import open_store
+    from gatekeeper.history.miles import import_runs
+
+    url = store_url(args, required=True)
+    assert url is not None
+    store = open_store(url)
+    with store:
+        got = import_runs(store, args.miles)
+        print(
+            f"{store.display}: imported {got.runs} miles run(s) ({got.trusted} trusted, "
+            f"{got.values} value(s)); {got.skipped} already present"
+        )
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Convert a store of gatekeeper's first layout to the gk_* tables."""
+    from gatekeeper.history import open_store
+
+    url = store_url(args, required=True)
+    assert url is not None
+    store = open_store(url, migrate=True)
+    with store:
+        n = store.migrated
+        print(
+            f"{store.display}: converted {n} run(s) to the gk_* tables "
+            "(old tables kept as gk_legacy_runs, gk_legacy_metric_values)"
+            if n
+            else f"{store.display}: nothing to convert (no old-layout tables)"
+        )
+    return 0
+
+
 def register(sub: Any) -> None:
     add_history_args(sub.choices["check"])
     sub.choices["check"].add_argument(
@@ -148,6 +184,17 @@ def register(sub: Any) -> None:
     m.add_argument("--run-id", help="the run id it was recorded under")
     m.add_argument("--commit", help="every run recorded with this commit")
     m.set_defaults(func=cmd_mark_untrusted)
+
+    i = hsub.add_parser(
+        "import", help="copy a miles metric-history database (SQLite or PostgreSQL/Neon) in"
+    )
+    i.add_argument("miles", metavar="MILES_URL", help="the miles store: a SQLite path or postgresql://")
+    i.add_argument("--history", metavar="URL", help="target store (default: $GATEKEEPER_HISTORY)")
+    i.set_defaults(func=cmd_import)
+
+    g = hsub.add_parser("migrate", help="convert a store of gatekeeper's old table layout")
+    g.add_argument("--history", metavar="URL", help="store (default: $GATEKEEPER_HISTORY)")
+    g.set_defaults(func=cmd_migrate)
 
 
 EXTENSIONS.append(register)

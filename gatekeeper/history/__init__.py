@@ -11,18 +11,24 @@ from gatekeeper.history.base import (
     RunRecord,
     StoredRun,
 )
+from gatekeeper.history.sql import SqlStore
 
 
-def open_store(url: str) -> HistoryStore:
+def is_postgres(url: str) -> bool:
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+def open_store(url: str, *, migrate: bool = False) -> SqlStore:
     """The store a URL names: `postgresql://...` / `postgres://...`, or `sqlite:///path`
-    (a plain file path is SQLite too)."""
-    if url.startswith(("postgresql://", "postgres://")):
+    (a plain file path is SQLite too). A store of gatekeeper's first layout is refused
+    unless `migrate` (then it is converted in one transaction)."""
+    if is_postgres(url):
         from gatekeeper.history.postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, migrate=migrate)
     from gatekeeper.history.sqlite import SqliteStore
 
-    return SqliteStore(url)
+    return SqliteStore(url, migrate=migrate)
 
 
 __all__ = [
@@ -31,6 +37,8 @@ __all__ = [
     "HistoryStore",
     "RuleBaseline",
     "RunRecord",
+    "SqlStore",
     "StoredRun",
+    "is_postgres",
     "open_store",
 ]

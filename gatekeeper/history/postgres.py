@@ -1,7 +1,7 @@
 """A shared baseline store on PostgreSQL (psycopg 3), opened by URL:
 `postgresql://user@host:5432/db`. Put the password in the URL from a secret
 (`--history "$HISTORY_URL"` / `GATEKEEPER_HISTORY`) or in PGPASSWORD; it is never shown.
-The tables are created on first use when missing."""
+The gk_* tables are created on first use when missing."""
 
 from __future__ import annotations
 
@@ -20,24 +20,34 @@ except ImportError as exc:  # pragma: no cover - psycopg ships with gatekeeper's
     ) from exc
 
 _DDL = (
-    """CREATE TABLE IF NOT EXISTS runs (
+    """CREATE TABLE IF NOT EXISTS gk_runs (
         seq BIGSERIAL PRIMARY KEY,
         run_id TEXT NOT NULL UNIQUE,
         series TEXT NOT NULL,
         commit_sha TEXT,
         trusted BOOLEAN NOT NULL,
-        created_at TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS metric_values (
-        run_seq BIGINT NOT NULL REFERENCES runs(seq),
+        created_at TEXT NOT NULL,
+        n_values BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS gk_series (
+        id BIGSERIAL PRIMARY KEY,
+        series TEXT NOT NULL,
         metric TEXT NOT NULL,
         steps_key TEXT NOT NULL,
         check_key TEXT NOT NULL,
-        step BIGINT NOT NULL,
-        value DOUBLE PRECISION NOT NULL,
-        PRIMARY KEY (run_seq, metric, steps_key, check_key, step))""",
-    "CREATE INDEX IF NOT EXISTS runs_baseline ON runs (series, trusted, seq DESC)",
-    "CREATE INDEX IF NOT EXISTS values_coordinate ON metric_values (metric, steps_key, check_key)",
-    "CREATE INDEX IF NOT EXISTS runs_commit ON runs (commit_sha)",
+        UNIQUE (series, metric, steps_key, check_key))""",
+    """CREATE TABLE IF NOT EXISTS gk_points (
+        series_id BIGINT NOT NULL REFERENCES gk_series(id),
+        run_seq BIGINT NOT NULL REFERENCES gk_runs(seq),
+        first_step BIGINT NOT NULL,
+        n BIGINT NOT NULL,
+        steps BYTEA,
+        vals BYTEA NOT NULL,
+        PRIMARY KEY (series_id, run_seq))""",
+    # packed floats do not compress: skip TOAST's compression attempt
+    "ALTER TABLE gk_points ALTER COLUMN vals SET STORAGE EXTERNAL",
+    "CREATE INDEX IF NOT EXISTS gk_points_run ON gk_points (run_seq)",
+    "CREATE INDEX IF NOT EXISTS gk_runs_series ON gk_runs (series, seq DESC)",
+    "CREATE INDEX IF NOT EXISTS gk_runs_commit ON gk_runs (commit_sha)",
 )
 
 
@@ -45,7 +55,7 @@ class PostgresStore(SqlStore):
     placeholder = "%s"
     errors = (psycopg.Error,)
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, migrate: bool = False):
         shown = redact(url)
         try:
             conn = psycopg.connect(url, connect_timeout=10, autocommit=True)
@@ -56,10 +66,22 @@ class PostgresStore(SqlStore):
             )
             raise StateError(f"history store {shown}: cannot connect: {first}") from None
         super().__init__(conn, shown)
-        self.create_schema()
+        try:
+            self.migrated = self.create_schema(migrate=migrate)
+        except BaseException:
+            conn.close()
+            raise
 
     def _transaction(self) -> Any:
         return self.conn.transaction()  # autocommit + transaction(): a real BEGIN/COMMIT
 
     def _ddl(self) -> Sequence[str]:
         return _DDL
+
+    def _columns(self, cur: Any, table: str) -> set[str]:
+        cur.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = %s",
+            (table,),
+        )
+        return {str(row[0]) for row in cur.fetchall()}

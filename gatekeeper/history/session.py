@@ -7,7 +7,6 @@ was inactive; an untrusted run is recorded too, but never enters a baseline.
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import Iterable
@@ -19,36 +18,60 @@ import numpy as np
 from gatekeeper.checks.history import INACTIVE, History, HistoryState
 from gatekeeper.engine import Evaluation, RuleTracker
 from gatekeeper.errors import ConfigError
-from gatekeeper.history import open_store
-from gatekeeper.history.base import Baselines, Coordinate, HistoryStore, RuleBaseline, RunRecord
+from gatekeeper.history import keys, open_store
+from gatekeeper.history.base import Baselines, HistoryStore, RuleBaseline, RunRecord
+from gatekeeper.history.keys import canonical
 from gatekeeper.model import Run
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import GateStatus, Status, Verdict
 
 DEFAULT_SERIES_KEYS = ("name",)
 ENV_URL = "GATEKEEPER_HISTORY"
+MILES_KEYS = {"config.test_path", "config.backend", "config.suite"}
 
 
 @dataclass(frozen=True)
 class HistoryOptions:
     url: str
     record: bool = False
-    series_keys: tuple[str, ...] = DEFAULT_SERIES_KEYS
+    series_keys: tuple[str, ...] | None = None  # None: the policies' `series`, else name
     run_id: str | None = None
     commit: str | None = None
 
 
-def canonical(value: Any) -> str:
-    """JSON with sorted keys and no whitespace: the stable text of a key."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+def series_keys(policies: list[PolicySpec], given: tuple[str, ...] | None) -> tuple[str, ...]:
+    """`--series-key` if given, else the one `series` the history rules declare, else name."""
+    if given:
+        return given
+    declared: dict[tuple[str, ...], RuleSpec] = {}
+    for rule in history_rules(policies):
+        assert isinstance(rule.check, History)
+        if rule.check.series:
+            declared.setdefault(tuple(rule.check.series), rule)
+    if len(declared) > 1:
+        (a, ra), (b, rb) = list(declared.items())[:2]
+        raise ConfigError(
+            f"history rules disagree on the run series: {list(a)} ({ra.source}) vs {list(b)} "
+            f"({rb.source}); a run has one series: declare the same keys or pass --series-key"
+        )
+    return next(iter(declared), DEFAULT_SERIES_KEYS)
 
 
 def series_identity(run: Run, keys: Iterable[str]) -> str:
     """Which runs share a baseline: the run's values for `keys` (run lookups like `name`,
-    `config.backend`), as canonical JSON. A missing key is an error, never a wildcard."""
+    `config.backend`), as canonical JSON. A missing key is an error, never a wildcard;
+    miles' test_path/backend/suite fall back to what a miles record's path tells."""
     ident: dict[str, Any] = {}
+    from_path: dict[str, str] | None = None
     for key in keys:
         found, value = run.lookup(key)
+        if (not found or value is None) and key in MILES_KEYS:
+            if from_path is None:
+                from gatekeeper.history.miles import identity_from_path
+
+                from_path = identity_from_path(run.source) or {}
+            value = from_path.get(key.removeprefix("config."))
+            found = value is not None
         if not found or value is None:
             raise ConfigError(
                 f"history series key {key!r} is not set on run {run.name!r}; set it "
@@ -59,10 +82,11 @@ def series_identity(run: Run, keys: Iterable[str]) -> str:
 
 
 def coordinate_prefix(rule: RuleSpec) -> tuple[str, str, str]:
-    """(metric, steps_key, check_key): the rule's selection and check as written, so an
-    edited declaration starts a fresh history and defaults never re-key a series."""
-    steps_key = canonical(rule.steps.model_dump(mode="json", exclude_defaults=True))
-    check_key = canonical({rule.check.kind: rule.check.model_dump(mode="json", exclude_unset=True)})
+    """(metric, steps_key, check_key): the rule's selection and band as written, in miles'
+    key form (gatekeeper/history/keys.py), so an edited declaration starts a fresh
+    history, defaults never re-key a series and a miles history imports as it is."""
+    steps_key = keys.steps_key(rule.steps.model_dump(mode="json", exclude_defaults=True))
+    check_key = keys.check_key(rule.check.model_dump(mode="json", exclude_unset=True))
     return rule.metric, steps_key, check_key
 
 
@@ -70,33 +94,62 @@ def history_rules(policies: Iterable[PolicySpec]) -> list[RuleSpec]:
     return [r for p in policies for r in p.rules if isinstance(r.check, History)]
 
 
-def read_baselines(store: HistoryStore, policies: list[PolicySpec], series: str) -> Baselines:
+def needed_steps(rule: RuleSpec, run: Run) -> np.ndarray | None:
+    """The coordinates this run will judge (None: unknown, e.g. a derived metric), so the
+    read stops once each has its `last_n` values."""
+    if rule.expr is not None:
+        return None
+    s = run.series.get(rule.metric)
+    steps = s.steps if s is not None else np.empty(0, np.int64)
+    sel = rule.steps
+    if sel.kind in ("tail", "last"):
+        return np.arange(-min(sel.count or 1, steps.size), 0, dtype=np.int64)
+    if sel.kind == "list":
+        return np.asarray(sel.steps, dtype=np.int64)
+    if sel.kind == "first":
+        return steps[:1]
+    if sel.kind == "range":
+        keep = np.ones(steps.shape, bool)
+        if sel.start is not None:
+            keep &= steps >= sel.start
+        if sel.end is not None:
+            keep &= steps <= sel.end
+        return steps[keep]
+    return steps
+
+
+def read_baselines(
+    store: HistoryStore, policies: list[PolicySpec], series: str, run: Run | None = None
+) -> Baselines:
     rules: dict[str, RuleBaseline] = {}
     for rule in history_rules(policies):
         assert isinstance(rule.check, History)
-        values = store.baseline(series, *coordinate_prefix(rule), limit=rule.check.last_n)
+        needed = needed_steps(rule, run) if run is not None else None
+        rows = store.baseline_rows(
+            series, *coordinate_prefix(rule), limit=rule.check.last_n, needed=needed
+        )
         positional = rule.steps.kind in ("tail", "last")
-        rules[rule.key] = baseline = RuleBaseline(values, positional)
+        rules[rule.key] = baseline = RuleBaseline(positional=positional, rows=rows)
         baseline.stats(rule.check.last_n)  # computed here, at the edge, not while judging
     return Baselines(rules, store.display)
 
 
-def observations(tracker: RuleTracker) -> dict[int, float]:
-    """A history rule's finite selected values by coordinate step."""
+def observations(tracker: RuleTracker) -> tuple[np.ndarray, np.ndarray]:
+    """A history rule's finite selected values by coordinate step (sorted)."""
     if tracker.rule.steps.kind in ("tail", "last"):
         n = tracker.rule.steps.count or 1
         if not tracker.tail:
-            return {}
+            return np.empty(0, np.int64), np.empty(0)
         values = np.concatenate([v for _, v in tracker.tail])[-n:]
-        coords = range(-values.size, 0)
+        coords = np.arange(-values.size, 0, dtype=np.int64)
     else:
         state = tracker.agg_state
         assert isinstance(state, HistoryState)
-        steps, values = state.points()
-        coords = steps.tolist()
-    return {
-        int(c): float(v) for c, v in zip(coords, values.tolist(), strict=True) if np.isfinite(v)
-    }
+        coords, values = state.points()
+        order = np.argsort(coords, kind="stable")
+        coords, values = coords[order], values[order]
+    keep = np.isfinite(values)
+    return coords[keep].astype(np.int64), values[keep].astype(np.float64)
 
 
 def trusted(verdict: Verdict, rule_keys: set[str]) -> bool:
@@ -112,21 +165,27 @@ def trusted(verdict: Verdict, rule_keys: set[str]) -> bool:
 def make_record(
     ev: Evaluation, verdict: Verdict, series: str, run_id: str, commit: str | None
 ) -> RunRecord:
-    keys = {r.key for r in history_rules(ev.policies)}
-    skipped = {
+    rule_keys = {r.key for r in history_rules(ev.policies)}
+    # Nothing to record from a rule that does not apply (SKIP, not inactive), nor from one
+    # that could not be judged (ERROR: miles writes no value for a spec whose selection
+    # failed; the run is untrusted anyway).
+    leave_out = {
         f"{r.policy}/{r.rule}"
         for r in verdict.results
-        if r.status is Status.SKIP and not r.message.startswith(INACTIVE)
+        if (r.status is Status.SKIP and not r.message.startswith(INACTIVE))
+        or r.status is Status.ERROR
     }
-    values: dict[Coordinate, float] = {}
+    points: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
     for tracker in ev.trackers:
         rule = tracker.rule
-        if rule.key not in keys or rule.key in skipped:
-            continue  # a rule that does not apply to this run has nothing to record
-        prefix = coordinate_prefix(rule)
-        for step, value in observations(tracker).items():
-            values[Coordinate(*prefix, step)] = value  # shared coordinates collapse to one row
-    return RunRecord(run_id, series, trusted(verdict, keys), values, commit)
+        if rule.key not in rule_keys or rule.key in leave_out:
+            continue
+        steps, values = observations(tracker)
+        if steps.size and bool(np.any(np.diff(steps) == 0)):
+            continue  # duplicate steps are an ERROR verdict, never a stored value
+        # rules sharing a coordinate select the same values: one row, never double weight
+        points.setdefault(coordinate_prefix(rule), (steps, values))
+    return RunRecord(run_id, series, trusted(verdict, rule_keys), points, commit)
 
 
 def default_run_id(run: Run) -> str:
@@ -143,9 +202,9 @@ def default_commit(run: Run) -> str | None:
 def judge(policies: list[PolicySpec], run: Run, opts: HistoryOptions) -> Verdict:
     """Read baselines, judge the finished run, record it if asked. The verdict's run
     summary gains a `history` entry saying what was read and written."""
-    series = series_identity(run, opts.series_keys)
+    series = series_identity(run, series_keys(policies, opts.series_keys))
     with open_store(opts.url) as store:
-        baselines = read_baselines(store, policies, series)
+        baselines = read_baselines(store, policies, series, run)
         ev = Evaluation(policies)
         ev.feed(run.series)
         verdict = ev.verdict(run, final=True, history=baselines)
@@ -163,7 +222,7 @@ def judge(policies: list[PolicySpec], run: Run, opts: HistoryOptions) -> Verdict
                 recorded=True,
                 run_id=rec.run_id,
                 trusted=rec.trusted,
-                values=len(rec.values),
+                values=rec.n_values,
                 commit=rec.commit,
             )
     verdict.run["history"] = info

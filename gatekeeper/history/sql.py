@@ -1,6 +1,18 @@
 """The store contract over a DB-API connection; backends supply the connection, the
-placeholder style and their DDL. Two tables: `runs` (one row per run) and
-`metric_values` (one row per coordinate of a run)."""
+placeholder style and their DDL.
+
+Tables are namespaced `gk_*` so they can share one database with miles' own
+`runs` / `metric_values`:
+- `gk_runs`: one row per run (series, trust, provenance, insert order `seq`);
+- `gk_series`: one row per (series, metric, steps_key, check_key), the id a baseline
+  read keys on;
+- `gk_points`: one row per run and series id, the run's values as packed little-endian
+  arrays (float64 values; int64 steps, or none when the steps are contiguous).
+
+gatekeeper's first layout (`runs` with `seq`/`series`, `metric_values` with `run_seq`)
+is never read or reset silently: opening such a store is refused until
+`gatekeeper history migrate` converts it (the old tables are renamed `gk_legacy_*`).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +22,44 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from gatekeeper.errors import StateError
-from gatekeeper.history.base import DEFAULT_LIMIT, HistoryStore, RunRecord, StoredRun, check_finite
+import numpy as np
 
-# Newest `limit` trusted values per step; runs.seq orders runs by when they were recorded
-# (timestamps can tie within a second, an insert sequence cannot).
-_BASELINE = """
-SELECT step, value FROM (
-  SELECT v.step AS step, v.value AS value,
-         ROW_NUMBER() OVER (PARTITION BY v.step ORDER BY r.seq DESC) AS rn
-  FROM metric_values v JOIN runs r ON r.seq = v.run_seq
-  WHERE r.series = {p} AND r.trusted = {p}
-    AND v.metric = {p} AND v.steps_key = {p} AND v.check_key = {p}
-) ranked WHERE rn <= {p} ORDER BY step, rn
+from gatekeeper.errors import StateError
+from gatekeeper.history import keys
+from gatekeeper.history.base import (
+    DEFAULT_LIMIT,
+    CoordKey,
+    HistoryStore,
+    Points,
+    RunRecord,
+    StoredRun,
+    check_record,
+)
+
+LAYOUT = "2"
+
+
+def pack(steps: np.ndarray, values: np.ndarray) -> tuple[int, int, bytes | None, bytes]:
+    """(first_step, n, steps blob or None when contiguous, values blob)."""
+    n = int(steps.size)
+    first = int(steps[0]) if n else 0
+    contiguous = n == 0 or int(steps[-1]) - first == n - 1  # strictly increasing ints
+    blob = None if contiguous else np.asarray(steps, dtype="<i8").tobytes()
+    return first, n, blob, np.asarray(values, dtype="<f8").tobytes()
+
+
+def unpack(first: int, n: int, steps: bytes | None, vals: bytes) -> Points:
+    values = np.frombuffer(bytes(vals), dtype="<f8").astype(np.float64)
+    if steps is None:
+        return np.arange(first, first + n, dtype=np.int64), values
+    return np.frombuffer(bytes(steps), dtype="<i8").astype(np.int64), values
+
+
+_ROWS = """
+SELECT p.run_seq, p.first_step, p.n, p.steps, p.vals
+FROM gk_points p JOIN gk_runs r ON r.seq = p.run_seq
+WHERE p.series_id = {p} AND r.trusted = {p} AND p.run_seq < {p}
+ORDER BY p.run_seq DESC LIMIT {p}
 """
 
 
@@ -31,6 +68,7 @@ class SqlStore(HistoryStore):
 
     placeholder = "?"
     errors: tuple[type[BaseException], ...] = ()
+    migrated = 0  # runs converted from the first layout when opened with migrate=True
 
     def __init__(self, conn: Any, display: str):
         self.conn = conn
@@ -38,6 +76,10 @@ class SqlStore(HistoryStore):
 
     @abstractmethod
     def _ddl(self) -> Sequence[str]: ...
+
+    @abstractmethod
+    def _columns(self, cur: Any, table: str) -> set[str]:
+        """Column names of `table`, empty when it does not exist."""
 
     def _transaction(self) -> Any:
         """A context that commits on success and rolls back on error."""
@@ -59,50 +101,156 @@ class SqlStore(HistoryStore):
         except self.errors as exc:
             raise StateError(f"history store {self.display}: {what} failed: {exc}") from exc
 
-    def create_schema(self) -> None:
-        with self._tx("creating the schema") as cur:
-            for stmt in self._ddl():
-                cur.execute(stmt)
+    def _legacy(self, cur: Any) -> bool:
+        """gatekeeper's first layout is present (miles' `runs` has no `series`)."""
+        return {"seq", "series"} <= self._columns(cur, "runs") and "run_seq" in self._columns(
+            cur, "metric_values"
+        )
 
-    def record(self, run: RunRecord) -> None:
-        check_finite(run)
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        with self._tx(f"recording run {run.run_id}") as cur:
-            cur.execute(self._sql("SELECT seq FROM runs WHERE run_id = {p}"), (run.run_id,))
-            for (seq,) in cur.fetchall():
-                cur.execute(self._sql("DELETE FROM metric_values WHERE run_seq = {p}"), (seq,))
-                cur.execute(self._sql("DELETE FROM runs WHERE seq = {p}"), (seq,))
+    def create_schema(self, *, migrate: bool = False) -> int:
+        """Create the tables; with `migrate`, convert a first-layout store (returns how
+        many runs were converted). Without it such a store is refused."""
+        with self._tx("creating the schema") as cur:
+            legacy = self._legacy(cur)
+            if legacy and not migrate:
+                raise StateError(
+                    f"history store {self.display} has gatekeeper's old layout (tables runs, "
+                    "metric_values); convert it once with `gatekeeper history migrate "
+                    "--history URL` (the old tables are kept as gk_legacy_*)"
+                )
+            # Once the tables exist, no DDL at all: a role that may only read and write
+            # them (miles' Neon application role is DML-only) opens the store too.
+            if not all(self._columns(cur, t) for t in ("gk_runs", "gk_series", "gk_points")):
+                for stmt in self._ddl():
+                    cur.execute(stmt)
+            if not legacy:
+                return 0
+            return self._migrate(cur)
+
+    def _migrate(self, cur: Any) -> int:
+        cur.execute(
+            "SELECT seq, run_id, series, commit_sha, trusted, created_at FROM runs ORDER BY seq"
+        )
+        old_runs = cur.fetchall()
+        for seq, run_id, series, commit, trusted, created_at in old_runs:
             cur.execute(
                 self._sql(
-                    "INSERT INTO runs (run_id, series, commit_sha, trusted, created_at) "
-                    "VALUES ({p}, {p}, {p}, {p}, {p})"
+                    "SELECT metric, steps_key, check_key, step, value FROM metric_values "
+                    "WHERE run_seq = {p} ORDER BY metric, steps_key, check_key, step"
                 ),
-                (run.run_id, run.series, run.commit, run.trusted, now),
+                (seq,),
             )
-            cur.execute(self._sql("SELECT seq FROM runs WHERE run_id = {p}"), (run.run_id,))
-            (seq,) = cur.fetchone()
-            rows = [
-                (seq, c.metric, c.steps_key, c.check_key, c.step, float(v))
-                for c, v in sorted(run.values.items())
-            ]
-            cur.executemany(
-                self._sql(
-                    "INSERT INTO metric_values "
-                    "(run_seq, metric, steps_key, check_key, step, value) "
-                    "VALUES ({p}, {p}, {p}, {p}, {p}, {p})"
-                ),
-                rows,
+            grouped: dict[CoordKey, dict[int, float]] = {}
+            for metric, sk, ck, step, value in cur.fetchall():
+                key = (metric, *keys.from_legacy(sk, ck))
+                grouped.setdefault(key, {})[int(step)] = float(value)  # type: ignore[arg-type]
+            points = {
+                k: (
+                    np.array(sorted(d), dtype=np.int64),
+                    np.array([d[s] for s in sorted(d)], dtype=np.float64),
+                )
+                for k, d in grouped.items()
+            }
+            rec = RunRecord(
+                str(run_id), str(series), bool(trusted), points, commit, str(created_at)
             )
+            check_record(rec)
+            self._insert(cur, rec)
+        cur.execute("ALTER TABLE metric_values RENAME TO gk_legacy_metric_values")
+        cur.execute("ALTER TABLE runs RENAME TO gk_legacy_runs")
+        return len(old_runs)
 
-    def baseline(
-        self, series: str, metric: str, steps_key: str, check_key: str, limit: int = DEFAULT_LIMIT
-    ) -> dict[int, list[float]]:
-        out: dict[int, list[float]] = {}
+    def record(self, run: RunRecord) -> None:
+        check_record(run)
+        with self._tx(f"recording run {run.run_id}") as cur:
+            self._insert(cur, run)
+
+    def record_many(self, runs: Sequence[RunRecord]) -> None:
+        """Write runs in order, all or none (an import)."""
+        for run in runs:
+            check_record(run)
+        with self._tx(f"writing {len(runs)} run(s)") as cur:
+            for run in runs:
+                self._insert(cur, run)
+
+    def _insert(self, cur: Any, run: RunRecord) -> None:
+        now = run.created_at or datetime.now(timezone.utc).isoformat(timespec="microseconds")
+        cur.execute(self._sql("SELECT seq FROM gk_runs WHERE run_id = {p}"), (run.run_id,))
+        for (seq,) in cur.fetchall():
+            cur.execute(self._sql("DELETE FROM gk_points WHERE run_seq = {p}"), (seq,))
+            cur.execute(self._sql("DELETE FROM gk_runs WHERE seq = {p}"), (seq,))
+        cur.execute(
+            self._sql(
+                "INSERT INTO gk_runs (run_id, series, commit_sha, trusted, created_at, n_values) "
+                "VALUES ({p}, {p}, {p}, {p}, {p}, {p})"
+            ),
+            (run.run_id, run.series, run.commit, run.trusted, now, run.n_values),
+        )
+        cur.execute(self._sql("SELECT seq FROM gk_runs WHERE run_id = {p}"), (run.run_id,))
+        (seq,) = cur.fetchone()
+        rows = []
+        for key, (steps, values) in sorted(run.points.items(), key=lambda kv: kv[0]):
+            if not steps.size:
+                continue
+            sid = self._series_id(cur, run.series, key, create=True)
+            rows.append((sid, seq, *pack(steps, values)))
+        cur.executemany(
+            self._sql(
+                "INSERT INTO gk_points (series_id, run_seq, first_step, n, steps, vals) "
+                "VALUES ({p}, {p}, {p}, {p}, {p}, {p})"
+            ),
+            rows,
+        )
+
+    def _series_id(self, cur: Any, series: str, key: CoordKey, *, create: bool) -> int | None:
+        args = (series, *key)
+        select = self._sql(
+            "SELECT id FROM gk_series WHERE series = {p} AND metric = {p} AND steps_key = {p} "
+            "AND check_key = {p}"
+        )
+        cur.execute(select, args)
+        row = cur.fetchone()
+        if row is not None or not create:
+            return None if row is None else int(row[0])
+        cur.execute(
+            self._sql(
+                "INSERT INTO gk_series (series, metric, steps_key, check_key) "
+                "VALUES ({p}, {p}, {p}, {p})"
+            ),
+            args,
+        )
+        cur.execute(select, args)
+        return int(cur.fetchone()[0])
+
+    def baseline_rows(
+        self,
+        series: str,
+        metric: str,
+        steps_key: str,
+        check_key: str,
+        limit: int = DEFAULT_LIMIT,
+        needed: np.ndarray | None = None,
+    ) -> list[Points]:
+        rows: list[Points] = []
         with self._tx(f"reading the baseline of {metric}") as cur:
-            cur.execute(self._sql(_BASELINE), (series, True, metric, steps_key, check_key, limit))
-            for step, value in cur.fetchall():
-                out.setdefault(int(step), []).append(float(value))
-        return out
+            sid = self._series_id(cur, series, (metric, steps_key, check_key), create=False)
+            if sid is None:
+                return rows
+            want = None if needed is None else np.unique(np.asarray(needed, dtype=np.int64))
+            have = None if want is None else np.zeros(want.size, dtype=np.int64)
+            before = 1 << 62
+            while True:
+                # Newest first in batches of `limit` runs: a run lacking a needed step
+                # does not count for it, so that step may reach further back.
+                cur.execute(self._sql(_ROWS), (sid, True, before, limit))
+                batch = cur.fetchall()
+                for run_seq, first, n, steps, vals in batch:
+                    before = int(run_seq)
+                    rows.append(unpack(int(first), int(n), steps, vals))
+                    if want is not None and have is not None:
+                        have += np.isin(want, rows[-1][0])
+                if len(batch) < limit or (have is not None and bool(np.all(have >= limit))):
+                    return rows
 
     def mark_untrusted(self, *, run_id: str | None = None, commit: str | None = None) -> int:
         if (run_id is None) == (commit is None):
@@ -110,16 +258,18 @@ class SqlStore(HistoryStore):
         column, value = ("run_id", run_id) if run_id is not None else ("commit_sha", commit)
         with self._tx(f"revoking trust for {column} {value}") as cur:
             cur.execute(
-                self._sql(f"UPDATE runs SET trusted = {{p}} WHERE {column} = {{p}}"), (False, value)
+                self._sql(
+                    f"UPDATE gk_runs SET trusted = {{p}} WHERE {column} = {{p}} AND trusted = {{p}}"
+                ),
+                (False, value, True),
             )
             return int(cur.rowcount)
 
     def runs(self, series: str | None = None, limit: int = 50) -> list[StoredRun]:
-        where = "WHERE r.series = {p} " if series is not None else ""
+        where = "WHERE series = {p} " if series is not None else ""
         query = (
-            "SELECT r.run_id, r.series, r.trusted, r.commit_sha, r.created_at, "
-            "(SELECT COUNT(*) FROM metric_values v WHERE v.run_seq = r.seq) "
-            f"FROM runs r {where}ORDER BY r.seq DESC LIMIT {{p}}"
+            "SELECT run_id, series, trusted, commit_sha, created_at, n_values "
+            f"FROM gk_runs {where}ORDER BY seq DESC LIMIT {{p}}"
         )
         params = (series, limit) if series is not None else (limit,)
         with self._tx("listing runs") as cur:
@@ -128,6 +278,20 @@ class SqlStore(HistoryStore):
                 StoredRun(str(a), str(b), bool(c), d, str(e), int(f))
                 for a, b, c, d, e, f in cur.fetchall()
             ]
+
+    def newest(self, series: str) -> str | None:
+        """created_at of the newest run of `series`, if any (import keeps order by it)."""
+        with self._tx("reading the newest run") as cur:
+            cur.execute(
+                self._sql("SELECT MAX(created_at) FROM gk_runs WHERE series = {p}"), (series,)
+            )
+            row = cur.fetchone()
+            return None if row is None or row[0] is None else str(row[0])
+
+    def has_run(self, run_id: str) -> bool:
+        with self._tx("looking up a run") as cur:
+            cur.execute(self._sql("SELECT 1 FROM gk_runs WHERE run_id = {p}"), (run_id,))
+            return cur.fetchone() is not None
 
     def close(self) -> None:
         self.conn.close()

@@ -5,29 +5,38 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 from gatekeeper.errors import StateError
 from gatekeeper.history.sql import SqlStore
 
 _DDL = (
-    """CREATE TABLE IF NOT EXISTS runs (
+    """CREATE TABLE IF NOT EXISTS gk_runs (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         run_id TEXT NOT NULL UNIQUE,
         series TEXT NOT NULL,
         commit_sha TEXT,
         trusted INTEGER NOT NULL,
-        created_at TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS metric_values (
-        run_seq INTEGER NOT NULL REFERENCES runs(seq),
+        created_at TEXT NOT NULL,
+        n_values INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS gk_series (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        series TEXT NOT NULL,
         metric TEXT NOT NULL,
         steps_key TEXT NOT NULL,
         check_key TEXT NOT NULL,
-        step INTEGER NOT NULL,
-        value REAL NOT NULL,
-        PRIMARY KEY (run_seq, metric, steps_key, check_key, step))""",
-    "CREATE INDEX IF NOT EXISTS runs_baseline ON runs (series, trusted, seq DESC)",
-    "CREATE INDEX IF NOT EXISTS values_coordinate ON metric_values (metric, steps_key, check_key)",
-    "CREATE INDEX IF NOT EXISTS runs_commit ON runs (commit_sha)",
+        UNIQUE (series, metric, steps_key, check_key))""",
+    """CREATE TABLE IF NOT EXISTS gk_points (
+        series_id INTEGER NOT NULL REFERENCES gk_series(id),
+        run_seq INTEGER NOT NULL REFERENCES gk_runs(seq),
+        first_step INTEGER NOT NULL,
+        n INTEGER NOT NULL,
+        steps BLOB,
+        vals BLOB NOT NULL,
+        PRIMARY KEY (series_id, run_seq))""",
+    "CREATE INDEX IF NOT EXISTS gk_points_run ON gk_points (run_seq)",
+    "CREATE INDEX IF NOT EXISTS gk_runs_series ON gk_runs (series, seq DESC)",
+    "CREATE INDEX IF NOT EXISTS gk_runs_commit ON gk_runs (commit_sha)",
 )
 
 
@@ -43,7 +52,7 @@ class SqliteStore(SqlStore):
     placeholder = "?"
     errors = (sqlite3.Error,)
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, migrate: bool = False):
         path = sqlite_path(url)
         if not path:
             raise StateError(
@@ -57,7 +66,15 @@ class SqliteStore(SqlStore):
         except sqlite3.Error as exc:
             raise StateError(f"history store {path}: cannot open: {exc}") from exc
         super().__init__(conn, path)
-        self.create_schema()
+        try:
+            self.migrated = self.create_schema(migrate=migrate)
+        except BaseException:
+            conn.close()
+            raise
 
     def _ddl(self) -> Sequence[str]:
         return _DDL
+
+    def _columns(self, cur: Any, table: str) -> set[str]:
+        cur.execute(f"PRAGMA table_info({table})")
+        return {str(row[1]) for row in cur.fetchall()}

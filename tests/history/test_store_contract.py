@@ -23,7 +23,7 @@ def rec(
     series: str = SERIES,
     extra: dict | None = None,
 ) -> RunRecord:
-    return RunRecord(
+    return RunRecord.of(
         run_id, series, trusted, {KL0: value, KL1: value * 10, **(extra or {})}, commit
     )
 
@@ -91,3 +91,24 @@ def test_unreachable_postgres_is_a_clear_error_without_the_password():
     with pytest.raises(StateError) as err:
         open_store("postgresql://ci:s3cret@127.0.0.1:1/none")
     assert "cannot connect" in str(err.value) and "s3cret" not in str(err.value)
+
+
+def test_a_dml_only_role_opens_existing_tables(pg_url):
+    """miles' Neon application role may not create tables; once gk_* exist, opening the
+    store issues no DDL."""
+    import psycopg
+
+    with open_store(pg_url) as s:
+        s.record(rec("a", 1.0))
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("CREATE ROLE ci_app LOGIN")
+        admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        admin.execute("GRANT USAGE ON SCHEMA public TO ci_app")
+        admin.execute(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ci_app"
+        )
+        admin.execute("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO ci_app")
+    app_url = pg_url.replace("postgres@", "ci_app@")
+    with open_store(app_url) as s:
+        s.record(rec("b", 2.0))
+        assert s.baseline(SERIES, KL0.metric, KL0.steps_key, KL0.check_key)[0] == [2.0, 1.0]

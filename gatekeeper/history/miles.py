@@ -1,0 +1,247 @@
+"""miles' metric-history gate, seen from gatekeeper: its run identity and its database.
+
+Mirrors radixark/miles at 31f1ca961a94cb860cec3b2dea34ec332bfa8f76:
+- identity `(test_path, backend, suite)` (tests/ci/metric_history/gate.py); our series
+  key is canonical JSON of `config.test_path`, `config.backend`, `config.suite`;
+- the harness writes each attempt's records under
+  `<MILES_CI_GATE_RECORD_DIR>/<sanitized test path>-<sha1(test path)[:10]>/attempt-<n>/`
+  and merges them into `attempt-<n>.merged.jsonl` (tests/ci/ci_utils.py), so the test
+  path is recoverable from a record's path, and the suite from the test file's
+  `register_cuda_ci(suite=...)` (the gate hook only runs for CUDA tests);
+- its store: `runs(run_id, test_path, backend, suite, commit_sha, ..., created_at,
+  trusted)` and `metric_values(run_id, metric_key, steps_key, constraint_key, step,
+  value)`, the same columns on SQLite and PostgreSQL/Neon
+  (tests/ci/metric_history/storage/{sqlite,neon}_store.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import re
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from gatekeeper.errors import StateError
+from gatekeeper.history import is_postgres
+from gatekeeper.history.base import CoordKey, Points, RunRecord, check_record, redact
+from gatekeeper.history.keys import canonical
+from gatekeeper.history.sql import SqlStore
+
+SERIES_KEYS = ("config.test_path", "config.backend", "config.suite")
+_KEY_DIR = re.compile(r"^(?P<name>.+)-(?P<sha>[0-9a-f]{10})$")
+_ATTEMPT = re.compile(r"^attempt-\d+(\.merged\.jsonl)?$")
+_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "build", "dist"}
+_RUN_COLUMNS = ("run_id", "test_path", "backend", "suite", "commit_sha", "created_at", "trusted")
+_VALUE_COLUMNS = ("run_id", "metric_key", "steps_key", "constraint_key", "step", "value")
+
+
+def series_of(test_path: str, backend: str, suite: str) -> str:
+    """The series text of a miles identity, as `series_identity` builds it from a run."""
+    return canonical(dict(zip(SERIES_KEYS, (test_path, backend, suite), strict=True)))
+
+
+def record_dir_name(test_path: str) -> str:
+    """miles' per-test record directory name (ci_utils._attempt_record_dir)."""
+    sanitized = re.sub(r"[^A-Za-z0-9._-]", "_", test_path)
+    return f"{sanitized}-{hashlib.sha1(test_path.encode()).hexdigest()[:10]}"
+
+
+def identity_from_path(source: str, root: str | None = None) -> dict[str, str] | None:
+    """`{test_path, backend, suite}` of a record the miles harness wrote, or None when the
+    path is not shaped like one. The test file is found under `root` (the repository the
+    harness runs in, default: the working directory) by its record directory name, which
+    ends in a hash of the path, so a match is exact."""
+    path = os.path.abspath(source)
+    if not _ATTEMPT.match(os.path.basename(path)):
+        return None
+    m = _KEY_DIR.match(os.path.basename(os.path.dirname(path)))
+    if m is None:
+        return None
+    test_path = _find_test(m.group("name"), m.group("sha"), root or os.getcwd())
+    if test_path is None:
+        return None
+    suite = cuda_suite(os.path.join(root or os.getcwd(), test_path))
+    return {"test_path": test_path, "backend": "cuda", "suite": suite} if suite else None
+
+
+def _find_test(sanitized: str, sha: str, root: str) -> str | None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")]
+        for name in filenames:
+            if not name.endswith(".py"):  # miles' CI registers test files only
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+            if record_dir_name(rel) == f"{sanitized}-{sha}":
+                return rel
+    return None
+
+
+def cuda_suite(test_file: str) -> str | None:
+    """The `suite=` literal of the file's one top-level `register_cuda_ci(...)` call."""
+    try:
+        with open(test_file, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), filename=test_file)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    suites = []
+    for stmt in tree.body:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+            continue
+        if call.func.id != "register_cuda_ci":
+            continue
+        for kw in call.keywords:
+            if kw.arg == "suite" and isinstance(kw.value, ast.Constant):
+                suites.append(str(kw.value.value))
+    return suites[0] if len(suites) == 1 else None
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    runs: int
+    values: int
+    skipped: int  # already in the store (import is idempotent by run id)
+    trusted: int
+
+
+def _connect(url: str) -> tuple[Any, str]:
+    """A read-only DB-API connection to a miles store and its placeholder."""
+    if is_postgres(url):
+        import psycopg
+
+        try:
+            return psycopg.connect(url, connect_timeout=10), "%s"
+        except psycopg.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StateError(
+                f"miles store {redact(url)}: cannot connect: {redact(first)}"
+            ) from None
+    path = url
+    if url.startswith("sqlite:"):
+        path = url.removeprefix("sqlite://").removeprefix("sqlite:")
+    if not os.path.isfile(path):
+        raise StateError(f"miles store {path}: no such file")
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True), "?"
+
+
+def _check_columns(cur: Any, url: str, postgres: bool) -> None:
+    for table, want in (("runs", _RUN_COLUMNS), ("metric_values", _VALUE_COLUMNS)):
+        if postgres:
+            cur.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = current_schema() AND table_name = %s",
+                (table,),
+            )
+            have = {str(r[0]) for r in cur.fetchall()}
+        else:
+            have = {str(r[1]) for r in cur.execute(f"PRAGMA table_info({table})").fetchall()}
+        missing = [c for c in want if c not in have]
+        if missing:
+            what = "has no table" if not have else f"table {table} lacks {', '.join(missing)}"
+            raise StateError(
+                f"{redact(url)} is not a miles metric-history database: {what}"
+                + (f" {table}" if not have else "")
+            )
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
+    return str(value)
+
+
+def read_runs(url: str) -> list[RunRecord]:
+    """Every run of a miles store as gatekeeper records, oldest first (miles orders its
+    baseline by created_at). Values stream in run order and become arrays run by run, so
+    a large history never sits in memory as Python tuples."""
+    conn, p = _connect(url)
+    postgres = p == "%s"
+    try:
+        cur = conn.cursor()
+        _check_columns(cur, url, postgres)
+        cur.execute(
+            "SELECT run_id, test_path, backend, suite, commit_sha, created_at, trusted FROM runs"
+        )
+        runs = sorted(cur.fetchall(), key=lambda r: (_iso(r[5]), str(r[0])))
+        # a server-side cursor on PostgreSQL: psycopg would otherwise fetch every row
+        values = conn.cursor(name="gk_import") if postgres else conn.cursor()
+        values.execute(
+            "SELECT run_id, metric_key, steps_key, constraint_key, step, value "
+            "FROM metric_values ORDER BY run_id"
+        )
+        points = dict(_points_by_run(values, url))
+    finally:
+        conn.close()
+    return [
+        RunRecord(
+            str(run_id),
+            series_of(str(test_path), str(backend), str(suite)),
+            bool(trusted),
+            points.get(str(run_id), {}),
+            str(commit) if commit is not None else None,
+            _iso(created_at),
+        )
+        for run_id, test_path, backend, suite, commit, created_at, trusted in runs
+    ]
+
+
+def _points_by_run(rows: Any, url: str) -> Iterator[tuple[str, dict[CoordKey, Points]]]:
+    """(run_id, its packed points) from value rows sorted by run_id."""
+    current: str | None = None
+    coords: dict[CoordKey, dict[int, float]] = {}
+    for run_id, metric, sk, ck, step, value in rows:
+        if str(run_id) != current:
+            if current is not None:
+                yield current, _packed(coords)
+            current, coords = str(run_id), {}
+        by_step = coords.setdefault((metric, sk, ck), {})
+        if int(step) in by_step:
+            # miles' baseline read would count such a row twice; we keep one value per
+            # coordinate, so say so rather than pick one.
+            raise StateError(
+                f"miles store {redact(url)}: run {run_id} holds two values at {metric} "
+                f"{sk} {ck} step {step}; delete one and import again"
+            )
+        by_step[int(step)] = float(value)
+    if current is not None:
+        yield current, _packed(coords)
+
+
+def _packed(coords: dict[CoordKey, dict[int, float]]) -> dict[CoordKey, Points]:
+    out = {}
+    for key, by_step in coords.items():
+        steps = np.array(sorted(by_step), dtype=np.int64)
+        out[key] = (steps, np.array([by_step[int(s)] for s in steps], dtype=np.float64))
+    return out
+
+
+def import_runs(store: SqlStore, url: str) -> ImportResult:
+    """Copy a miles store's runs into `store`, keeping run ids, trust, commit and order.
+    Runs already there are skipped; a run older than one gatekeeper recorded in the
+    same series is refused (newest-first order is insert order: import first)."""
+    records = read_runs(url)
+    for rec in records:
+        check_record(rec)
+    fresh = [r for r in records if not store.has_run(r.run_id)]
+    for rec in fresh:
+        newest = store.newest(rec.series)
+        if newest is not None and rec.created_at is not None and rec.created_at < newest:
+            raise StateError(
+                f"miles run {rec.run_id} ({rec.created_at}) is older than run(s) already in "
+                f"{store.display} for series {rec.series} (newest {newest}); import into a "
+                "store before recording that series there"
+            )
+    store.record_many(fresh)
+    return ImportResult(
+        runs=len(fresh),
+        values=sum(r.n_values for r in fresh),
+        skipped=len(records) - len(fresh),
+        trusted=sum(r.trusted for r in fresh),
+    )

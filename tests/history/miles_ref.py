@@ -1,0 +1,300 @@
+"""miles' metric-history pipeline, mirrored for tests: capture, merge, store, gate.
+
+Mirrored from radixark/miles at 31f1ca961a94cb860cec3b2dea34ec332bfa8f76:
+- capture: miles/utils/tracking_utils/ci_history.py (CiHistoryBackend: one
+  `<pid>-<uuid>.jsonl` file per process, the 7 TARGET_METRIC_KEYS, non-finite values as
+  "NaN"/"Infinity"/"-Infinity", `json.dumps(line, allow_nan=False)`);
+- merge: tests/ci/ci_utils.py `_attempt_record_dir`, `_merge_attempt_records`
+  (sorted file names, concatenate, stable sort by step with null steps last);
+- store: tests/ci/metric_history/storage/sqlite_store.py `_SCHEMA_SQL`, `write_run`,
+  `_BASELINE_SQL` (verbatim);
+- gate: tests/ci/metric_history/{gate,selection,constraints,register}.py (selection of
+  "all"/"last", ref = sum(values) / len(values), corridor lo <= cur <= hi, GATE_DEFAULTS).
+Only what the tests compare against is mirrored; it is a reference, not a product.
+"""
+
+# ruff: noqa: E501 - GATE_DEFAULTS and the SQL are kept as miles writes them
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import sqlite3
+import uuid
+from typing import Any
+
+TARGET_METRIC_KEYS = (
+    "train/grad_norm",
+    "train/ppo_kl",
+    "train/train_rollout_logprob_abs_diff",
+    "train/train_rollout_kl",
+    "rollout/raw_reward",
+    "rollout/tito_session_mismatch_rate/v1/assistant_text",
+    "rollout/tito_session_mismatch_rate/v2/assistant_text",
+)
+
+GATE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "train/grad_norm": {
+        "steps": "all",
+        "constraint": {"rel_up": 0.5, "abs_floor_up": 0.1, "rel_down": 0.8, "abs_floor_down": 0.1},
+    },
+    "train/ppo_kl": {
+        "steps": "all",
+        "constraint": {"rel_up": 0.5, "abs_floor_up": 0.02, "rel_down": 0.8, "abs_floor_down": 0.02},
+    },
+    "train/train_rollout_logprob_abs_diff": {
+        "steps": "all",
+        "constraint": {"rel_up": 0.5, "abs_floor_up": 0.02, "rel_down": 0.8, "abs_floor_down": 0.02},
+    },
+    "train/train_rollout_kl": {
+        "steps": "all",
+        "constraint": {"rel_up": 0.5, "abs_floor_up": 0.02, "rel_down": 0.8, "abs_floor_down": 0.02},
+    },
+    "rollout/raw_reward": {
+        "steps": "all",
+        "constraint": {"rel_up": 0.5, "abs_floor_up": 0.05, "rel_down": 0.2, "abs_floor_down": 0.05},
+    },
+    "rollout/tito_session_mismatch_rate/v1/assistant_text": {
+        "steps": "last",
+        "constraint": {"rel_up": 1.0, "abs_floor_up": 0.1, "rel_down": 1.0},
+    },
+    "rollout/tito_session_mismatch_rate/v2/assistant_text": {
+        "steps": "last",
+        "constraint": {"rel_up": 1.0, "abs_floor_up": 0.1, "rel_down": 1.0},
+    },
+}
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id              TEXT PRIMARY KEY,
+    test_path           TEXT NOT NULL,
+    backend             TEXT NOT NULL,
+    suite               TEXT NOT NULL,
+    commit_sha          TEXT NOT NULL,
+    pr_number           INTEGER,
+    github_run_id       INTEGER,
+    github_run_attempt  INTEGER,
+    event_name          TEXT,
+    ref                 TEXT,
+    created_at          TEXT NOT NULL,
+    trusted             INTEGER NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS metric_values (
+    run_id          TEXT NOT NULL REFERENCES runs(run_id),
+    metric_key      TEXT NOT NULL,
+    steps_key       TEXT NOT NULL,
+    constraint_key  TEXT NOT NULL,
+    step            INTEGER NOT NULL,
+    value           REAL NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS runs_baseline_idx
+    ON runs (test_path, backend, suite, trusted, created_at DESC);
+"""
+
+# The same two tables on PostgreSQL (Neon's are provisioned out of band with the same
+# columns; neon_store.py issues the same DML against them).
+PG_SCHEMA_SQL = (
+    """CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, test_path TEXT NOT NULL, backend TEXT NOT NULL,
+    suite TEXT NOT NULL, commit_sha TEXT NOT NULL, pr_number INTEGER, github_run_id BIGINT,
+    github_run_attempt INTEGER, event_name TEXT, ref TEXT,
+    created_at TIMESTAMPTZ NOT NULL, trusted BOOLEAN NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS metric_values (
+    run_id TEXT NOT NULL REFERENCES runs(run_id), metric_key TEXT NOT NULL,
+    steps_key TEXT NOT NULL, constraint_key TEXT NOT NULL, step INTEGER NOT NULL,
+    value DOUBLE PRECISION NOT NULL)""",
+)
+
+BASELINE_SQL = """
+SELECT mv.value
+FROM metric_values mv
+JOIN runs r USING (run_id)
+WHERE r.test_path = ?
+  AND r.backend = ?
+  AND r.suite = ?
+  AND mv.metric_key = ?
+  AND mv.steps_key = ?
+  AND mv.constraint_key = ?
+  AND mv.step = ?
+  AND r.trusted = 1
+ORDER BY r.created_at DESC
+LIMIT ?
+"""
+
+
+def canonical_key(raw: object) -> str:
+    return json.dumps(raw, sort_keys=True, separators=(",", ":"))
+
+
+def encode_value(value: float) -> float | str:
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def capture(record_dir: str, logs: list[tuple[int | None, dict[str, float]]]) -> str:
+    """One process's CiHistoryBackend: `log(metrics, step)` calls -> its snapshot file."""
+    os.makedirs(record_dir, exist_ok=True)
+    path = os.path.join(record_dir, f"{os.getpid()}-{uuid.uuid4().hex}.jsonl")
+    series: dict[str, list[tuple[int | None, float]]] = {}
+    for step, metrics in logs:
+        for key in TARGET_METRIC_KEYS:
+            if key in metrics:
+                series.setdefault(key, []).append((step, float(metrics[key])))
+    with open(path, "w", encoding="utf-8") as f:
+        for key, points in series.items():
+            line = {"metric": key, "series": [[s, encode_value(v)] for s, v in points]}
+            f.write(json.dumps(line, allow_nan=False) + "\n")
+    return path
+
+
+def attempt_record_dir(base_dir: str, filename: str, attempt: int) -> str:
+    sanitized = re.sub(r"[^A-Za-z0-9._-]", "_", filename)
+    record_key = f"{sanitized}-{hashlib.sha1(filename.encode()).hexdigest()[:10]}"
+    return os.path.join(base_dir, record_key, f"attempt-{attempt}")
+
+
+def merge_attempt_records(attempt_dir: str, merged_path: str) -> None:
+    merged: dict[str, list[list]] = {}
+    for fname in sorted(os.listdir(attempt_dir)):
+        if not fname.endswith(".jsonl"):
+            continue
+        with open(os.path.join(attempt_dir, fname), encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                rec = json.loads(line)
+                merged.setdefault(rec["metric"], []).extend(rec["series"])
+    for points in merged.values():
+        points.sort(key=lambda p: (p[0] is None, p[0]))
+    with open(merged_path, "w", encoding="utf-8") as f:
+        for metric, points in merged.items():
+            f.write(json.dumps({"metric": metric, "series": points}) + "\n")
+
+
+class MilesStore:
+    """SQLiteMetricHistoryStore: the schema, write_run and the baseline query."""
+
+    def __init__(self, path: str):
+        self.conn = sqlite3.connect(path)
+        self.conn.executescript(SCHEMA_SQL)
+        self.conn.commit()
+
+    def write_run(
+        self, identity: tuple[str, str, str], commit: str, created_at: str, trusted: bool,
+        values: list[tuple[str, str, str, int, float]],
+    ) -> str:
+        run_id = uuid.uuid4().hex
+        with self.conn:
+            self.conn.execute(
+                "INSERT INTO runs (run_id, test_path, backend, suite, commit_sha, pr_number, "
+                "github_run_id, github_run_attempt, event_name, ref, created_at, trusted) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, *identity, commit, None, None, None, "schedule", "refs/heads/main",
+                 created_at, 1 if trusted else 0),
+            )
+            self.conn.executemany(
+                "INSERT INTO metric_values (run_id, metric_key, steps_key, constraint_key, step, "
+                "value) VALUES (?, ?, ?, ?, ?, ?)",
+                [(run_id, *v) for v in values],
+            )
+        return run_id
+
+    def recent_trusted_values(self, identity: tuple[str, str, str], coord: tuple[str, str, str, int],
+                              limit: int) -> list[float]:
+        rows = self.conn.execute(BASELINE_SQL, (*identity, *coord, limit)).fetchall()
+        return [row[0] for row in rows]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def parse_merged_record(path: str) -> dict[str, list]:
+    markers = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+    by_metric: dict[str, list] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rec = json.loads(line)
+                by_metric[rec["metric"]] = [
+                    [p[0], markers.get(p[1], p[1]) if isinstance(p[1], str) else p[1]]
+                    for p in rec["series"]
+                ]
+    return by_metric
+
+
+def select(series: list, steps: str) -> list[tuple[int, float]] | str:
+    """(coordinate step, value) pairs, or the SelectionError text."""
+    points = [(p[0] if isinstance(p[0], int) else None, float(p[1])) for p in series
+              if len(p) >= 2 and not isinstance(p[1], bool) and isinstance(p[1], (int, float))]
+    if not points:
+        return "series has no numeric point"
+    if steps == "last":
+        step, value = points[-1]
+        return f"last: non-finite value at step {step}" if not math.isfinite(value) else [(-1, value)]
+    out, seen = [], set()
+    for step, value in points:
+        if step is None:
+            return "all: a numeric point carries no step index"
+        if step in seen:
+            return f"all: duplicate step {step} in series"
+        if not math.isfinite(value):
+            return f"all: non-finite value {value!r} at step {step}"
+        seen.add(step)
+        out.append((step, value))
+    return out
+
+
+def evaluate(store: MilesStore, identity: tuple[str, str, str], record: str,
+             history_limit: int = 20) -> dict[str, dict[int | None, str]]:
+    """metric -> {coordinate step: "pass" | "fail" | "inactive" | "error"} for every
+    GATE_DEFAULTS spec, and the values a baseline-writing run would store."""
+    by_metric = parse_merged_record(record)
+    out: dict[str, dict[int | None, str]] = {}
+    for metric, spec in GATE_DEFAULTS.items():
+        c = spec["constraint"]
+        series = by_metric.get(metric)
+        picked = select(series, spec["steps"]) if series is not None else "missing"
+        if isinstance(picked, str):
+            out[metric] = {None: "error"}
+            continue
+        statuses: dict[int | None, str] = {}
+        for step, value in picked:
+            coord = (metric, canonical_key(spec["steps"]), canonical_key(c), step)
+            trusted = store.recent_trusted_values(identity, coord, history_limit)
+            if not trusted:
+                statuses[step] = "inactive"
+                continue
+            ref = sum(trusted) / len(trusted)
+            hi = ref + max(c.get("rel_up", 0.0) * abs(ref), c.get("abs_floor_up", 0.0))
+            lo = ref - max(c.get("rel_down", 0.0) * abs(ref), c.get("abs_floor_down", 0.0))
+            statuses[step] = "pass" if lo <= value <= hi else "fail"
+        out[metric] = statuses
+    return out
+
+
+def trusted(verdict: dict[str, dict[int | None, str]]) -> bool:
+    return all(s in ("pass", "inactive") for per in verdict.values() for s in per.values())
+
+
+def values_to_write(record: str, verdict: dict[str, dict[int | None, str]]
+                    ) -> list[tuple[str, str, str, int, float]]:
+    """run_gate_hook: one row per coordinate whose selection succeeded."""
+    by_metric = parse_merged_record(record)
+    rows = []
+    for metric, spec in GATE_DEFAULTS.items():
+        if None in verdict[metric]:
+            continue
+        picked = select(by_metric[metric], spec["steps"])
+        assert not isinstance(picked, str)
+        for step, value in picked:
+            rows.append((metric, canonical_key(spec["steps"]), canonical_key(spec["constraint"]),
+                         step, value))
+    return rows
