@@ -126,3 +126,90 @@ def _register_export(sub: Any) -> None:
 
 
 EXTENSIONS.append(_register_export)
+
+
+def cmd_suggest(args: argparse.Namespace) -> int:
+    from gatekeeper.engine import evaluate
+    from gatekeeper.policy.loader import load_policy
+    from gatekeeper.report.files import write_atomic
+    from gatekeeper.sources import open_source
+    from gatekeeper.toolkit.suggest import Settings, render, suggest
+    from gatekeeper.verdict import Status
+
+    if len(args.runs) < 2:
+        raise UsageError("suggest: give at least 2 trusted runs (bands from one run are its noise)")
+    lo, sep, hi = args.quantiles.partition(",")
+    try:
+        quantiles = (float(lo), float(hi))
+    except ValueError:
+        raise UsageError(
+            f"--quantiles {args.quantiles!r}: expected LO,HI like 0.005,0.995"
+        ) from None
+    if not (sep and 0 <= quantiles[0] < quantiles[1] <= 1):
+        raise UsageError(f"--quantiles {args.quantiles!r}: need 0 <= LO < HI <= 1")
+    settings = Settings(quantiles=quantiles, frac=args.margin, k=args.sigmas, noise=args.noise)
+    runs = [open_source(path).read() for path in args.runs]
+    sug = suggest(runs, settings)
+    # The promise is checked, not assumed: judge every input run with the written policy.
+    for _ in range(2):
+        write_atomic(args.output, render(sug, args.name, args.runs, settings).encode())
+        if not sug.bands:
+            break
+        policy = load_policy(args.output)
+        failing = {
+            (r.rule, run.name, r.message)
+            for run in runs
+            for r in evaluate([policy], run).results
+            if r.status is not Status.PASS
+        }
+        if not failing:
+            break
+        dropped = {rule for rule, _, _ in failing}
+        sug.bands = [b for b in sug.bands if b.rule_id not in dropped]
+        sug.unusable += [
+            f"{rule}: dropped, {run} does not pass it ({msg})" for rule, run, msg in failing
+        ]
+    print(f"wrote {args.output}: {len(sug.bands)} rules from {len(runs)} runs")
+    for line in sug.noisy:
+        print(f"  too noisy to band: {line}")
+    for line in sug.unusable:
+        print(f"  not banded: {line}")
+    return 0
+
+
+def _register_suggest(sub: Any) -> None:
+    p = sub.add_parser("suggest", help="derive a policy of bands from trusted runs")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="trusted runs (any source check reads)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="policy file to write")
+    p.add_argument("--name", default="suggested", help="policy name (default: suggested)")
+    p.add_argument(
+        "--quantiles",
+        default="0.005,0.995",
+        metavar="LO,HI",
+        help="pooled quantiles an every-point band starts from (default 0.005,0.995)",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.25,
+        metavar="FRAC",
+        help="widen every-point bands by this share of their width (default 0.25)",
+    )
+    p.add_argument(
+        "--sigmas",
+        type=float,
+        default=3.0,
+        metavar="K",
+        help="widen across-run bands by K robust sigmas (default 3)",
+    )
+    p.add_argument(
+        "--noise",
+        type=float,
+        default=10.0,
+        metavar="X",
+        help="too noisy when a band is wider than X times the median (default 10)",
+    )
+    p.set_defaults(func=cmd_suggest)
+
+
+EXTENSIONS.append(_register_suggest)
