@@ -271,3 +271,39 @@ def _register_import(sub: Any) -> None:
 
 
 EXTENSIONS.append(_register_import)
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from gatekeeper.policy.loader import load_policies
+    from gatekeeper.sources import open_source
+    from gatekeeper.toolkit.lint import lint
+
+    policies = load_policies(args.paths)
+    runs = [open_source(r).read() for r in args.runs or []]
+    findings = lint(policies, runs)
+    for f in findings:
+        print(f)
+    rules = sum(len(p.rules) for p in policies)
+    against = f" against {len(runs)} example runs" if runs else ""
+    print(
+        f"{'problems' if findings else 'ok'}: {len(findings)} finding(s) in {rules} rules{against}"
+    )
+    return 1 if findings else 0
+
+
+def _register_lint(sub: Any) -> None:
+    p = sub.add_parser(
+        "lint", help="find rules that cannot work: never fail/pass, shadowed, off-scale"
+    )
+    p.add_argument("paths", nargs="+", metavar="POLICY", help="policy files or directories")
+    p.add_argument(
+        "--runs",
+        nargs="+",
+        metavar="RUN",
+        help="example runs: flag thresholds far outside what they logged, warn rules on "
+        "metrics they lack",
+    )
+    p.set_defaults(func=cmd_lint)
+
+
+EXTENSIONS.append(_register_lint)
