@@ -6,6 +6,7 @@ import math
 import xml.etree.ElementTree as ET
 
 import pytest
+import xmlschema
 
 from gatekeeper.errors import PolicyError
 from gatekeeper.toolkit.notation import NotationError, expand
@@ -74,6 +75,7 @@ def test_a_wrong_expectation_prints_a_diff_at_the_test_line_and_exits_1(tmp_path
     assert "+ got:      status=pass step=3" in out.stdout
     assert "(fed in polls of 1 points)" in out.stdout
     assert "1 of 2 policy tests passed" in out.stdout
+    xmlschema.XMLSchema(str(REPO / "tests" / "data" / "junit-4.xsd")).validate(str(tmp_path / "j.xml"))
     root = ET.parse(tmp_path / "j.xml").getroot()
     cases = {c.get("name"): c for c in root.iter("testcase")}
     assert cases["right"].find("failure") is None
