@@ -103,22 +103,22 @@ class CaseRunner:
         series = build_series(case)
         evaluation = Evaluation(self.policies)
         run = make_run(case, self.loaded.path, series)
-        clock = case.clock
-        kw = {"now": clock.now, "arrivals": clock.arrivals} if clock else {}
+        now = case.clock.now if case.clock else None
+        arrivals = case.clock.arrivals if case.clock else None
         problems: list[str] = []
         done: int | None = None
         for j, poll in enumerate(case.polls):
             for part in _chunks(_window(series, done, poll.until), chunk):
                 evaluation.feed(part)
             done = poll.until
-            verdict = evaluation.verdict(run, final=False, **kw)
+            verdict = evaluation.verdict(run, final=False, now=now, arrivals=arrivals)
             where = ("polls", j)
             problems += self._compare(
                 verdict, poll.expect, poll.others, where, f"after poll until step {poll.until}"
             )
         for part in _chunks(_window(series, done, None), chunk):
             evaluation.feed(part)
-        verdict = evaluation.verdict(run, final=not case.live, **kw)
+        verdict = evaluation.verdict(run, final=not case.live, now=now, arrivals=arrivals)
         problems += self._compare(verdict, case.expect, case.others, (), "")
         return problems
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from gatekeeper.checks.abs_max import AbsMax
 from gatekeeper.checks.approx import Approx
 from gatekeeper.checks.between import Between
@@ -19,6 +21,7 @@ from gatekeeper.checks.max import Max
 from gatekeeper.checks.min import Min
 from gatekeeper.checks.stale import Stale
 from gatekeeper.expr import Node
+from gatekeeper.policy.loader import _policy_error, display_path, plain, read_yaml
 from gatekeeper.policy.schema import Reduce
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 
@@ -220,26 +223,26 @@ def translate(policies: list[PolicySpec], naming: Naming) -> Translation:
     return out
 
 
+class _NamingFile(BaseModel):
+    """A --mapping file: Naming's fields, all optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: str = Naming.value
+    step: str = Naming.step
+    metric_label: str = Naming.metric_label
+    run_label: str = Naming.run_label
+    selector: str = ""
+    metrics: dict[str, str] = Field(default_factory=dict)
+
+
 def load_naming(path: str | None, selector: str = "") -> Naming:
-    """The default naming, or a mapping file's (keys as Naming's fields), plus --selector."""
+    """The default naming, or a mapping file's, plus --selector (which wins)."""
     if path is None:
         return Naming(selector=selector)
-    from pydantic import BaseModel, ConfigDict, ValidationError
-
-    from gatekeeper.policy.loader import _policy_error, display_path, plain, read_yaml
-
-    class _File(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        value: str = Naming.value
-        step: str = Naming.step
-        metric_label: str = Naming.metric_label
-        run_label: str = Naming.run_label
-        selector: str = ""
-        metrics: dict[str, str] = {}
-
     tree = read_yaml(path)
     try:
-        data = _File.model_validate(plain(tree) or {})
+        data = _NamingFile.model_validate(plain(tree) or {})
     except ValidationError as exc:
         raise _policy_error(exc, tree, display_path(path)) from None
     return Naming(**{**data.model_dump(), "selector": selector or data.selector})

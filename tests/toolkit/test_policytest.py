@@ -75,7 +75,8 @@ def test_a_wrong_expectation_prints_a_diff_at_the_test_line_and_exits_1(tmp_path
     assert "+ got:      status=pass step=3" in out.stdout
     assert "(fed in polls of 1 points)" in out.stdout
     assert "1 of 2 policy tests passed" in out.stdout
-    xmlschema.XMLSchema(str(REPO / "tests" / "data" / "junit-4.xsd")).validate(str(tmp_path / "j.xml"))
+    schema = xmlschema.XMLSchema(str(REPO / "tests" / "data" / "junit-4.xsd"))
+    schema.validate(str(tmp_path / "j.xml"))
     root = ET.parse(tmp_path / "j.xml").getroot()
     cases = {c.get("name"): c for c in root.iter("testcase")}
     assert cases["right"].find("failure") is None
@@ -116,3 +117,33 @@ def test_bad_test_files_exit_2_naming_file_line_and_field(tmp_path, body, messag
     assert message in out.stderr and f"{tests}:" in out.stderr
     with pytest.raises(PolicyError):
         run_file(str(tests))
+
+
+def test_a_clock_drives_stale_rules_while_live(tmp_path):
+    write_policy(tmp_path / "s.yaml", """
+        version: 1
+        name: s
+        rules:
+          - id: hung
+            metric: loss
+            check: {stale: {max_seconds: 60}}
+    """)
+    tests = write_policy(tmp_path / "s.test.yaml", """
+        tests:
+          - name: quiet for 90 s while live fails
+            series: {loss: "1 1"}
+            live: true
+            clock: {now: 100, arrivals: {loss: 10}}
+            expect: {hung: {status: fail, message: no new point for 90.0 s}}
+          - name: quiet for 30 s passes
+            series: {loss: "1 1"}
+            live: true
+            clock: {now: 40, arrivals: {loss: 10}}
+            expect: {hung: pass}
+          - name: without a clock a live stale rule is skipped, never a silent pass
+            series: {loss: "1 1"}
+            live: true
+            expect: {hung: skip}
+    """)
+    results = run_file(str(tests))
+    assert [r.problems for r in results] == [[], [], []]
