@@ -129,12 +129,8 @@ EXTENSIONS.append(_register_export)
 
 
 def cmd_suggest(args: argparse.Namespace) -> int:
-    from gatekeeper.engine import evaluate
-    from gatekeeper.policy.loader import load_policy
-    from gatekeeper.report.files import write_atomic
     from gatekeeper.sources import open_source
-    from gatekeeper.toolkit.suggest import Settings, render, suggest
-    from gatekeeper.verdict import Status
+    from gatekeeper.toolkit.suggest import Settings, suggest
 
     if len(args.runs) < 2:
         raise UsageError("suggest: give at least 2 trusted runs (bands from one run are its noise)")
@@ -150,11 +146,29 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     settings = Settings(quantiles=quantiles, frac=args.margin, k=args.sigmas, noise=args.noise)
     runs = [open_source(path).read() for path in args.runs]
     sug = suggest(runs, settings)
-    # The promise is checked, not assumed: judge every input run with the written policy.
-    for _ in range(2):
+    _write_verified(sug, runs, args, settings)
+    print(f"wrote {args.output}: {len(sug.bands)} rules from {len(runs)} runs")
+    for line in sug.noisy:
+        print(f"  too noisy to band: {line}")
+    for line in sug.unusable:
+        print(f"  not banded: {line}")
+    return 0
+
+
+def _write_verified(sug: Any, runs: list[Any], args: argparse.Namespace, settings: Any) -> None:
+    """Write the policy, judge every input run with it, drop any rule one of them does not
+    pass and write again: the promise is checked, not assumed. Each round drops at least
+    one rule, so this ends."""
+    from gatekeeper.engine import evaluate
+    from gatekeeper.policy.loader import load_policy
+    from gatekeeper.report.files import write_atomic
+    from gatekeeper.toolkit.suggest import render
+    from gatekeeper.verdict import Status
+
+    while True:
         write_atomic(args.output, render(sug, args.name, args.runs, settings).encode())
         if not sug.bands:
-            break
+            return
         policy = load_policy(args.output)
         failing = {
             (r.rule, run.name, r.message)
@@ -163,18 +177,12 @@ def cmd_suggest(args: argparse.Namespace) -> int:
             if r.status is not Status.PASS
         }
         if not failing:
-            break
+            return
         dropped = {rule for rule, _, _ in failing}
         sug.bands = [b for b in sug.bands if b.rule_id not in dropped]
         sug.unusable += [
             f"{rule}: dropped, {run} does not pass it ({msg})" for rule, run, msg in failing
         ]
-    print(f"wrote {args.output}: {len(sug.bands)} rules from {len(runs)} runs")
-    for line in sug.noisy:
-        print(f"  too noisy to band: {line}")
-    for line in sug.unusable:
-        print(f"  not banded: {line}")
-    return 0
 
 
 def _register_suggest(sub: Any) -> None:

@@ -120,15 +120,20 @@ def test_bad_test_files_exit_2_naming_file_line_and_field(tmp_path, body, messag
 
 
 def test_a_clock_drives_stale_rules_while_live(tmp_path):
-    write_policy(tmp_path / "s.yaml", """
+    write_policy(
+        tmp_path / "s.yaml",
+        """
         version: 1
         name: s
         rules:
           - id: hung
             metric: loss
             check: {stale: {max_seconds: 60}}
-    """)
-    tests = write_policy(tmp_path / "s.test.yaml", """
+    """,
+    )
+    tests = write_policy(
+        tmp_path / "s.test.yaml",
+        """
         tests:
           - name: quiet for 90 s while live fails
             series: {loss: "1 1"}
@@ -144,6 +149,7 @@ def test_a_clock_drives_stale_rules_while_live(tmp_path):
             series: {loss: "1 1"}
             live: true
             expect: {hung: skip}
-    """)
+    """,
+    )
     results = run_file(str(tests))
     assert [r.problems for r in results] == [[], [], []]
