@@ -181,7 +181,7 @@ def _write_verified(sug: Any, runs: list[Any], args: argparse.Namespace, setting
         dropped = {rule for rule, _, _ in failing}
         sug.bands = [b for b in sug.bands if b.rule_id not in dropped]
         sug.unusable += [
-            f"{rule}: dropped, {run} does not pass it ({msg})" for rule, run, msg in failing
+            f"{rule}: dropped, {run} does not pass it ({msg})" for rule, run, msg in sorted(failing)
         ]
 
 
