@@ -81,8 +81,11 @@ def _why_not(case: Case, rule: RuleSpec, result: RuleResult) -> str | None:
     elif result.status not in JUDGED:
         return f"gatekeeper says {result.status.value} (an alert cannot say error/skip/pending)"
     specs = [case.series[m] for m in _inputs(rule)]
-    if len({(s.start, s.every) for s in specs}) > 1:
-        return "inputs on different step grids"
+    present = {(s.start, s.every, tuple(v is None for v in expand(s.values))) for s in specs}
+    if len(present) > 1:
+        # gatekeeper judges a derived metric where all inputs have a point; Prometheus
+        # would reuse an input's older value within its lookback
+        return "inputs not logged at the same steps"
     if rule.for_ > 1 and any(None in expand(s.values) for s in specs):
         return "gaps under `for` (gatekeeper counts points across a gap)"
     return None
