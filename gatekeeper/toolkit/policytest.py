@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gatekeeper.engine import Evaluation
-from gatekeeper.errors import PolicyError
+from gatekeeper.errors import PolicyError, UsageError
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.loader import load_policies
+from gatekeeper.policy.overrides import apply_cli_overrides, parse_override
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.sources.jsonl import default_step_key
 from gatekeeper.toolkit.notation import expand
@@ -98,10 +99,25 @@ class CaseRunner:
             result.problems += [p + label for p in self._run_once(chunk)]
         return result
 
+    def _policies(self) -> list[PolicySpec]:
+        """The policies with the test's overrides applied, as `check --override` would."""
+        if not self.case.overrides:
+            return self.policies
+        try:
+            return apply_cli_overrides(
+                self.policies, [parse_override(o) for o in self.case.overrides]
+            )
+        except UsageError as exc:
+            raise PolicyError(
+                f"tests[{self.index}].overrides: {exc}",
+                file=self.loaded.path,
+                line=self.loaded.line(self.index, "overrides"),
+            ) from None
+
     def _run_once(self, chunk: int | None) -> list[str]:
         case = self.case
         series = build_series(case)
-        evaluation = Evaluation(self.policies)
+        evaluation = Evaluation(self._policies())
         run = make_run(case, self.loaded.path, series)
         now = case.clock.now if case.clock else None
         arrivals = case.clock.arrivals if case.clock else None

@@ -105,8 +105,22 @@ class Case(BaseModel):
     chunk: int | None = Field(default=None, ge=1)
     polls: list[Poll] = Field(default_factory=list)
     clock: Clock | None = None
+    overrides: list[str] = Field(default_factory=list)  # as --override: POLICY/RULE=ACTION:REASON
     expect: dict[str, Expectation] = Field(default_factory=dict)
     others: Status | None = None
+
+    @field_validator("overrides")
+    @classmethod
+    def _overrides_parse(cls, value: list[str]) -> list[str]:
+        from gatekeeper.errors import UsageError
+        from gatekeeper.policy.overrides import parse_override
+
+        for text in value:
+            try:
+                parse_override(text)
+            except UsageError as exc:
+                raise ValueError(str(exc).replace("--override ", "", 1)) from None
+        return value
 
     @model_validator(mode="after")
     def _asserts_something(self) -> Case:

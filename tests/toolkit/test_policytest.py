@@ -153,3 +153,17 @@ def test_a_clock_drives_stale_rules_while_live(tmp_path):
     )
     results = run_file(str(tests))
     assert [r.problems for r in results] == [[], [], []]
+
+
+def test_an_override_naming_no_rule_is_an_error_at_its_line(tmp_path):
+    write_policy(tmp_path / "p.yaml", POLICY)
+    tests = write_policy(tmp_path / "p.test.yaml", """
+        tests:
+          - name: t
+            series: {loss: "1"}
+            overrides: ["p/nope=off:why"]
+            expect: {small: skip}
+    """)
+    out = gatekeeper("test", str(tests))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"{tests}:4: tests[0].overrides" in out.stderr and "p/nope" in out.stderr
