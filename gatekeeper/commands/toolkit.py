@@ -45,7 +45,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
-def register(sub: Any) -> None:
+def _register_test(sub: Any) -> None:
     p = sub.add_parser("test", help="run policy unit tests (*.test.yaml): expected status per rule")
     p.add_argument(
         "paths", nargs="+", metavar="FILE", help="test files or directories of *.test.yaml"
@@ -54,7 +54,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_test)
 
 
-EXTENSIONS.append(register)
+EXTENSIONS.append(_register_test)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -67,6 +67,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if args.interval <= 0:
         raise UsageError(f"--interval {args.interval:g}: must be > 0 seconds")
+    if bool(args.tests_from) != bool(args.tests_out):
+        raise UsageError("export: --tests-from TEST and --tests-out FILE go together")
     naming = load_naming(args.mapping, args.selector or "")
     translation = translate(load_policies(args.policy), naming)
     write_atomic(args.output, render(translation, naming, args.interval).encode())
@@ -74,8 +76,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     for rule, why in translation.skipped:
         print(f"  not exportable: {rule.key} ({rule.source}): {why}")
     if args.tests_from:
-        if not args.tests_out:
-            raise UsageError("export: --tests-from needs --tests-out FILE for the promtool tests")
         tests: list[Any] = []
         for path in _test_files(args.tests_from):
             try:
