@@ -36,7 +36,7 @@ def _test_files(paths: list[str]) -> list[str]:
 
 def cmd_test(args: argparse.Namespace) -> int:
     from gatekeeper.toolkit.policytest import run_file
-    from gatekeeper.toolkit.test_report import render, write_junit
+    from gatekeeper.toolkit.results import render, write_junit
 
     results = [r for f in _test_files(args.paths) for r in run_file(f)]
     render(results, sys.stdout)
