@@ -19,6 +19,9 @@ from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import Mode
 
 POLICY_SUFFIXES = (".yaml", ".yml")
+# Policy unit tests live next to their policies (`gatekeeper test`); a directory of
+# policies is not a directory of tests.
+TEST_SUFFIXES = (".test.yaml", ".test.yml")
 
 
 def display_path(path: str) -> str:
@@ -29,7 +32,8 @@ def display_path(path: str) -> str:
 
 
 def policy_files(paths: list[str]) -> list[str]:
-    """Expand files and directories (recursively, `*.yaml`/`*.yml`, sorted)."""
+    """Expand files and directories (recursively, `*.yaml`/`*.yml` but not `*.test.yaml`,
+    sorted)."""
     out: list[str] = []
     for path in paths:
         if os.path.isdir(path):
@@ -37,7 +41,7 @@ def policy_files(paths: list[str]) -> list[str]:
                 os.path.join(root, name)
                 for root, _, names in os.walk(path)
                 for name in names
-                if name.endswith(POLICY_SUFFIXES)
+                if name.endswith(POLICY_SUFFIXES) and not name.endswith(TEST_SUFFIXES)
             )
             if not found:
                 raise PolicyError("directory holds no *.yaml policy files", file=path)

@@ -1,0 +1,216 @@
+"""`gatekeeper lint`: what `validate` cannot see — rules that can never fail, never pass
+or never apply, rules shadowed by a stricter twin, and (given example runs) thresholds
+far outside anything those runs logged and rules on metrics they never logged.
+
+Pure: takes loaded policies and runs, returns findings; the command prints them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from gatekeeper.checks.abs_max import AbsMax
+from gatekeeper.checks.approx import Approx
+from gatekeeper.checks.base import fmt
+from gatekeeper.checks.between import Between
+from gatekeeper.checks.fraction import Fraction
+from gatekeeper.checks.max import Max
+from gatekeeper.checks.min import Min
+from gatekeeper.checks.reach import Reach
+from gatekeeper.model import Run
+from gatekeeper.policy.spec import PolicySpec, RuleSpec
+from gatekeeper.verdict import Severity
+
+FAR = 100.0  # a bound this many times the largest |value| logged is "far outside"
+
+
+@dataclass(frozen=True)
+class Finding:
+    source: str  # policy file:line of the rule
+    rule: str  # policy/rule
+    kind: str  # never-fails/-passes/-applies, shadowed, far-threshold, fails-examples, not-logged
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.rule}: [{self.kind}] {self.message}"
+
+
+def interval(rule: RuleSpec) -> tuple[float, float] | None:
+    """The values a point-by-point bound check passes, as [lo, hi]; None for other kinds."""
+    c = rule.check
+    if isinstance(c, Max):
+        return (-math.inf, c.value)
+    if isinstance(c, Min):
+        return (c.value, math.inf)
+    if isinstance(c, AbsMax):
+        return (-c.value, c.value)
+    if isinstance(c, Between):
+        return (c.lo, c.hi)
+    if isinstance(c, Approx):
+        return (c.value - c.tolerance, c.value + c.tolerance)
+    return None
+
+
+def _first_step(rule: RuleSpec) -> int | None:
+    sel = rule.steps
+    if sel.kind == "list":
+        return min(sel.steps)
+    if sel.kind == "range":
+        return sel.start
+    return None
+
+
+def static_findings(rule: RuleSpec) -> Iterator[tuple[str, str]]:
+    """(kind, message) for what the rule itself says, without any run."""
+    span = interval(rule)
+    if span is not None and span[0] == -math.inf and span[1] == math.inf:
+        yield "never-fails", f"{rule.check.describe()} holds for every finite value"
+    if span is not None and span[0] == span[1]:
+        yield "never-passes", f"{rule.check.describe()} passes only x == {fmt(span[0])} exactly"
+    c = rule.check
+    if isinstance(c, Fraction) and (c.max is None or c.max >= 1) and (c.min is None or c.min <= 0):
+        yield "never-fails", f"{c.describe()}: every share is within that"
+    if isinstance(c, Reach):
+        first = _first_step(rule)
+        if first is not None and c.by_step < first:
+            yield (
+                "never-passes",
+                (
+                    f"reach deadline step {c.by_step} is before the first selected step {first} "
+                    f"(steps {rule.steps.describe()})"
+                ),
+            )
+    if rule.for_ > 1 and rule.reduce.value == "none":
+        most = _max_points(rule)
+        if most is not None and most < rule.for_:
+            yield (
+                "never-fails",
+                (
+                    f"for: {rule.for_} needs {rule.for_} consecutive points, steps "
+                    f"{rule.steps.describe()} select at most {most}"
+                ),
+            )
+    yield from _conditions(rule)
+
+
+def _max_points(rule: RuleSpec) -> int | None:
+    sel = rule.steps
+    if sel.kind == "list":
+        return len(sel.steps)
+    if sel.kind in ("first", "last"):
+        return 1
+    if sel.kind == "tail":
+        return sel.count
+    if sel.kind == "range" and sel.start is not None and sel.end is not None:
+        return sel.end - sel.start + 1
+    return None
+
+
+def _conditions(rule: RuleSpec) -> Iterator[tuple[str, str]]:
+    """Numeric `when` bounds on one key that no value can meet at once."""
+    lo: dict[str, float] = {}
+    hi: dict[str, float] = {}
+    for c in rule.conditions:
+        if not isinstance(c.operand, (int, float)) or isinstance(c.operand, bool):
+            continue
+        v = float(c.operand)
+        if c.op in ("gt", "ge", "eq"):
+            lo[c.key] = max(lo.get(c.key, -math.inf), v)
+        if c.op in ("lt", "le", "eq"):
+            hi[c.key] = min(hi.get(c.key, math.inf), v)
+    for key in lo.keys() & hi.keys():
+        strict = any(c.key == key and c.op in ("gt", "lt") for c in rule.conditions)
+        if lo[key] > hi[key] or (strict and lo[key] == hi[key]):
+            yield "never-applies", f"when: no value of {key} meets all of its conditions"
+
+
+def shadowed(rules: list[RuleSpec], policies: dict[str, PolicySpec]) -> Iterator[Finding]:
+    """A rule whose every failure is also a failure of a stricter rule on the same points."""
+
+    def key(r: RuleSpec) -> tuple[object, ...]:
+        return (r.metric, r.steps, r.reduce, r.for_, r.conditions, policies[r.policy].match)
+
+    bounded = [(r, interval(r)) for r in rules if interval(r) is not None and not r.off]
+    for r, span in bounded:
+        for other, o in bounded:
+            if other is r or key(other) != key(r) or span is None or o is None:
+                continue
+            inside = span[0] <= o[0] and o[1] <= span[1]  # other passes less than r
+            same = span == o
+            if inside and _rank(other) >= _rank(r) and not (same and other.source > r.source):
+                what = "duplicates" if same else "is shadowed by"
+                yield Finding(
+                    r.source,
+                    r.key,
+                    "shadowed",
+                    f"{what} {other.key} ({other.source}): {other.check.describe()} fails whenever "
+                    f"{r.check.describe()} does, at the same or higher severity",
+                )
+                break
+
+
+def _rank(r: RuleSpec) -> int:
+    return 2 if r.severity is Severity.FAIL and r.mode.value == "enforce" else 1
+
+
+def against_runs(rule: RuleSpec, runs: list[Run]) -> Iterator[tuple[str, str]]:
+    """Thresholds compared with what the example runs logged; rules they never feed."""
+    inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
+    absent = [m for m in inputs if not any(m in run.series and len(run.series[m]) for run in runs)]
+    if absent:
+        if rule.severity is Severity.WARN:
+            yield (
+                "not-logged",
+                (
+                    f"warn rule on {', '.join(absent)}, which none of the {len(runs)} example runs "
+                    "logged: it would only ever show as an error nobody gates on"
+                ),
+            )
+        return
+    span = interval(rule)
+    if span is None or rule.expr is not None:
+        return
+    values = np.concatenate([run.series[rule.metric].values for run in runs])
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return
+    lo, hi, scale = float(values.min()), float(values.max()), float(np.abs(values).max())
+    yield from _far(rule, span, lo, hi, scale, len(runs))
+
+
+def _far(
+    rule: RuleSpec, span: tuple[float, float], lo: float, hi: float, scale: float, n: int
+) -> Iterator[tuple[str, str]]:
+    logged = f"the {n} example runs logged {fmt(lo)}..{fmt(hi)}"
+    if span[1] < lo or span[0] > hi:
+        yield "fails-examples", f"{rule.check.describe()} fails every point; {logged}"
+        return
+    for bound in span:
+        if math.isfinite(bound) and scale > 0 and abs(bound) > FAR * scale:
+            yield (
+                "far-threshold",
+                (
+                    f"bound {fmt(bound)} is {fmt(abs(bound) / scale)}x the largest |value| logged; "
+                    f"{logged} — it would catch nothing short of a {FAR:g}x blow-up"
+                ),
+            )
+
+
+def lint(policies: list[PolicySpec], runs: list[Run]) -> list[Finding]:
+    rules = [r for p in policies for r in p.rules]
+    out: list[Finding] = []
+    for r in rules:
+        out += [Finding(r.source, r.key, k, m) for k, m in static_findings(r)]
+        if runs:
+            out += [Finding(r.source, r.key, k, m) for k, m in against_runs(r, runs)]
+    out += list(shadowed(rules, {p.name: p for p in policies}))
+    return sorted(out, key=lambda f: (f.source.rsplit(":", 1)[0], _line(f.source), f.kind))
+
+
+def _line(source: str) -> int:
+    tail = source.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else 0

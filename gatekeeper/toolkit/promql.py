@@ -1,0 +1,248 @@
+"""Translate policy rules into PromQL alert expressions, or say why a rule cannot be.
+
+Prometheus sees one latest value per series, not a run's step history, so only rules
+that judge every point as it arrives translate: `max`, `min`, `abs_max`, `between`,
+`approx`, `finite` (and `for: N`, `steps: {from, to}`, derived `expr` ratios, `stale`).
+Every exported expression also fires on NaN/±Inf, as gatekeeper errors on them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gatekeeper.checks.abs_max import AbsMax
+from gatekeeper.checks.approx import Approx
+from gatekeeper.checks.between import Between
+from gatekeeper.checks.finite import Finite
+from gatekeeper.checks.max import Max
+from gatekeeper.checks.min import Min
+from gatekeeper.checks.stale import Stale
+from gatekeeper.expr import Node
+from gatekeeper.policy.loader import _policy_error, display_path, plain, read_yaml
+from gatekeeper.policy.schema import Reduce
+from gatekeeper.policy.spec import PolicySpec, RuleSpec
+
+
+@dataclass(frozen=True)
+class Naming:
+    """Where Prometheus finds a run's metrics. The default is gatekeeper's own naming:
+    `gatekeeper_metric_value{run="...", metric="train/loss"}` (latest value) and
+    `gatekeeper_metric_step{...}` (its step); `metrics` maps a metric to any selector of
+    its value instead (then step ranges and `stale` need the step series and are not
+    exported for it)."""
+
+    value: str = "gatekeeper_metric_value"
+    step: str = "gatekeeper_metric_step"
+    metric_label: str = "metric"
+    run_label: str = "run"
+    selector: str = ""  # extra matchers for every selector, e.g. job="trainer"
+    metrics: dict[str, str] = field(default_factory=dict)
+
+    def _matchers(self, metric: str) -> str:
+        parts = [f'{self.metric_label}="{_escape(metric)}"']
+        if self.selector:
+            parts.append(self.selector)
+        return "{" + ", ".join(parts) + "}"
+
+    def value_of(self, metric: str) -> str:
+        return self.metrics.get(metric) or self.value + self._matchers(metric)
+
+    def step_of(self, metric: str) -> str | None:
+        return None if metric in self.metrics else self.step + self._matchers(metric)
+
+    def selector_labels(self) -> dict[str, str]:
+        """The --selector as labels, for generated test series; only `name="value"`
+        matchers describe one label value."""
+        out: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in self.selector.split(","))):
+            m = re.fullmatch(r'([A-Za-z_][A-Za-z0-9_]*)="([^"\\]*)"', part)
+            if m is None:
+                raise NotExportable(
+                    f'selector matcher {part!r}: generated tests need name="value" matchers'
+                )
+            out[m.group(1)] = m.group(2)
+        return out
+
+    @property
+    def on(self) -> str:
+        return f"on({self.run_label}, {self.metric_label})"
+
+
+class NotExportable(Exception):
+    """A rule Prometheus cannot evaluate natively; the message says why."""
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _num(x: float) -> str:
+    return repr(float(x)).replace("inf", "Inf")
+
+
+def alert_name(rule: RuleSpec) -> str:
+    words = re.split(r"[^A-Za-z0-9]+", f"{rule.policy} {rule.id}")
+    return "Gatekeeper" + "".join(w[:1].upper() + w[1:] for w in words if w)
+
+
+def rule_expr(rule: RuleSpec, naming: Naming) -> str:
+    """The PromQL expression that returns a series exactly where the rule is violated."""
+    _applicable(rule)
+    check = rule.check
+    if isinstance(check, Stale):
+        return _stale(rule, naming)
+    v = _value(rule, naming)
+    # "Fires unless judged good": a comparison with NaN is false, so NaN and the wrong
+    # infinity fire too, as gatekeeper errors on them instead of passing.
+    if isinstance(check, Max):
+        good = f"{v} <= {_num(check.value)} and {v} > -Inf"
+    elif isinstance(check, Min):
+        good = f"{v} >= {_num(check.value)} and {v} < +Inf"
+    elif isinstance(check, AbsMax):
+        good = f"abs({v}) <= {_num(check.value)}"
+    elif isinstance(check, Between):
+        good = f"{v} >= {_num(check.lo)} and {v} <= {_num(check.hi)}"
+    elif isinstance(check, Approx):
+        good = f"abs({v} - {_num(check.value)}) <= {_num(check.tolerance)}"
+    elif isinstance(check, Finite):
+        good = f"abs({v}) < +Inf"
+    else:
+        raise NotExportable(
+            f"check `{check.kind}` judges a window or history of points; Prometheus "
+            "sees the latest value per series"
+        )
+    return _in_steps(rule, naming, f"{v} unless ({good})")
+
+
+def _applicable(rule: RuleSpec) -> None:
+    if rule.conditions:
+        raise NotExportable("`when:` reads run config, which Prometheus does not have")
+    if rule.off:
+        raise NotExportable(f"switched off by an override ({rule.override})")
+    if rule.reduce is not Reduce.NONE:
+        raise NotExportable(f"reduce: {rule.reduce.value} needs the whole selection")
+    if rule.steps.kind not in ("all", "range"):
+        raise NotExportable(
+            f"steps: {rule.steps.describe()} needs particular steps to be present; an alert "
+            "cannot tell a missing step from a passing one"
+        )
+
+
+def _value(rule: RuleSpec, naming: Naming) -> str:
+    if rule.expr is None:
+        return naming.value_of(rule.metric)
+    return f"({_node(rule.expr.tree, naming)})"
+
+
+def _node(node: Node, naming: Naming) -> str:
+    if node.op == "num":
+        return _num(node.value)
+    if node.op == "metric":
+        return naming.value_of(node.name)
+    args = [_node(a, naming) for a in node.args]
+    if node.op == "neg":
+        return f"-({args[0]})"
+    if node.op in ("+", "-", "*", "/"):
+        # Two metrics of one run differ only in the metric label: match on the rest.
+        vectors = not any(_scalar(a) for a in node.args)
+        op = f"{node.op} ignoring({naming.metric_label})" if vectors else node.op
+        return f"({args[0]}) {op} ({args[1]})"
+    if node.op in ("abs", "exp"):
+        return f"{node.op}({args[0]})"
+    if node.op == "log":
+        return f"ln({args[0]})"
+    raise NotExportable(f"expr function {node.op}() has no elementwise PromQL equivalent")
+
+
+def keeps_metric_label(rule: RuleSpec) -> bool:
+    """Whether the alert carries the metric label: a vector-vector operation drops it."""
+    return rule.expr is None or not _joins(rule.expr.tree)
+
+
+def _joins(node: Node) -> bool:
+    if node.op in ("+", "-", "*", "/") and not any(_scalar(a) for a in node.args):
+        return True
+    return any(_joins(a) for a in node.args)
+
+
+def _scalar(node: Node) -> bool:
+    return node.op == "num" or (node.op != "metric" and all(_scalar(a) for a in node.args))
+
+
+def _in_steps(rule: RuleSpec, naming: Naming, expr: str) -> str:
+    sel = rule.steps
+    if sel.kind == "all":
+        return expr
+    if rule.expr is not None:
+        raise NotExportable("steps: {from, to} on a derived expr (its step axis is not exported)")
+    step = naming.step_of(rule.metric)
+    if step is None:
+        raise NotExportable(f"steps: {sel.describe()} needs the step series of {rule.metric}")
+    bounds = []
+    if sel.start is not None:
+        bounds.append(f"{step} >= {sel.start}")
+    if sel.end is not None:
+        bounds.append(f"{step} <= {sel.end}")
+    return f"({expr}) and {naming.on} ({' and '.join(bounds)})"
+
+
+def _stale(rule: RuleSpec, naming: Naming) -> str:
+    assert isinstance(rule.check, Stale)
+    if rule.expr is not None:
+        raise NotExportable("stale on a derived expr")
+    step = naming.step_of(rule.metric)
+    if step is None:
+        raise NotExportable(f"stale needs the step series of {rule.metric}")
+    window = f"{int(rule.check.max_seconds)}s"
+    # No new step for S seconds, and the run was already logging S seconds ago.
+    return f"changes({step}[{window}]) == 0 and {naming.on} ({step} offset {window})"
+
+
+@dataclass
+class Translation:
+    exported: list[tuple[RuleSpec, str]] = field(default_factory=list)
+    skipped: list[tuple[RuleSpec, str]] = field(default_factory=list)
+
+
+def translate(policies: list[PolicySpec], naming: Naming) -> Translation:
+    out = Translation()
+    for policy in policies:
+        for rule in policy.rules:
+            try:
+                if policy.match is not None and not naming.selector:
+                    raise NotExportable(
+                        "the policy's `match:` reads run metadata; give --selector to say "
+                        "which series it applies to in Prometheus"
+                    )
+                out.exported.append((rule, rule_expr(rule, naming)))
+            except NotExportable as exc:
+                out.skipped.append((rule, str(exc)))
+    return out
+
+
+class _NamingFile(BaseModel):
+    """A --mapping file: Naming's fields, all optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: str = Naming.value
+    step: str = Naming.step
+    metric_label: str = Naming.metric_label
+    run_label: str = Naming.run_label
+    selector: str = ""
+    metrics: dict[str, str] = Field(default_factory=dict)
+
+
+def load_naming(path: str | None, selector: str = "") -> Naming:
+    """The default naming, or a mapping file's, plus --selector (which wins)."""
+    if path is None:
+        return Naming(selector=selector)
+    tree = read_yaml(path)
+    try:
+        data = _NamingFile.model_validate(plain(tree) or {})
+    except ValidationError as exc:
+        raise _policy_error(exc, tree, display_path(path)) from None
+    return Naming(**{**data.model_dump(), "selector": selector or data.selector})

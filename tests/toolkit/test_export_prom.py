@@ -1,0 +1,198 @@
+"""`gatekeeper export prometheus`: the rules pass the real `promtool check rules`, and the
+generated unit tests pass `promtool test rules` on the same inputs `gatekeeper test` uses."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from tests.helpers import REPO, gatekeeper, write_policy
+
+PROMTOOL = shutil.which("promtool")
+pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian's prometheus) missing")
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PROMTOOL or "promtool", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def export(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    out = gatekeeper(
+        "export",
+        "prometheus",
+        *args,
+        "-o",
+        str(tmp_path / "rules.yml"),
+        "--tests-out",
+        str(tmp_path / "tests.yml"),
+        cwd=REPO,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def test_shipped_packs_export_and_their_tests_agree_in_promtool(tmp_path):
+    out = export(tmp_path, "policies", "--selector", 'job="rl"', "--tests-from", "policies")
+    assert "not exportable: rl-health/loss-spike" in out.stdout
+    rules = YAML(typ="safe").load((tmp_path / "rules.yml").read_text())
+    names = [r["alert"] for g in rules["groups"] for r in g["rules"]]
+    assert "GatekeeperRlHealthPgClipfracHigh" in names
+    assert "GatekeeperRecipeDeepseekV41FlashTrainRolloutKlFlat" in names
+    checked = promtool("check", "rules", "rules.yml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(names)} rules found" in checked.stdout
+    tested = promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    groups = YAML(typ="safe").load((tmp_path / "tests.yml").read_text())["tests"]
+    firing = [t for g in groups for t in g["alert_rule_test"] if t["exp_alerts"]]
+    assert len(groups) >= 8 and len(firing) >= 6  # silent and firing cases both exercised
+
+
+POLICY = """
+version: 1
+name: shapes
+rules:
+  - id: late-loss
+    metric: train/loss
+    steps: {from: 3, to: 8}
+    check: {max: 1}
+  - id: kl-small
+    metric: train/kl
+    check: {abs_max: 0.1}
+    for: 3
+  - id: reward-band
+    metric: rollout/reward
+    check: {between: [0.2, 0.9]}
+  - id: lr-about
+    metric: train/lr
+    check: {approx: {value: 1.0e-6, rel: 0.5}}
+  - id: ratio
+    expr: "perf/a / perf/b"
+    check: {min: 0.5}
+  - id: scaled
+    expr: "abs(train/kl) * 10 - 1"
+    check: {max: 0}
+  - id: hung
+    metric: train/loss
+    check: {stale: {max_seconds: 600}}
+  - id: gap-trend
+    metric: train/loss
+    check: {trend: {window: 5, max_slope: 1}}
+"""
+
+TESTS = """
+tests:
+  - name: late loss above 1 inside the range fails; before it does not
+    series: {train/loss: "5 5 0.5 0.5 2 0.5 _ 0.5 0.5 9"}
+    expect: {late-loss: {status: fail, step: 4}}
+  - name: kl over 0.1 three points in a row fails, two do not
+    series: {train/kl: "0 -0.2x1 0 -0.2 0.3 -0.5 0"}
+    chunk: 2
+    expect: {kl-small: {status: fail, step: 6}, scaled: {status: fail, step: 1}}
+  - name: reward and lr in band pass
+    series: {rollout/reward: "0.5+0.05x7", train/lr: "1e-6x5"}
+    expect: {reward-band: pass, lr-about: pass}
+  - name: reward below the band and lr off by 2x fail
+    series: {rollout/reward: "0.5 0.1", train/lr: "1e-6 2e-6"}
+    expect: {reward-band: {status: fail, step: 1}, lr-about: {status: fail, step: 1}}
+  - name: a ratio below one half fails at its step
+    series: {perf/a: "10 10 4 10", perf/b: "10x3"}
+    expect: {ratio: {status: fail, step: 2}}
+  - name: a NaN reward is an error, and the alert fires there
+    series: {rollout/reward: "0.5 NaN 0.5"}
+    expect: {reward-band: {status: error, step: 1}}
+"""
+
+
+def test_shapes_export_with_ranges_for_ratios_and_stale(tmp_path):
+    write_policy(tmp_path / "shapes.yaml", POLICY)
+    write_policy(tmp_path / "shapes.test.yaml", TESTS)
+    assert gatekeeper("test", str(tmp_path / "shapes.test.yaml")).returncode == 0
+    out = gatekeeper(
+        "export",
+        "prometheus",
+        str(tmp_path / "shapes.yaml"),
+        "-o",
+        str(tmp_path / "rules.yml"),
+        "--tests-from",
+        str(tmp_path),
+        "--tests-out",
+        str(tmp_path / "tests.yml"),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "not exportable: shapes/gap-trend" in out.stdout
+    text = (tmp_path / "rules.yml").read_text()
+    assert 'changes(gatekeeper_metric_step{metric="train/loss"}[600s]) == 0' in text
+    assert "/ ignoring(metric)" in text and "for: 120s" in text
+    assert promtool("check", "rules", "rules.yml", cwd=tmp_path).returncode == 0
+    tested = promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "'late loss above 1'" not in out.stdout  # the gap is fine without `for`
+
+
+def test_a_drifted_rule_file_fails_the_generated_promtool_tests(tmp_path):
+    write_policy(tmp_path / "shapes.yaml", POLICY)
+    write_policy(tmp_path / "shapes.test.yaml", TESTS)
+    gatekeeper(
+        "export",
+        "prometheus",
+        str(tmp_path / "shapes.yaml"),
+        "-o",
+        str(tmp_path / "rules.yml"),
+        "--tests-from",
+        str(tmp_path),
+        "--tests-out",
+        str(tmp_path / "tests.yml"),
+    )
+    rules = tmp_path / "rules.yml"
+    rules.write_text(rules.read_text().replace("<= 0.9", "<= 0.95").replace(">= 0.2", ">= 0.05"))
+    tested = promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert tested.returncode == 1
+    assert "GatekeeperShapesRewardBand" in tested.stdout + tested.stderr
+
+
+def test_a_mapping_file_renames_series_and_bad_ones_exit_2(tmp_path):
+    write_policy(tmp_path / "shapes.yaml", POLICY)
+    mapping = write_policy(
+        tmp_path / "map.yaml",
+        """
+        value: trainer_metric
+        metric_label: name
+        metrics:
+          train/lr: 'optimizer_lr{job="trainer"}'
+    """,
+    )
+    out = gatekeeper(
+        "export",
+        "prometheus",
+        str(tmp_path / "shapes.yaml"),
+        "-o",
+        str(tmp_path / "r.yml"),
+        "--mapping",
+        str(mapping),
+    )
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "r.yml").read_text()
+    assert (
+        'trainer_metric{name="rollout/reward"}' in text
+        and 'abs(optimizer_lr{job="trainer"} - 1e-06)' in text
+    )
+    assert promtool("check", "rules", "r.yml", cwd=tmp_path).returncode == 0
+    bad = write_policy(tmp_path / "bad.yaml", "value: x\nmetricz: {}\n")
+    out = gatekeeper(
+        "export",
+        "prometheus",
+        str(tmp_path / "shapes.yaml"),
+        "-o",
+        str(tmp_path / "r.yml"),
+        "--mapping",
+        str(bad),
+    )
+    assert out.returncode == 2
+    assert f"{bad}:2: metricz" in out.stderr

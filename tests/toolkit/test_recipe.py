@@ -1,0 +1,93 @@
+"""`gatekeeper import-recipe`: a recipe doc's "What to expect" table becomes the policy a
+person would write from it; rows it cannot read are listed, never guessed."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from gatekeeper.policy.loader import load_policy
+from gatekeeper.toolkit.recipe import Unreadable, parse_expected, parse_steps
+from tests.helpers import REPO, gatekeeper
+
+DATA = REPO / "tests" / "data" / "recipes"
+
+
+def _fields(rule):
+    return (rule.id, rule.metric, rule.steps, rule.reduce, rule.check, rule.severity, rule.for_)
+
+
+def test_the_fixture_recipe_imports_to_the_hand_written_policy(tmp_path):
+    shutil.copy(DATA / "deepseek-v4.1-flash.md", tmp_path)
+    out = gatekeeper(
+        "import-recipe",
+        "deepseek-v4.1-flash.md",
+        "-o",
+        "got.yaml",
+        "--match-config",
+        "recipe=deepseek-v4.1-flash",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = load_policy(str(tmp_path / "got.yaml"))
+    want = load_policy(str(DATA / "deepseek-v4.1-flash.expected.yaml"))
+    assert (got.name, got.match) == (want.name, want.match)
+    assert [_fields(r) for r in got.rules] == [_fields(r) for r in want.rules]
+    for g, w in zip(got.rules, want.rules, strict=True):
+        assert g.description.startswith(w.description + ": |"), g.description  # cites its line
+    assert "not interpreted: deepseek-v4.1-flash.md:32: 'decreasing'" in out.stdout
+    assert "not interpreted: deepseek-v4.1-flash.md:33: 'better than the base model'" in out.stdout
+    assert "deepseek-v4.1-flash.md:34: a bare value '1800' needs a tolerance word" in out.stdout
+    text = (tmp_path / "got.yaml").read_text()
+    assert "#   deepseek-v4.1-flash.md:32: | `train/loss` | all | decreasing" in text
+
+
+def test_the_imported_policy_gates_the_example_runs(tmp_path):
+    shutil.copy(DATA / "deepseek-v4.1-flash.md", tmp_path)
+    gatekeeper("import-recipe", "deepseek-v4.1-flash.md", "-o", "p.yaml", cwd=tmp_path)
+    bad = gatekeeper("check", str(REPO / "examples/runs/broken-kl"), "-p", str(tmp_path / "p.yaml"))
+    assert bad.returncode == 1
+    assert "train-train-rollout-logprob-abs-diff-step0" in bad.stdout
+
+
+@pytest.mark.parametrize(
+    ("cell", "check", "deadline"),
+    [
+        ("0.1 – 0.2", "{between: [0.1, 0.2]}", None),
+        ("Between 1e-3 and 2e-3", "{between: [0.001, 0.002]}", None),
+        ("~0.5", "{approx: {value: 0.5, rel: 0.2}}", None),
+        ("≈ 3", "{approx: {value: 3.0, rel: 0.2}}", None),
+        ("0.5 +/- 0.05", "{approx: {value: 0.5, abs: 0.05}}", None),
+        ("within 0.1 of 2", "{approx: {value: 2.0, abs: 0.1}}", None),
+        ("at least 4", "{min: 4.0}", None),
+        ("≤ -1", "{max: -1.0}", None),
+        ("above 0.8 within 100 steps", "0.8", 100),
+    ],
+)
+def test_expected_cells(cell, check, deadline):
+    assert parse_expected(cell, 0.2) == (check, deadline)
+
+
+@pytest.mark.parametrize(
+    "cell", ["rises", "0.3 – 0.1", "0.5", "about half", "above 0.8 eventually"]
+)
+def test_cells_it_cannot_read_are_refused(cell):
+    with pytest.raises(Unreadable):
+        parse_expected(cell, 0.2)
+
+
+def test_step_cells():
+    assert parse_steps("step 3") == ("[3]", None)
+    assert parse_steps("10-20") == ("{from: 10, to: 20}", None)
+    assert parse_steps("after 5") == ("{from: 6}", None)
+    assert parse_steps("8-step mean") == ("all", 8)
+    with pytest.raises(Unreadable):
+        parse_steps("early on")
+
+
+def test_a_doc_without_the_table_exits_2(tmp_path):
+    doc = tmp_path / "r.md"
+    doc.write_text("# R\n\n## Launch\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    out = gatekeeper("import-recipe", str(doc), "-o", str(tmp_path / "p.yaml"))
+    assert out.returncode == 2 and "What to expect" in out.stderr and str(doc) in out.stderr
