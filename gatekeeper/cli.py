@@ -73,6 +73,10 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", dest="json_path", metavar="FILE", help="write the verdict as JSON")
     p.add_argument("--junit", dest="junit_path", metavar="FILE", help="write JUnit XML")
     p.add_argument(
+        "--html", dest="html_path", metavar="FILE",
+        help="write a self-contained HTML report with a plot per rule (opens offline)",
+    )
+    p.add_argument(
         "--github", choices=("auto", "always", "never"), default="auto",
         help="GitHub annotations and step summary (auto: when GITHUB_ACTIONS=true)",
     )
@@ -102,6 +106,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     verdict = gate.check(args.source, policies, run_overrides(args), history=history_options(args))
     gate.write_reports(verdict, report_options(args))
+    if args.html_path:
+        from gatekeeper.commands.report import write_html
+
+        write_html(verdict, args.html_path, args.source, run_overrides(args))
     print_summary(verdict, args)
     annotate_from_args(args, verdict)
     if args.quiet:
@@ -167,6 +175,7 @@ EXTENSIONS: list[Callable[[Any], None]] = []
 import gatekeeper.commands.serve  # noqa: E402,F401 - registers `serve` in EXTENSIONS
 import gatekeeper.commands.history  # noqa: E402,F401 - `history`, check --history
 import gatekeeper.commands.live  # noqa: E402,F401 - `watch`, `run`
+import gatekeeper.commands.report  # noqa: E402,F401 - `report`
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from gatekeeper.model import Run, Series
 from gatekeeper.policy.conditions import first_failing, parse_conditions
 from gatekeeper.policy.schema import Reduce, Steps
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
-from gatekeeper.verdict import RuleResult, Severity, Status, Verdict
+from gatekeeper.verdict import MAX_MARKED, RuleResult, Severity, Status, Verdict
 
 ALL_STEPS = Steps(kind="all")
 _REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
@@ -70,6 +70,9 @@ class RuleTracker:
         self.fail: tuple[int, float] | None = None
         self.error: tuple[int, float, str] | None = None
         self.last: tuple[int, float] | None = None
+        # for plots: first..last selected step, and the first MAX_MARKED violating steps
+        self.span: tuple[int, int] | None = None
+        self.marked: list[int] = []
         self.agg_state: Any = (
             rule.check.start() if isinstance(rule.check, AggregateCheck) else None
         )
@@ -115,6 +118,10 @@ class RuleTracker:
 
     def _judge(self, steps: np.ndarray, values: np.ndarray) -> None:
         self.selected += int(steps.size)
+        lo, hi = int(steps.min()), int(steps.max())
+        if self.span is not None:
+            lo, hi = min(self.span[0], lo), max(self.span[1], hi)
+        self.span = (lo, hi)
         if self.rule.reduce is not Reduce.NONE:
             self.reduced.append(values)
             self.reduced_steps.append(steps)
@@ -151,6 +158,9 @@ class RuleTracker:
         self.judged += max(0, int(values.size) - unjudged)
         self.context = joined[-need:] if need else self.context
         self.violations += int(mask.sum())
+        room = MAX_MARKED - len(self.marked)
+        if room > 0 and self.violations:
+            self.marked.extend(int(s) for s in steps[mask][:room])
         runs = _run_lengths(mask, self.run)
         self.run = int(runs[-1])
         if self.fail is None:
@@ -304,6 +314,7 @@ class RuleTracker:
         values = np.concatenate([v for _, v in self.tail])[-n:]
         tracker = RuleTracker(replace(self.rule, steps=ALL_STEPS))
         tracker.feed(steps, values, self.step_key or "step")
+        self.span, self.marked = tracker.span, tracker.marked
         return tracker.outcome(final=True, ctx=ctx)
 
 
@@ -355,7 +366,8 @@ class Evaluation:
             if outcome is None:
                 rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrivals.get(rule.metric))
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
-            results.append(_result(rule, outcome, tracker.step_key, by_policy[rule.policy]))
+            result = _result(rule, outcome, tracker.step_key, by_policy[rule.policy])
+            results.append(_with_plot(result, tracker))
         return Verdict(run=run.summary(), results=results, final=final)
 
 
@@ -394,6 +406,16 @@ def _applicability(rule: RuleSpec, run: Run, mismatch: str | None) -> Outcome | 
         has = f"run has {value!r}" if found else "run does not set it"
         return Outcome(Status.SKIP, f"not applicable: needs {failing.describe()} ({has})")
     return None
+
+
+def _with_plot(result: RuleResult, tracker: RuleTracker) -> RuleResult:
+    """What a plot of the rule needs beyond the outcome: bound parameters, the judged
+    selection and the violating steps (reporters draw; the engine only records)."""
+    check = tracker.rule.check
+    params = {"kind": check.kind, **check.model_dump(mode="json")}
+    return replace(
+        result, check=params, span=tracker.span, violating_steps=tuple(tracker.marked)
+    )
 
 
 def _result(rule: RuleSpec, out: Outcome, step_key: str | None, policy: PolicySpec) -> RuleResult:

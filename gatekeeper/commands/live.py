@@ -131,6 +131,10 @@ def _report(args: argparse.Namespace, follower: Any, outcome: Any) -> int:
 
     follower.printer.close()
     gate.write_reports(outcome.verdict, report_options(args))
+    if args.html_path:
+        from gatekeeper.commands.report import write_html
+
+        write_html(outcome.verdict, args.html_path, args.source, run_overrides(args))
     annotate_from_args(args, outcome.verdict)
     if args.quiet:
         print(summary_line(outcome.verdict))
@@ -177,6 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cmd = _child_command(args)
     source, env = _record_source(args)
+    args.source = source  # where the metrics are, for the HTML report's plots
     follower = _follower(args, source, args.grace)  # policy errors before CMD starts
     child = follower.child = ChildGroup(cmd, env)
     try:

@@ -1,0 +1,83 @@
+"""`gatekeeper report verdict.json --run SOURCE --html report.html`: the HTML report from a
+saved JSON verdict (a CI artifact) plus the run it judged, without judging again.
+
+Also `write_html`, which `check`, `watch` and `run` call for `--html FILE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import orjson
+
+from gatekeeper.cli import EXTENSIONS, add_run_args, run_overrides
+from gatekeeper.errors import GatekeeperError, UsageError
+from gatekeeper.model import Run
+from gatekeeper.sources import RunOverrides, open_source
+from gatekeeper.verdict import Verdict
+
+
+def read_run(source: str | None, overrides: RunOverrides | None) -> Run | None:
+    """The run's series for the plots; None when no source was given or it is gone
+    (the report is then written without charts, and says so)."""
+    if not source or not os.path.exists(source) and "://" not in source:
+        return None
+    run = open_source(source).read()
+    return overrides.apply(run) if overrides is not None else run
+
+
+def write_html(
+    verdict: Verdict, path: str, source: str | None, overrides: RunOverrides | None = None
+) -> None:
+    from gatekeeper.report import html
+
+    html.write(verdict, path, read_run(source, overrides))
+
+
+def load_verdict(path: str) -> Verdict:
+    try:
+        with open(path, "rb") as fh:
+            data = orjson.loads(fh.read())
+    except OSError as exc:
+        raise UsageError(f"report: cannot read {path}: {exc.strerror}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"report: {path} is not JSON: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise UsageError(f"report: {path} is not a gatekeeper JSON verdict (no results list)")
+    try:
+        return Verdict.from_dict(data)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise UsageError(f"report: {path}: a result is malformed: {exc}") from exc
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    verdict = load_verdict(args.verdict)
+    source = args.run or verdict.run.get("source")
+    if not args.html_path:
+        raise UsageError("report: say what to write: --html FILE")
+    try:
+        write_html(verdict, args.html_path, source, run_overrides(args))
+    except GatekeeperError:
+        raise
+    print(f"gatekeeper: wrote {args.html_path} ({verdict.status.value}, "
+          f"{len(verdict.results)} rules{'' if source else ', no run: no plots'})")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "report", help="write the HTML report from a saved JSON verdict and the run it judged"
+    )
+    p.add_argument("verdict", metavar="VERDICT.json", help="a verdict written by --json")
+    p.add_argument(
+        "--run", metavar="SOURCE",
+        help="the run's metrics, for the plots (default: the source the verdict names)",
+    )
+    p.add_argument("--html", dest="html_path", metavar="FILE", help="write the HTML report")
+    add_run_args(p)
+    p.set_defaults(func=cmd_report)
+
+
+EXTENSIONS.append(register)
