@@ -29,6 +29,9 @@ if [ "$want_test" = 1 ]; then
   need=()
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  # The HTML report and status page tests open them in Debian's Chromium (driven by
+  # playwright; no browser is ever downloaded).
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
   if [ ${#need[@]} -gt 0 ]; then
     echo "==> installing system packages for the tests: ${need[*]}"
     SUDO=""

@@ -13,7 +13,7 @@ from html import escape
 from gatekeeper.model import Run, Series
 from gatekeeper.report.files import write_atomic
 from gatekeeper.report.html_assets import CSP, CSS, JS
-from gatekeeper.report.html_series import figure, series_for
+from gatekeeper.report.html_series import Figure, figure, series_for
 from gatekeeper.report.html_svg import svg
 from gatekeeper.report.text import step_text, summary_line, value_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
@@ -100,6 +100,28 @@ def _judged(r: RuleResult) -> str:
     return f"{r.judged} point{'s' if r.judged != 1 else ''}{span}{bad}"
 
 
+def legend(fig: Figure) -> str:
+    """Name only what this chart draws."""
+    parts = ["line: series"]
+    if fig.band:
+        parts.append("green: allowed band")
+    if any(line.label != "rolling median" for line in fig.lines):
+        parts.append("dashed red: bound")
+    if any(line.label == "rolling median" for line in fig.lines):
+        parts.append("brown: rolling median")
+    if fig.deadline:
+        parts.append(f"orange: deadline ({fig.deadline[0]})")
+    if fig.span:
+        parts.append("blue shade: judged steps")
+    if fig.marks:
+        parts.append("red dots: violating points")
+    if fig.nonfinite:
+        parts.append("triangles: NaN/Inf")
+    if fig.focus:
+        parts.append("thin red line: reported step")
+    return " · ".join(parts)
+
+
 def _chart(r: RuleResult, series: Series | None) -> str:
     fig = figure(r, series)
     if fig.empty:
@@ -110,11 +132,7 @@ def _chart(r: RuleResult, series: Series | None) -> str:
             f" · {fig.total} points drawn as {fig.steps.size} (envelope per pixel kept; "
             "every violating and non-finite point kept)"
         )
-    legend = (
-        "line: series · shaded green: allowed band · dashed red: bound · blue shade: judged "
-        "steps · red dots: violating points · triangles: NaN/Inf"
-    )
-    return f'{svg(fig)}<div class="legend">{legend}{escape(note)}</div>'
+    return f'{svg(fig)}<div class="legend">{escape(legend(fig) + note)}</div>'
 
 
 def render(verdict: Verdict, series: Mapping[str, Series] | None = None) -> str:

@@ -138,7 +138,9 @@ def figure(result: RuleResult, series: Series | None, points: int = DRAW_POINTS)
     """The figure for one rule; an empty one when the run has no series for its metric."""
     parts: dict = {"lines": [], "band": None, "deadline": None}
     _bound(result.check, parts)
-    focus = (result.step, result.value) if result.step is not None else None
+    # the reported step is marked only where it is a finding (a pass reports its last step)
+    finding = result.status in (Status.FAIL, Status.WARN, Status.ERROR)
+    focus = (result.step, result.value) if finding and result.step is not None else None
     if series is None or not len(series):
         empty = np.empty(0)
         return Figure(result.metric, result.step_key or "step", empty, empty, 0,

@@ -1,0 +1,90 @@
+"""The HTML report opened in a real headless Chromium: it draws every failing rule with
+its violation marker at the reported step, loads nothing, and runs no injected markup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import gatekeeper
+from tests.report.browser import open_page
+from tests.report.runs import HOSTILE, NAN_STEP, failing_run
+
+# For each failing/erroring rule section: its chart, the marker at the reported step, and
+# where the axis mapping says that step lies (SVG user units).
+CHARTS_JS = """() => Array.from(document.querySelectorAll('section.rule')).map(s => {
+  const svg = s.querySelector('svg.chart');
+  const step = s.dataset.step;
+  const mark = svg && step !== '' &&
+    svg.querySelector(`.mark[data-step="${step}"], .nonfinite[data-step="${step}"]`);
+  let expected = null, drawnX = null, inside = false;
+  if (svg && mark) {
+    const d = svg.dataset, x0 = +d.x0, x1 = +d.x1, p0 = +d.px0, p1 = +d.px1;
+    expected = p0 + (+step - x0) * (p1 - p0) / (x1 - x0);
+    drawnX = mark.tagName === 'circle' ? +mark.getAttribute('cx')
+      : mark.getBBox().x + mark.getBBox().width / 2;
+    const m = mark.getBoundingClientRect(), c = svg.getBoundingClientRect();
+    inside = m.width > 0 && m.left >= c.left - 1 && m.right <= c.right + 1 &&
+      m.top >= c.top - 1 && m.bottom <= c.bottom + 1;
+  }
+  return {id: s.querySelector('h2').textContent, status: s.dataset.status, step,
+    chart: !!svg, series: !!(svg && svg.querySelector('polyline.series')),
+    mark: !!mark, expected, drawnX, inside, hidden: s.classList.contains('hidden')};
+})"""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("html")
+    run, policy = failing_run(root)
+    out = root / "report.html"
+    proc = gatekeeper("check", str(run), "-p", str(policy), "--html", str(out),
+                      "--json", str(root / "verdict.json"), "-q")
+    assert proc.returncode == 1, proc.stderr
+    return out
+
+
+def test_report_draws_each_failing_rule_at_its_step(chromium, report: Path, tmp_path: Path):
+    w = open_page(chromium, report.as_uri(), report.as_uri())
+    charts = w.page.evaluate(CHARTS_JS)
+    w.page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+    assert w.errors == [] and w.requests == []
+    statuses = [c["status"] for c in charts]
+    assert statuses[:6] == ["fail"] * 5 + ["error"], statuses  # failing first
+    bad = [c for c in charts if c["status"] in ("fail", "error")]
+    assert len(bad) == 6
+    for c in bad:
+        assert c["chart"] and c["series"] and c["mark"] and c["inside"], c
+        assert abs(c["drawnX"] - c["expected"]) < 1.0, c
+    steps = {c["id"]: c["step"] for c in bad}
+    assert steps["FAILdemo/loss-spike"] == "12345" and steps["ERRORdemo/grad-finite"] == str(NAN_STEP)
+
+
+def test_report_escapes_names_and_filters(chromium, report: Path):
+    w = open_page(chromium, report.as_uri(), report.as_uri())
+    page = w.page
+    # the hostile metric and description are shown as text, never run or loaded
+    assert page.locator("main img").count() == 0 and page.locator("main script").count() == 0
+    assert HOSTILE in page.locator("main").inner_text()
+    assert "grpo-<b>bold</b>" in page.locator("h1").inner_text()
+    page.uncheck("input[name=status][value=fail]")
+    assert page.locator("section.rule.s-fail:visible").count() == 0
+    assert page.locator("section.rule.s-error:visible").count() == 1
+    page.check("input[name=status][value=fail]")
+    page.fill("#f-metric", "LOSS")
+    assert page.locator("section.rule:visible").count() == 2
+    assert w.errors == [] and w.requests == []
+
+
+def test_report_from_saved_verdict_matches(chromium, report: Path, tmp_path: Path):
+    out = tmp_path / "again.html"
+    proc = gatekeeper("report", str(report.parent / "verdict.json"),
+                      "--run", str(report.parent / "run"), "--html", str(out))
+    assert proc.returncode == 0, proc.stderr
+    w = open_page(chromium, out.as_uri(), out.as_uri())
+    charts = w.page.evaluate(CHARTS_JS)
+    bad = [c for c in charts if c["status"] in ("fail", "error")]
+    assert len(bad) == 6 and all(c["mark"] and abs(c["drawnX"] - c["expected"]) < 1 for c in bad)
+    assert w.errors == [] and w.requests == []
