@@ -106,19 +106,23 @@ def _bound(check: dict | None, figure: dict) -> None:
                 figure["lines"].append(Line(f"threshold ({side})", y=num(check[side])))
 
 
-def _spike_lines(check: dict, steps: np.ndarray, values: np.ndarray) -> list[Line]:
+def _spike_lines(
+    check: dict, steps: np.ndarray, values: np.ndarray, idx: np.ndarray
+) -> list[Line]:
     """Rolling median of the previous `window` points and the threshold above/below it,
-    computed the way the check does (MAD-sigmas), on the finite points."""
+    computed the way the check does (MAD-sigmas) on the finite points — only at the drawn
+    indices `idx`, so a long run costs O(drawn x window), not O(points x window)."""
     from gatekeeper.checks.spike import MAD_TO_SIGMA, median_and_mad
 
     w = int(check.get("window") or 20)
-    if values.size <= w:
+    idx = idx[idx >= w]
+    if not idx.size:
         return []
-    windows = np.lib.stride_tricks.sliding_window_view(values[:-1], w)
+    windows = values[idx[:, None] + np.arange(-w, 0)]  # the w points before each drawn one
     med, mad = median_and_mad(windows)
     scale = np.maximum(MAD_TO_SIGMA * mad, float(check.get("min_scale") or 0.0))
     k = float(check.get("factor") or 5.0)
-    at = steps[w:]
+    at = steps[idx]
     out = [Line("rolling median", steps=at, ys=med)]
     direction = check.get("direction") or "up"
     if direction in ("up", "both"):
@@ -151,15 +155,14 @@ def figure(result: RuleResult, series: Series | None, points: int = DRAW_POINTS)
         for s, v in zip(series.steps[bad][:1000], series.values[bad][:1000], strict=True)
     ]
     steps, values = series.steps[~bad], series.values[~bad]
-    if result.check and result.check.get("kind") == "spike" and steps.size:
-        spike = _spike_lines(result.check, steps, values)
-        parts["lines"].extend(_thin(line, points) for line in spike)
     marked = np.asarray(result.violating_steps, dtype=np.int64)
     if result.status in (Status.FAIL, Status.WARN) and result.step is not None:
         marked = np.append(marked, result.step)
     keep = np.flatnonzero(np.isin(steps, marked)) if marked.size else np.empty(0, np.int64)
     idx = downsample(steps, values, points, keep)
     marks = [(int(steps[i]), float(values[i])) for i in keep]
+    if result.check and result.check.get("kind") == "spike":
+        parts["lines"].extend(_spike_lines(result.check, steps, values, idx))
     return Figure(
         result.metric,
         series.step_key,
@@ -172,13 +175,6 @@ def figure(result: RuleResult, series: Series | None, points: int = DRAW_POINTS)
         focus=focus,
         **parts,
     )
-
-
-def _thin(line: Line, points: int) -> Line:
-    """A following line downsampled like the series (its envelope kept)."""
-    assert line.steps is not None and line.ys is not None
-    idx = downsample(line.steps, line.ys, points, np.empty(0, np.int64))
-    return Line(line.label, steps=line.steps[idx], ys=line.ys[idx])
 
 
 def series_for(result: RuleResult, run_series: dict[str, Series]) -> Series | None:

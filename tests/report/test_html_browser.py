@@ -59,7 +59,8 @@ def test_report_draws_each_failing_rule_at_its_step(chromium, report: Path, tmp_
         assert c["chart"] and c["series"] and c["mark"] and c["inside"], c
         assert abs(c["drawnX"] - c["expected"]) < 1.0, c
     steps = {c["id"]: c["step"] for c in bad}
-    assert steps["FAILdemo/loss-spike"] == "12345" and steps["ERRORdemo/grad-finite"] == str(NAN_STEP)
+    assert steps["FAILdemo/loss-spike"] == "12345"
+    assert steps["ERRORdemo/grad-finite"] == str(NAN_STEP)
 
 
 def test_report_escapes_names_and_filters(chromium, report: Path):
