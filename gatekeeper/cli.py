@@ -104,12 +104,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     policies = gate.load(args.policy, [parse_override(o) for o in args.override])
     from gatekeeper.commands.history import history_options, print_summary
 
-    verdict = gate.check(args.source, policies, run_overrides(args), history=history_options(args))
-    gate.write_reports(verdict, report_options(args))
-    if args.html_path:
-        from gatekeeper.commands.report import write_html
+    from gatekeeper.commands.report import read_run, wants_run, write_plot_reports
 
-        write_html(verdict, args.html_path, args.source, run_overrides(args))
+    # Plotting reports need the series: read the run once and judge that.
+    run = read_run(args.source, run_overrides(args)) if wants_run(args) else None
+    overrides = None if run is not None else run_overrides(args)
+    verdict = gate.check(run or args.source, policies, overrides, history=history_options(args))
+    gate.write_reports(verdict, report_options(args))
+    write_plot_reports(verdict, args, run)
     print_summary(verdict, args)
     annotate_from_args(args, verdict)
     if args.quiet:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from gatekeeper.engine import evaluate
 from gatekeeper.errors import GatekeeperError
+from gatekeeper.model import Run
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.policy.overrides import CliOverride, apply_cli_overrides
 from gatekeeper.policy.spec import PolicySpec
@@ -35,14 +36,15 @@ def load(policy_paths: list[str], overrides: list[CliOverride]) -> list[PolicySp
 
 
 def check(
-    source: str,
+    source: str | Run,
     policies: list[PolicySpec],
     run_overrides: RunOverrides | None = None,
     history: HistoryOptions | None = None,
 ) -> Verdict:
     """Read a finished run whole and judge it (missing data is ERROR, never a pass).
-    With `history`, drift rules read their baselines from the store (and record the run)."""
-    run = open_source(source).read()
+    With `history`, drift rules read their baselines from the store (and record the run).
+    `source` may be a Run already read (the plotting reports need its series too)."""
+    run = source if isinstance(source, Run) else open_source(source).read()
     if run_overrides is not None:
         run = run_overrides.apply(run)
     if history is not None:

@@ -131,10 +131,9 @@ def _report(args: argparse.Namespace, follower: Any, outcome: Any) -> int:
 
     follower.printer.close()
     gate.write_reports(outcome.verdict, report_options(args))
-    if args.html_path:
-        from gatekeeper.commands.report import write_html
+    from gatekeeper.commands.report import write_plot_reports
 
-        write_html(outcome.verdict, args.html_path, args.source, run_overrides(args))
+    write_plot_reports(outcome.verdict, args, None)
     annotate_from_args(args, outcome.verdict)
     if args.quiet:
         print(summary_line(outcome.verdict))

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from gatekeeper.cli import EXTENSIONS, add_run_args, run_overrides
-from gatekeeper.errors import GatekeeperError, UsageError
+from gatekeeper.errors import UsageError
 from gatekeeper.model import Run
 from gatekeeper.sources import RunOverrides, open_source
 from gatekeeper.verdict import Verdict
@@ -26,6 +26,36 @@ def read_run(source: str | None, overrides: RunOverrides | None) -> Run | None:
         return None
     run = open_source(source).read()
     return overrides.apply(run) if overrides is not None else run
+
+
+def _summary_path(args: argparse.Namespace) -> str | None:
+    from gatekeeper.gate import github_enabled
+
+    return os.environ.get("GITHUB_STEP_SUMMARY") if github_enabled(args.github) else None
+
+
+def wants_run(args: argparse.Namespace) -> bool:
+    """True when a report that plots the run's series is asked for: --html, or the charts
+    under the GitHub step summary."""
+    return bool(args.html_path or _summary_path(args))
+
+
+def write_plot_reports(verdict: Verdict, args: argparse.Namespace, run: Run | None) -> None:
+    """--html FILE and the step-summary charts. `run` None: read it from `args.source`
+    (watch/run keep only new points, so the whole run is read once, at the end)."""
+    if not wants_run(args):
+        return
+    if run is None:
+        run = read_run(args.source, run_overrides(args))
+    if args.html_path:
+        from gatekeeper.report import html
+
+        html.write(verdict, args.html_path, run)
+    summary = _summary_path(args)
+    if summary and run is not None:
+        from gatekeeper.report import github
+
+        github.append_charts(verdict, run, summary)
 
 
 def write_html(
@@ -57,10 +87,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     source = args.run or verdict.run.get("source")
     if not args.html_path:
         raise UsageError("report: say what to write: --html FILE")
-    try:
-        write_html(verdict, args.html_path, source, run_overrides(args))
-    except GatekeeperError:
-        raise
+    write_html(verdict, args.html_path, source, run_overrides(args))
     print(f"gatekeeper: wrote {args.html_path} ({verdict.status.value}, "
           f"{len(verdict.results)} rules{'' if source else ', no run: no plots'})")
     return 0
