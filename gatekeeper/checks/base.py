@@ -38,6 +38,11 @@ def fmt(x: float | None) -> str:
     return f"{x:.6g}"
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 window`, `3 windows`, `1 coordinate`: counts in messages read as English."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a check concluded; the engine adds policy, rule, severity and source."""

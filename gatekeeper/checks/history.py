@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt, plural
 from gatekeeper.history.base import RuleBaseline
 from gatekeeper.verdict import Status
 
@@ -176,7 +176,7 @@ class History(AggregateCheck):
         if not j.steps.size:
             return Outcome(
                 Status.SKIP,
-                f"{INACTIVE} no trusted history yet for {j.inactive} coordinate(s) "
+                f"{INACTIVE} no trusted history yet for {plural(j.inactive, 'coordinate')} "
                 f"({getattr(ctx.history, 'store', '')}); a trusted run seeds the baseline",
             )
         idle = f"; {j.inactive} inactive (no trusted history)" if j.inactive else ""
@@ -197,7 +197,8 @@ class History(AggregateCheck):
         last = j.at(n - 1)
         return Outcome(
             Status.PASS,
-            f"{n} coordinate(s) within their corridors; step {last.step}: "
+            f"{plural(n, 'coordinate')} within {'its corridor' if n == 1 else 'their corridors'}; "
+            f"step {last.step}: "
             f"{fmt(last.value)} in {last.corridor()}{idle}",
             step=last.step,
             value=last.value,
