@@ -4,9 +4,10 @@
 - `/readyz`: state loaded and the first discovery done (readiness probe).
 - `/metrics`: Prometheus exposition of the daemon's registry.
 - `/api/runs`, `/api/runs/<name or url-encoded key>`, `/api/alerts`: JSON.
+- `/`, `/runs/<name or url-encoded key>`: HTML status pages (daemon/status_page.py).
 
-Probes are always open. When a bearer token is configured, `/metrics` and `/api/*`
-require `Authorization: Bearer <token>`; the config refuses a non-loopback address
+Probes are always open. When a bearer token is configured, `/metrics`, `/api/*` and the
+status pages require `Authorization: Bearer <token>`; the config refuses a non-loopback address
 without one.
 """
 
@@ -68,7 +69,23 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, found)
         if path == "/api/alerts":
             return self._json(200, {"alerts": self.api.alerts()})
+        if path == "/" or path.startswith("/runs/"):
+            return self._status_page(path)
         self._json(404, {"error": f"no endpoint {path}"})
+
+    def _status_page(self, path: str) -> None:
+        from gatekeeper.daemon.status_page import CSP
+
+        pages = self.server.pages  # type: ignore[attr-defined]
+        body = pages.index() if path == "/" else pages.run_page(unquote(path[len("/runs/") :]))
+        if body is None:
+            return self._json(404, {"error": "no such run"})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Security-Policy", CSP)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _authorized(self) -> bool:
         if not self.api.token:
@@ -96,6 +113,9 @@ class HttpServer:
     def __init__(self, api: Api, address: str, port: int):
         handler = type("Handler", (_Handler,), {"api": api})
         self.server = ThreadingHTTPServer((address, port), handler)
+        from gatekeeper.daemon.status_page import StatusPages
+
+        self.server.pages = StatusPages(api.runs, api.run)  # type: ignore[attr-defined]
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
 

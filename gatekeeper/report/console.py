@@ -41,16 +41,25 @@ def _columns() -> int:
 
 
 def render(verdict: Verdict, stream: TextIO | None = None, *, show_skipped: bool = True) -> None:
-    """The one-line verdict first (what a reader needs), then the table under it."""
+    """The one-line verdict first (what a reader needs), then each finding on one unwrapped
+    line (greppable in a CI log), then the table fitted to the width."""
     console = make_console(stream)
     style = "bold green" if verdict.passed else "bold red"
-    console.print(Text(summary_line(verdict), style=style))
+    console.print(Text(summary_line(verdict), style=style), soft_wrap=True)
+    findings = [r for r in ordered(verdict.results) if r.status in FINDINGS]
+    for r in findings[:MAX_FINDINGS]:
+        line = Text(f" {r.policy}/{r.rule}: ") + _message(r) + Text(f" ({r.source})")
+        console.print(Text("  ") + _status(r) + line, soft_wrap=True)
+    if len(findings) > MAX_FINDINGS:
+        console.print(Text(f"  … {len(findings) - MAX_FINDINGS} more in the table"))
     rows = [r for r in ordered(verdict.results) if show_skipped or r.status is not Status.SKIP]
     if rows:
         table = _wide(rows) if console.width >= WIDE else _narrow(rows)
         console.print(table)
 
 
+FINDINGS = (Status.FAIL, Status.ERROR, Status.WARN)
+MAX_FINDINGS = 10
 WIDE = 120  # below this, metric/step/value/bound move under the message
 
 
