@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from html import escape
 from typing import Any
 from urllib.parse import quote
@@ -119,6 +120,8 @@ class StatusPages:
 
     def _spark(self, r: Any, series: dict[str, Series] | None) -> str:
         fig = figure(r, series_for(r, series) if series else None, points=SPARK_POINTS)
+        # 32 px high: only the reported point is marked, the rest would be a red smear
+        fig = replace(fig, marks=[m for m in fig.marks if m[0] == r.step])
         title = f"{r.policy}/{r.rule}: {r.message}"
         chart = "" if fig.empty else svg(fig, width=160, height=32, axes=False)
         return (
