@@ -159,7 +159,9 @@ class StatusPages:
 
 
 SPARK_CSS = """
-.sparkrow{display:flex;align-items:center;gap:6px;margin:2px 0}
+.sparkrow{display:grid;grid-template-columns:68px minmax(180px,max-content) 160px;
+align-items:center;gap:8px;margin:2px 0}
+.sparkrow code{word-break:break-all}
 .spark .chart{height:32px;width:160px}
 .spark .chart .mark{r:2.5}
 """

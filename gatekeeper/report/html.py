@@ -127,7 +127,9 @@ def _chart(r: RuleResult, series: Series | None) -> str:
     if fig.empty:
         return '<p class="nochart">no data for this metric in the run</p>'
     note = ""
-    if fig.total > fig.steps.size + len(fig.nonfinite):
+    if fig.zoomed:
+        note += " · zoomed to the judged steps"
+    elif fig.total > fig.steps.size + len(fig.nonfinite):
         note = (
             f" · {fig.total} points drawn as {fig.steps.size} (envelope per pixel kept; "
             "every violating and non-finite point kept)"

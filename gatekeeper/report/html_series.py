@@ -42,6 +42,7 @@ class Figure:
     marks: list[tuple[int, float]] = field(default_factory=list)  # violating points
     nonfinite: list[tuple[int, str]] = field(default_factory=list)  # (step, "NaN"/"Infinity")
     focus: tuple[int, float | None] | None = None  # the step the verdict reports
+    zoomed: bool = False  # drawn around the judged steps only
 
     @property
     def empty(self) -> bool:
@@ -149,6 +150,8 @@ def figure(result: RuleResult, series: Series | None, points: int = DRAW_POINTS)
         empty = np.empty(0)
         return Figure(result.metric, result.step_key or "step", empty, empty, 0,
                       span=result.span, focus=focus, **parts)
+    total = len(series)
+    series, zoomed = _zoom(series, result.span)
     bad = ~np.isfinite(series.values)
     nonfinite = [
         (int(s), "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity"))
@@ -168,13 +171,31 @@ def figure(result: RuleResult, series: Series | None, points: int = DRAW_POINTS)
         series.step_key,
         steps[idx],
         values[idx],
-        len(series),
+        total,
+        zoomed=zoomed,
         span=result.span,
         marks=marks,
         nonfinite=nonfinite,
         focus=focus,
         **parts,
     )
+
+
+ZOOM_BELOW = 0.05  # a judged span under 5% of the run is drawn zoomed in
+
+
+def _zoom(series: Series, span: tuple[int, int] | None) -> tuple[Series, bool]:
+    """A rule that judges a few steps (`steps: [0]`) of a long run is drawn around them,
+    with context on either side; otherwise its point would sit on the axis."""
+    if span is None or len(series) < 2:
+        return series, False
+    first, last = int(series.steps[0]), int(series.steps[-1])
+    width = span[1] - span[0]
+    if (width + 1) >= ZOOM_BELOW * (last - first + 1):
+        return series, False
+    pad = max(10, 2 * width, int(0.01 * (last - first)))
+    keep = (series.steps >= span[0] - pad) & (series.steps <= span[1] + pad)
+    return Series(series.metric, series.steps[keep], series.values[keep], series.step_key), True
 
 
 def series_for(result: RuleResult, run_series: dict[str, Series]) -> Series | None:
