@@ -7,6 +7,8 @@ reach), writes the report, then opens it in Debian's headless Chromium and measu
 navigation start to the second animation frame after `load` (layout and first paint of
 every chart done), the median of a few opens.
 
+Also the GitHub step summary with its Mermaid charts: its size against the 1 MiB limit.
+
 Targets (issue #16): the file < 3 MB; render < 2 s.
 Usage: python bench/bench_report.py [--steps N] [--metrics M] [--repeat R] [--out FILE]
 """
@@ -27,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from gatekeeper.engine import evaluate  # noqa: E402
 from gatekeeper.model import Run, RunState, Series  # noqa: E402
 from gatekeeper.policy.loader import load_policies  # noqa: E402
-from gatekeeper.report import html  # noqa: E402
+from gatekeeper.report import github, html  # noqa: E402
 
 CHECKS = [
     "{{max: 3.0}}",
@@ -106,12 +108,19 @@ def main() -> None:
         html.write(verdict, out, run)
         write_s = time.perf_counter() - t0
         size = os.path.getsize(out)
+        t0 = time.perf_counter()
+        summary = github.step_summary(verdict) + github.chart_section(
+            verdict, run, github.SUMMARY_LIMIT
+        )
+        summary_s = time.perf_counter() - t0
         renders = render_times(out, args.repeat)
     counts = verdict.counts()
     print(f"run: {args.metrics} metrics x {args.steps:,} steps; rules: "
           + ", ".join(f"{n} {k}" for k, n in counts.items() if n))
     print(f"report size:  {size / 1e6:.2f} MB (target < 3 MB)")
     print(f"python write: {write_s:.2f} s (judging excluded)")
+    print(f"step summary: {len(summary.encode()) / 1024:.1f} KiB with "
+          f"{summary.count('```mermaid')} Mermaid charts in {summary_s:.2f} s (limit 1 MiB)")
     print(f"chromium render: median {statistics.median(renders):.2f} s over {len(renders)} "
           f"opens (min {min(renders):.2f}, max {max(renders):.2f}; target < 2 s)")
 
