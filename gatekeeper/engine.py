@@ -365,11 +365,14 @@ class Evaluation:
         for tracker in self.trackers:
             rule = tracker.rule
             outcome = _applicability(rule, run, skip_reason[rule.policy])
+            overlay = None
             if outcome is None:
                 rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrivals.get(rule.metric))
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
+                if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
+                    overlay = rule.check.overlay(tracker.agg_state, rule_ctx)
             result = _result(rule, outcome, tracker.step_key, by_policy[rule.policy])
-            results.append(_with_plot(result, tracker))
+            results.append(_with_plot(result, tracker, overlay))
         return Verdict(run=run.summary(), results=results, final=final)
 
 
@@ -410,13 +413,24 @@ def _applicability(rule: RuleSpec, run: Run, mismatch: str | None) -> Outcome | 
     return None
 
 
-def _with_plot(result: RuleResult, tracker: RuleTracker) -> RuleResult:
+def _with_plot(
+    result: RuleResult, tracker: RuleTracker, overlay: dict[str, list[float]] | None
+) -> RuleResult:
     """What a plot of the rule needs beyond the outcome: bound parameters, the judged
     selection and the violating steps (reporters draw; the engine only records)."""
     check = tracker.rule.check
     params = {"kind": check.kind, **check.model_dump(mode="json")}
+    marked: list[int] | list[float] = tracker.marked
+    if overlay is not None:  # an aggregate check's own violating steps (history: drifting)
+        overlay = dict(overlay)
+        drift = overlay.pop("drift", None) or []
+        marked = marked or drift
     return replace(
-        result, check=params, span=tracker.span, violating_steps=tuple(tracker.marked)
+        result,
+        check=params,
+        span=tracker.span,
+        violating_steps=tuple(int(s) for s in marked),
+        overlay=overlay,
     )
 
 

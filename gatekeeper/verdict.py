@@ -63,6 +63,7 @@ class RuleResult:
     check: dict[str, Any] | None = None
     span: tuple[int, int] | None = None
     violating_steps: tuple[int, ...] = ()
+    overlay: dict[str, list[float]] | None = None  # e.g. history's corridor per step
 
     @property
     def gating(self) -> bool:

@@ -122,3 +122,8 @@ class AggregateCheck(Check):
     def outcome(self, state: Any, *, final: bool, ctx: EvalContext) -> Outcome:
         """Judge what has been fed. Live (`final=False`): PENDING when it cannot tell yet."""
         raise NotImplementedError
+
+    def overlay(self, state: Any, ctx: EvalContext) -> dict[str, list[float]] | None:
+        """What a plot of the rule may draw besides the points and the parameters (history's
+        per-step corridor), as short parallel lists; None: nothing. Reporters only draw."""
+        return None

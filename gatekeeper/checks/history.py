@@ -21,6 +21,7 @@ from gatekeeper.history.base import RuleBaseline
 from gatekeeper.verdict import Status
 
 INACTIVE = "inactive:"  # message prefix of a rule with no baseline to judge against
+OVERLAY_POINTS = 500
 
 
 @dataclass
@@ -168,6 +169,27 @@ class History(AggregateCheck):
             stats.count[pos],
             int(steps.size - active.sum()),
         )
+
+    def overlay(self, state: HistoryState, ctx: EvalContext) -> dict[str, list[float]] | None:
+        """The corridor and reference at the judged steps (at most OVERLAY_POINTS of them,
+        evenly spaced, every drifting one kept) for plots."""
+        if ctx.history is None:
+            return None
+        j = self.judge(state, ctx.history.get(ctx.rule_key))
+        if not j.steps.size:
+            return None
+        bad = j.bad()
+        pick = np.unique(np.concatenate([
+            np.linspace(0, j.steps.size - 1, min(j.steps.size, OVERLAY_POINTS)).astype(np.int64),
+            np.flatnonzero(bad)[:OVERLAY_POINTS],
+        ]))
+        return {
+            "steps": j.steps[pick].tolist(),
+            "ref": j.ref[pick].tolist(),
+            "lo": j.lo[pick].tolist(),
+            "hi": j.hi[pick].tolist(),
+            "drift": j.steps[bad][:OVERLAY_POINTS].tolist(),
+        }
 
     def outcome(self, state: HistoryState, *, final: bool, ctx: EvalContext) -> Outcome:
         if ctx.history is None:

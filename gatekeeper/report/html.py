@@ -105,6 +105,8 @@ def legend(fig: Figure) -> str:
     parts = ["line: series"]
     if fig.band:
         parts.append("green: allowed band")
+    if fig.corridor is not None:
+        parts.append("green: trusted corridor · brown: reference")
     if any(line.label != "rolling median" for line in fig.lines):
         parts.append("dashed red: bound")
     if any(line.label == "rolling median" for line in fig.lines):

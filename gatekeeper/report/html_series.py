@@ -43,6 +43,7 @@ class Figure:
     nonfinite: list[tuple[int, str]] = field(default_factory=list)  # (step, "NaN"/"Infinity")
     focus: tuple[int, float | None] | None = None  # the step the verdict reports
     zoomed: bool = False  # drawn around the judged steps only
+    corridor: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # steps, lo, hi
 
     @property
     def empty(self) -> bool:
@@ -107,6 +108,22 @@ def _bound(check: dict | None, figure: dict) -> None:
                 figure["lines"].append(Line(f"threshold ({side})", y=num(check[side])))
 
 
+def _overlay(overlay: dict | None, parts: dict) -> None:
+    """history: the trusted corridor (filled, edges dashed) and the reference per step."""
+    if not overlay or not all(k in overlay for k in ("steps", "lo", "hi", "ref")):
+        return
+    steps = np.asarray(overlay["steps"], dtype=np.int64)
+    lo, hi, ref = (np.asarray(overlay[k], dtype=np.float64) for k in ("lo", "hi", "ref"))
+    if not steps.size or not lo.size == hi.size == ref.size == steps.size:
+        return
+    parts["corridor"] = (steps, lo, hi)
+    parts["lines"] += [
+        Line("reference (mean of trusted runs)", steps=steps, ys=ref),
+        Line("corridor high", steps=steps, ys=hi),
+        Line("corridor low", steps=steps, ys=lo),
+    ]
+
+
 def _spike_lines(
     check: dict, steps: np.ndarray, values: np.ndarray, idx: np.ndarray
 ) -> list[Line]:
@@ -141,8 +158,9 @@ def _num(x: object) -> float | None:
 
 def figure(result: RuleResult, series: Series | None, points: int = DRAW_POINTS) -> Figure:
     """The figure for one rule; an empty one when the run has no series for its metric."""
-    parts: dict = {"lines": [], "band": None, "deadline": None}
+    parts: dict = {"lines": [], "band": None, "deadline": None, "corridor": None}
     _bound(result.check, parts)
+    _overlay(result.overlay, parts)
     # the reported step is marked only where it is a finding (a pass reports its last step)
     finding = result.status in (Status.FAIL, Status.WARN, Status.ERROR)
     focus = (result.step, result.value) if finding and result.step is not None else None

@@ -46,6 +46,8 @@ def _domain(fig: Figure) -> tuple[float, float, float, float]:
             ys += [float(np.min(line.ys)), float(np.max(line.ys))]
     if fig.band:
         ys += [v for v in fig.band if math.isfinite(v)]
+    if fig.corridor is not None:
+        xs += [float(fig.corridor[0][0]), float(fig.corridor[0][-1])]
     x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
     y0, y1 = (min(ys), max(ys)) if ys else (0.0, 1.0)
     if x1 <= x0:
@@ -97,6 +99,12 @@ def svg(fig: Figure, *, width: int = W, height: int = H, axes: bool = True) -> s
             f'height="{max(bot_y - top_y, 1):.1f}"><title>allowed: '
             f"{fmt(fig.band[0])} .. {fmt(fig.band[1])}</title></rect>"
         )
+    if fig.corridor is not None:
+        cs, lo, hi = fig.corridor
+        top = _points(cs, hi, sx, sy)
+        bottom = _points(cs[::-1], lo[::-1], sx, sy)
+        out.append(f'<polygon class="band corridor" points="{top} {bottom}">'
+                   "<title>trusted corridor</title></polygon>")
     if axes:
         out.append(_axes(fig, x0, x1, y0, y1, sx, sy, (px0, px1, py0, py1)))
     for line in fig.lines:
@@ -142,7 +150,7 @@ def _bound_line(line: Line, sx: Callable, sy: Callable, px0: float, px1: float) 
             f"<title>{label}: {fmt(line.y)}</title></line>"
         )
     assert line.steps is not None and line.ys is not None
-    cls = "median" if "median" in line.label else "bound"
+    cls = "median" if "median" in line.label or "reference" in line.label else "bound"
     return (
         f'<polyline class="{cls}" points="{_points(line.steps, line.ys, sx, sy)}">'
         f"<title>{label}</title></polyline>"

@@ -89,3 +89,35 @@ def test_report_from_saved_verdict_matches(chromium, report: Path, tmp_path: Pat
     bad = [c for c in charts if c["status"] in ("fail", "error")]
     assert len(bad) == 6 and all(c["mark"] and abs(c["drawnX"] - c["expected"]) < 1 for c in bad)
     assert w.errors == [] and w.requests == []
+
+
+def test_history_rule_draws_its_corridor(chromium, tmp_path: Path):
+    from gatekeeper.engine import evaluate
+    from gatekeeper.history import Baselines, RuleBaseline
+    from gatekeeper.model import Run, Series
+    from gatekeeper.policy.loader import load_policies
+    from gatekeeper.report import html
+    from tests.helpers import write_policy
+
+    policy = write_policy(tmp_path / "h.yaml", """
+        version: 1
+        name: h
+        rules:
+          - {id: drift, metric: train/loss, check: {history: 0.1}}
+    """)
+    values = [1.0] * 40
+    values[30] = 1.5  # 50% above a reference of 1.0, outside the 10% corridor
+    run = Run("r", "mem", series={"train/loss": Series.from_lists(
+        "train/loss", range(40), values, "train/step")})
+    base = Baselines({"h/drift": RuleBaseline({s: [1.0, 1.0] for s in range(40)}, False)}, "m")
+    verdict = evaluate(load_policies([str(policy)]), run, history=base)
+    (r,) = verdict.results
+    assert r.step == 30 and r.violating_steps == (30,) and r.overlay is not None
+    out = tmp_path / "history.html"
+    html.write(verdict, str(out), run)
+    w = open_page(chromium, out.as_uri(), out.as_uri())
+    (c,) = w.page.evaluate(CHARTS_JS)
+    assert c["mark"] and abs(c["drawnX"] - c["expected"]) < 1.0
+    assert w.page.locator("polygon.corridor").count() == 1
+    w.page.screenshot(path=str(tmp_path / "history.png"))
+    assert w.errors == [] and w.requests == []
