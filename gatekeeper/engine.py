@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome, fmt
-from gatekeeper.checks.base import plural
 from gatekeeper.expr import Aligner, missing_inputs
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.conditions import first_failing, parse_conditions
@@ -198,8 +197,9 @@ class RuleTracker:
             return Outcome(
                 Status.FAIL,
                 f"{rule.check.explain(value)} at {axis} {step}{streak} "
-                f"({self.violations} of {plural(self.judged, 'judged point')} "
-                f"{'violates' if self.violations == 1 else 'violate'})",
+                # fixed wording (no singular): alerts group runs by the message minus its
+                # numbers, so the words must not change with the counts
+                f"({self.violations} of {self.judged} judged points violate)",
                 step=step,
                 value=value,
                 violations=self.violations,

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt, plural
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt
 from gatekeeper.verdict import Status
 
 
@@ -101,7 +101,7 @@ class Reach(AggregateCheck):
                 )
             return Outcome(
                 Status.ERROR,
-                f"only {plural(state.judged, 'point')} at or before step {self.by_step}; a "
+                f"only {state.judged} point(s) at or before step {self.by_step}; a "
                 f"{self.window}-point mean needs {self.window}",
                 judged=state.judged,
             )

@@ -51,8 +51,8 @@ class Figure:
 
 
 def downsample(steps: np.ndarray, values: np.ndarray, n: int, keep: np.ndarray) -> np.ndarray:
-    """Indices to draw: per bucket of the step range, its first, min, max and last point
-    (so the drawn envelope is exact) plus every index in `keep`. Sorted, unique."""
+    """Indices to draw: per bucket of ~4*size/n consecutive points, its first, min, max and
+    last point (so the drawn envelope is exact) plus every index in `keep`. Sorted, unique."""
     size = steps.size
     if size <= n:
         return np.arange(size)
