@@ -87,9 +87,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     source = args.run or verdict.run.get("source")
     if not args.html_path:
         raise UsageError("report: say what to write: --html FILE")
-    write_html(verdict, args.html_path, source, run_overrides(args))
+    from gatekeeper.report import html
+
+    run = read_run(source, run_overrides(args))
+    html.write(verdict, args.html_path, run)
+    note = "" if run is not None else f"; no run at {source or '(none given)'}, so no plots"
     print(f"gatekeeper: wrote {args.html_path} ({verdict.status.value}, "
-          f"{len(verdict.results)} rules{'' if source else ', no run: no plots'})")
+          f"{len(verdict.results)} rules{note})")
     return 0
 
 

@@ -101,9 +101,9 @@ def svg(fig: Figure, *, width: int = W, height: int = H, axes: bool = True) -> s
         )
     if fig.corridor is not None:
         cs, lo, hi = fig.corridor
-        top = _points(cs, hi, sx, sy)
-        bottom = _points(cs[::-1], lo[::-1], sx, sy)
-        out.append(f'<polygon class="band corridor" points="{top} {bottom}">'
+        upper = _points(cs, hi, sx, sy)
+        lower = _points(cs[::-1], lo[::-1], sx, sy)
+        out.append(f'<polygon class="band corridor" points="{upper} {lower}">'
                    "<title>trusted corridor</title></polygon>")
     if axes:
         out.append(_axes(fig, x0, x1, y0, y1, sx, sy, (px0, px1, py0, py1)))

@@ -53,7 +53,7 @@ def resample(fig: Figure, n: int = POINTS) -> tuple[list[int], list[float]]:
         idx = np.flatnonzero(which == b)
         if not idx.size:
             continue
-        hit = [i for i in idx if int(steps[i]) in marked]
+        hit = [int(i) for i in idx if int(steps[i]) in marked]
         if hit:
             i = hit[0]
         else:

@@ -74,3 +74,26 @@ def open_page(ctx: Any, url: str, allowed_prefix: str) -> Watched:
     )
     page.goto(url, wait_until="load")
     return w
+
+
+# For each failing/erroring rule section: its chart, the marker at the reported step, and
+# where the axis mapping says that step lies (SVG user units).
+CHARTS_JS = """() => Array.from(document.querySelectorAll('section.rule')).map(s => {
+  const svg = s.querySelector('svg.chart');
+  const step = s.dataset.step;
+  const mark = svg && step !== '' &&
+    svg.querySelector(`.mark[data-step="${step}"], .nonfinite[data-step="${step}"]`);
+  let expected = null, drawnX = null, inside = false;
+  if (svg && mark) {
+    const d = svg.dataset, x0 = +d.x0, x1 = +d.x1, p0 = +d.px0, p1 = +d.px1;
+    expected = p0 + (+step - x0) * (p1 - p0) / (x1 - x0);
+    drawnX = mark.tagName === 'circle' ? +mark.getAttribute('cx')
+      : mark.getBBox().x + mark.getBBox().width / 2;
+    const m = mark.getBoundingClientRect(), c = svg.getBoundingClientRect();
+    inside = m.width > 0 && m.left >= c.left - 1 && m.right <= c.right + 1 &&
+      m.top >= c.top - 1 && m.bottom <= c.bottom + 1;
+  }
+  return {id: s.querySelector('h2').textContent, status: s.dataset.status, step,
+    chart: !!svg, series: !!(svg && svg.querySelector('polyline.series')),
+    mark: !!mark, expected, drawnX, inside, hidden: s.classList.contains('hidden')};
+})"""

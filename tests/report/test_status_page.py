@@ -11,8 +11,7 @@ import httpx
 
 from tests.daemon.harness import DaemonProcess, write_config
 from tests.helpers import write_rows
-from tests.report.browser import open_page
-from tests.report.test_html_browser import CHARTS_JS
+from tests.report.browser import CHARTS_JS, open_page
 
 TOKEN = "s3cret-token"
 
