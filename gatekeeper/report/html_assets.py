@@ -1,13 +1,10 @@
-"""The inline stylesheet and the filter script of the HTML report (no files, no CDN)."""
+"""The inline stylesheet and the filter script of the HTML report (no files, no CDN), and
+the Content-Security-Policy that lets only that script run."""
 
 from __future__ import annotations
 
-# The page may load nothing: a CI artifact or a file:// URL opens offline, and a metric
-# name that smuggled markup past escaping still could not fetch anything.
-CSP = (
-    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
-    "img-src data:; base-uri 'none'; form-action 'none'"
-)
+import base64
+import hashlib
 
 CSS = """
 :root{--fail:#c62828;--error:#8e24aa;--warn:#ef8f00;--pass:#2e7d32;--skip:#78909c;
@@ -90,3 +87,16 @@ JS = """
   apply();
 })();
 """
+
+
+def _sha256(text: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+
+# The page may load nothing: a CI artifact or a file:// URL opens offline, and a metric
+# name that smuggled markup past escaping still could not fetch anything. Only the filter
+# script above may run (by its hash), so an injected inline script would not either.
+CSP = (
+    f"default-src 'none'; style-src 'unsafe-inline'; script-src '{_sha256(JS)}'; "
+    "img-src data:; base-uri 'none'; form-action 'none'"
+)
