@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 from dataclasses import replace
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,12 @@ def _run_lengths(mask: np.ndarray, carry: int) -> np.ndarray:
 class RuleTracker:
     """The state of one rule on one run, fed the new points of its metric chunk by chunk."""
 
+    # For plots: first..last selected step, and the first MAX_MARKED violating steps.
+    # Class-level defaults, so an Evaluation pickled before they existed (the daemon's
+    # state) still loads and feeds.
+    span: tuple[int, int] | None = None
+    marked: tuple[int, ...] = ()
+
     def __init__(self, rule: RuleSpec):
         self.rule = rule
         self.step_key: str | None = None
@@ -70,9 +76,6 @@ class RuleTracker:
         self.fail: tuple[int, float] | None = None
         self.error: tuple[int, float, str] | None = None
         self.last: tuple[int, float] | None = None
-        # for plots: first..last selected step, and the first MAX_MARKED violating steps
-        self.span: tuple[int, int] | None = None
-        self.marked: list[int] = []
         self.agg_state: Any = (
             rule.check.start() if isinstance(rule.check, AggregateCheck) else None
         )
@@ -160,7 +163,7 @@ class RuleTracker:
         self.violations += int(mask.sum())
         room = MAX_MARKED - len(self.marked)
         if room > 0 and self.violations:
-            self.marked.extend(int(s) for s in steps[mask][:room])
+            self.marked += tuple(int(s) for s in steps[mask][:room])
         runs = _run_lengths(mask, self.run)
         self.run = int(runs[-1])
         if self.fail is None:
@@ -420,7 +423,7 @@ def _with_plot(
     selection and the violating steps (reporters draw; the engine only records)."""
     check = tracker.rule.check
     params = {"kind": check.kind, **check.model_dump(mode="json")}
-    marked: list[int] | list[float] = tracker.marked
+    marked: Sequence[float] = tracker.marked
     if overlay is not None:  # an aggregate check's own violating steps (history: drifting)
         overlay = dict(overlay)
         drift = overlay.pop("drift", None) or []
