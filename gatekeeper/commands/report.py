@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.cli import EXTENSIONS, add_run_args, run_overrides
+from gatekeeper.cli import EXTENSIONS, run_overrides
 from gatekeeper.errors import UsageError
 from gatekeeper.model import Run
 from gatekeeper.sources import RunOverrides, open_source
@@ -85,11 +85,9 @@ def load_verdict(path: str) -> Verdict:
 def cmd_report(args: argparse.Namespace) -> int:
     verdict = load_verdict(args.verdict)
     source = args.run or verdict.run.get("source")
-    if not args.html_path:
-        raise UsageError("report: say what to write: --html FILE")
     from gatekeeper.report import html
 
-    run = read_run(source, run_overrides(args))
+    run = read_run(source, None)  # only its series are drawn; the verdict has the metadata
     html.write(verdict, args.html_path, run)
     note = "" if run is not None else f"; no run at {source or '(none given)'}, so no plots"
     print(f"gatekeeper: wrote {args.html_path} ({verdict.status.value}, "
@@ -106,8 +104,9 @@ def register(sub: Any) -> None:
         "--run", metavar="SOURCE",
         help="the run's metrics, for the plots (default: the source the verdict names)",
     )
-    p.add_argument("--html", dest="html_path", metavar="FILE", help="write the HTML report")
-    add_run_args(p)
+    p.add_argument(
+        "--html", dest="html_path", metavar="FILE", required=True, help="write the HTML report"
+    )
     p.set_defaults(func=cmd_report)
 
 
