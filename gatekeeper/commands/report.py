@@ -1,7 +1,8 @@
 """`gatekeeper report verdict.json --run SOURCE --html report.html`: the HTML report from a
 saved JSON verdict (a CI artifact) plus the run it judged, without judging again.
 
-Also `write_html`, which `check`, `watch` and `run` call for `--html FILE`.
+Also `write_plot_reports`, which `check`, `watch` and `run` call for `--html FILE` and
+the step-summary charts (the reports that draw the run's series).
 """
 
 from __future__ import annotations
@@ -58,14 +59,6 @@ def write_plot_reports(verdict: Verdict, args: argparse.Namespace, run: Run | No
         github.append_charts(verdict, run, summary)
 
 
-def write_html(
-    verdict: Verdict, path: str, source: str | None, overrides: RunOverrides | None = None
-) -> None:
-    from gatekeeper.report import html
-
-    html.write(verdict, path, read_run(source, overrides))
-
-
 def load_verdict(path: str) -> Verdict:
     try:
         with open(path, "rb") as fh:
@@ -83,10 +76,10 @@ def load_verdict(path: str) -> Verdict:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    verdict = load_verdict(args.verdict)
-    source = args.run or verdict.run.get("source")
     from gatekeeper.report import html
 
+    verdict = load_verdict(args.verdict)
+    source = args.run or verdict.run.get("source")
     run = read_run(source, None)  # only its series are drawn; the verdict has the metadata
     html.write(verdict, args.html_path, run)
     note = "" if run is not None else f"; no run at {source or '(none given)'}, so no plots"
