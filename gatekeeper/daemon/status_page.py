@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from html import escape
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from gatekeeper.model import Series
 from gatekeeper.report.html import filters, header, ordered, rule_section
@@ -179,3 +179,25 @@ def _verdict(found: dict[str, Any]) -> Verdict:
         return Verdict(run={"name": found.get("name")}, results=[], final=False)
     return Verdict.from_dict(data)
 
+
+
+HTML = "text/html; charset=utf-8"
+
+
+def add_routes(routes: Any, pages: StatusPages) -> None:
+    """Register `/` and `/runs/<key>` on the daemon's route table (a `Routes` with
+    `add(path, handler, auth=, prefix=)`, whose handlers answer with `h.send`/`h.json` and
+    read `h.path`), behind the bearer token like `/api`."""
+
+    def index(h: Any) -> None:
+        h.send(200, pages.index(), HTML)
+
+    def run(h: Any) -> None:
+        body = pages.run_page(unquote(h.path[len("/runs/") :]))
+        if body is None:
+            h.json(404, {"error": "no such run"})
+        else:
+            h.send(200, body, HTML)
+
+    routes.add("/", index, auth=True)
+    routes.add("/runs/", run, auth=True, prefix=True)

@@ -68,3 +68,41 @@ def test_status_page_and_run_page(chromium, tmp_path: Path):
     finally:
         chromium.set_extra_http_headers({})
         daemon.stop()
+
+
+def test_pages_register_on_a_route_table():
+    """How the pages join a daemon whose HTTP server routes through a table."""
+    from gatekeeper.daemon.status_page import StatusPages, add_routes
+
+    class Table:
+        def __init__(self) -> None:
+            self.added: dict[str, tuple] = {}
+
+        def add(self, path, handler, *, auth=True, prefix=False):
+            self.added[path] = (handler, auth, prefix)
+
+    class Handler:
+        def __init__(self, path: str) -> None:
+            self.path, self.sent = path, None
+
+        def send(self, code, body, ctype, auth=False):
+            self.sent = (code, body, ctype)
+
+        def json(self, code, data, auth=False):
+            self.sent = (code, data, "application/json")
+
+    runs = [{"key": "/r/a.jsonl", "name": "a", "status": "pass", "points": 3}]
+    pages = StatusPages(lambda: runs, lambda k: runs[0] if k in ("a", "/r/a.jsonl") else None,
+                        refresh=5)
+    table = Table()
+    add_routes(table, pages)
+    assert table.added["/"][1:] == (True, False) and table.added["/runs/"][1:] == (True, True)
+    h = Handler("/")
+    table.added["/"][0](h)
+    assert h.sent[0] == 200 and b'href="runs/%2Fr%2Fa.jsonl"' in h.sent[1]
+    h = Handler("/runs/%2Fr%2Fa.jsonl")
+    table.added["/runs/"][0](h)
+    assert h.sent[0] == 200 and b'content="5"' in h.sent[1]
+    h = Handler("/runs/nope")
+    table.added["/runs/"][0](h)
+    assert h.sent[0] == 404
