@@ -87,6 +87,10 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", dest="json_path", metavar="FILE", help="write the verdict as JSON")
     p.add_argument("--junit", dest="junit_path", metavar="FILE", help="write JUnit XML")
     p.add_argument(
+        "--html", dest="html_path", metavar="FILE",
+        help="write a self-contained HTML report with a plot per rule (opens offline)",
+    )
+    p.add_argument(
         "--github", choices=("auto", "always", "never"), default="auto",
         help="GitHub annotations and step summary (auto: when GITHUB_ACTIONS=true)",
     )
@@ -115,11 +119,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     from gatekeeper.commands.history import history_options, print_summary
 
     references = gate.read_references(parse_references(args.reference))
+    from gatekeeper.commands.report import read_run, wants_run, write_plot_reports
+
+    # Plotting reports need the series: read the run once and judge that.
+    run = read_run(args.source, run_overrides(args)) if wants_run(args) else None
+    overrides = None if run is not None else run_overrides(args)
     verdict = gate.check(
-        args.source, policies, run_overrides(args), history=history_options(args),
+        run or args.source, policies, overrides, history=history_options(args),
         references=references,
     )
     gate.write_reports(verdict, report_options(args))
+    write_plot_reports(verdict, args, run)
     print_summary(verdict, args)
     annotate_from_args(args, verdict)
     if args.quiet:
@@ -191,6 +201,7 @@ import gatekeeper.commands.serve  # noqa: E402,F401 - registers `serve` in EXTEN
 import gatekeeper.commands.history  # noqa: E402,F401 - `history`, check --history
 import gatekeeper.commands.live  # noqa: E402,F401 - `watch`, `run`
 import gatekeeper.commands.toolkit  # noqa: E402,F401 - test, lint, suggest, import-recipe, export
+import gatekeeper.commands.report  # noqa: E402,F401 - `report`
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 from dataclasses import replace
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from gatekeeper.policy.conditions import first_failing, parse_conditions
 from gatekeeper.policy.binding import metric_error, missing_config, period_from_config
 from gatekeeper.policy.schema import Reduce, Steps
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
-from gatekeeper.verdict import RuleResult, Severity, Status, Verdict
+from gatekeeper.verdict import MAX_MARKED, RuleResult, Severity, Status, Verdict
 
 ALL_STEPS = Steps(kind="all")
 _REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
@@ -47,6 +47,12 @@ def _run_lengths(mask: np.ndarray, carry: int) -> np.ndarray:
 
 class RuleTracker:
     """The state of one rule on one run, fed the new points of its metric chunk by chunk."""
+
+    # For plots: first..last selected step, and the first MAX_MARKED violating steps.
+    # Class-level defaults, so an Evaluation pickled before they existed (the daemon's
+    # state) still loads and feeds.
+    span: tuple[int, int] | None = None
+    marked: tuple[int, ...] = ()
 
     def __init__(self, rule: RuleSpec):
         self.rule = rule
@@ -155,6 +161,10 @@ class RuleTracker:
 
     def _judge(self, steps: np.ndarray, values: np.ndarray) -> None:
         self.selected += int(steps.size)
+        lo, hi = int(steps.min()), int(steps.max())
+        if self.span is not None:
+            lo, hi = min(self.span[0], lo), max(self.span[1], hi)
+        self.span = (lo, hi)
         if self.rule.reduce is not Reduce.NONE:
             self.reduced.append(values)
             self.reduced_steps.append(steps)
@@ -191,6 +201,9 @@ class RuleTracker:
         self.judged += max(0, int(values.size) - unjudged)
         self.context = joined[-need:] if need else self.context
         self.violations += int(mask.sum())
+        room = MAX_MARKED - len(self.marked)
+        if room > 0 and self.violations:
+            self.marked += tuple(int(s) for s in steps[mask][:room])
         runs = _run_lengths(mask, self.run)
         self.run = int(runs[-1])
         if self.fail is None:
@@ -229,6 +242,8 @@ class RuleTracker:
             return Outcome(
                 Status.FAIL,
                 f"{rule.check.explain(value)} at {axis} {step}{streak} "
+                # fixed wording (no singular): alerts group runs by the message minus its
+                # numbers, so the words must not change with the counts
                 f"({self.violations} of {self.judged} judged points violate)",
                 step=step,
                 value=value,
@@ -356,6 +371,7 @@ class RuleTracker:
         values = np.concatenate([v for _, v in self.tail])[-n:]
         tracker = RuleTracker(replace(self.rule, steps=ALL_STEPS))
         tracker.feed(steps, values, self.step_key or "step")
+        self.span, self.marked = tracker.span, tracker.marked
         return tracker.outcome(final=True, ctx=ctx)
 
 
@@ -407,6 +423,7 @@ class Evaluation:
         for tracker in self.trackers:
             rule = tracker.rule
             outcome = _applicability(rule, run, skip_reason[rule.policy], unset[rule.policy])
+            overlay = None
             if outcome is None:
                 outcome = metric_error(rule, run)
             if outcome is None:
@@ -414,7 +431,10 @@ class Evaluation:
                 arrival = arrivals.get(rule.metric)
                 rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrival, metric=rule.metric)
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
-            results.append(_result(rule, outcome, tracker.step_key, by_policy[rule.policy]))
+                if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
+                    overlay = rule.check.overlay(tracker.agg_state, rule_ctx)
+            result = _result(rule, outcome, tracker.step_key, by_policy[rule.policy])
+            results.append(_with_plot(result, tracker, overlay))
         return Verdict(run=run.summary(), results=results, final=final)
 
 
@@ -462,6 +482,27 @@ def _applicability(
         has = f"run has {value!r}" if found else "run does not set it"
         return Outcome(Status.SKIP, f"not applicable: needs {failing.describe()} ({has})")
     return None
+
+
+def _with_plot(
+    result: RuleResult, tracker: RuleTracker, overlay: dict[str, list[float]] | None
+) -> RuleResult:
+    """What a plot of the rule needs beyond the outcome: bound parameters, the judged
+    selection and the violating steps (reporters draw; the engine only records)."""
+    check = tracker.rule.check
+    params = {"kind": check.kind, **check.model_dump(mode="json")}
+    marked: Sequence[float] = tracker.marked
+    if overlay is not None:  # an aggregate check's own violating steps (history: drifting)
+        overlay = dict(overlay)
+        drift = overlay.pop("drift", None) or []
+        marked = marked or drift
+    return replace(
+        result,
+        check=params,
+        span=tracker.span,
+        violating_steps=tuple(int(s) for s in marked),
+        overlay=overlay,
+    )
 
 
 def _result(rule: RuleSpec, out: Outcome, step_key: str | None, policy: PolicySpec) -> RuleResult:

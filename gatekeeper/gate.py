@@ -36,7 +36,7 @@ def load(policy_paths: list[str], overrides: list[CliOverride]) -> list[PolicySp
 
 
 def check(
-    source: str,
+    source: str | Run,
     policies: list[PolicySpec],
     run_overrides: RunOverrides | None = None,
     history: HistoryOptions | None = None,
@@ -44,8 +44,9 @@ def check(
 ) -> Verdict:
     """Read a finished run whole and judge it (missing data is ERROR, never a pass).
     With `history`, drift rules read their baselines from the store (and record the run).
-    `references` (name -> an earlier run) are what `isclose` rules compare against."""
-    run = open_source(source).read()
+    `references` (name -> an earlier run) are what `isclose` rules compare against.
+    `source` may be a Run already read (the plotting reports need its series too)."""
+    run = source if isinstance(source, Run) else open_source(source).read()
     if run_overrides is not None:
         run = run_overrides.apply(run)
     if history is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -57,6 +57,13 @@ class RuleResult:
     description: str = ""
     violations: int = 0  # judged points that violated
     judged: int = 0  # points judged
+    # For plots (HTML report, step-summary charts): the check's kind and parameters as
+    # numbers, the first..last selected step, and the violating steps (the first
+    # MAX_MARKED of them; `violations` has the count).
+    check: dict[str, Any] | None = None
+    span: tuple[int, int] | None = None
+    violating_steps: tuple[int, ...] = ()
+    overlay: dict[str, list[float]] | None = None  # e.g. history's corridor per step
 
     @property
     def gating(self) -> bool:
@@ -86,6 +93,24 @@ class RuleResult:
         elif value in (float("inf"), float("-inf")):
             data["value"] = "Infinity" if value > 0 else "-Infinity"
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RuleResult:
+        """Inverse of `to_dict` (a saved JSON verdict); unknown keys are ignored."""
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in data.items() if k in known}
+        kw["status"] = Status(kw["status"])
+        kw["severity"] = Severity(kw["severity"])
+        kw["mode"] = Mode(kw["mode"])
+        if isinstance(kw.get("value"), str):
+            kw["value"] = float(kw["value"])  # "NaN", "Infinity", "-Infinity"
+        if kw.get("span") is not None:
+            kw["span"] = (int(kw["span"][0]), int(kw["span"][1]))
+        kw["violating_steps"] = tuple(int(s) for s in kw.get("violating_steps") or ())
+        return cls(**kw)
+
+
+MAX_MARKED = 1000
 
 
 @dataclass
@@ -137,3 +162,13 @@ class Verdict:
             "stopped": self.stopped,
             "results": [r.to_dict() for r in self.results],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        """A verdict read back from its JSON report (`gatekeeper report verdict.json`)."""
+        return cls(
+            run=dict(data.get("run") or {}),
+            results=[RuleResult.from_dict(r) for r in data.get("results") or ()],
+            final=bool(data.get("final", True)),
+            stopped=data.get("stopped"),
+        )

@@ -29,6 +29,10 @@ if [ "$want_test" = 1 ]; then
   need=()
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  # The HTML report and status page tests open them in Debian's Chromium (driven by
+  # playwright; no browser is ever downloaded).
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v npm >/dev/null 2>&1 || need+=(npm)
   if [ ${#need[@]} -gt 0 ]; then
     echo "==> installing system packages for the tests: ${need[*]}"
     SUDO=""
@@ -40,5 +44,12 @@ if [ "$want_test" = 1 ]; then
     for svc in prometheus postgresql; do
       $SUDO service "$svc" stop >/dev/null 2>&1 || true
     done
+  fi
+
+  # Mermaid's own renderer checks the step-summary charts; test-only, kept inside .venv
+  # (ignored), never committed.
+  if [ ! -f .venv/mermaid/node_modules/mermaid/dist/mermaid.min.js ]; then
+    echo "==> installing mermaid (npm) into .venv/mermaid for the tests"
+    npm install --prefix .venv/mermaid --no-audit --no-fund --loglevel=error mermaid@11 >/dev/null
   fi
 fi

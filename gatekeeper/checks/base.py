@@ -38,6 +38,11 @@ def fmt(x: float | None) -> str:
     return f"{x:.6g}"
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 window`, `3 windows`, `1 coordinate`: counts in messages read as English."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a check concluded; the engine adds policy, rule, severity and source."""
@@ -119,3 +124,8 @@ class AggregateCheck(Check):
     def outcome(self, state: Any, *, final: bool, ctx: EvalContext) -> Outcome:
         """Judge what has been fed. Live (`final=False`): PENDING when it cannot tell yet."""
         raise NotImplementedError
+
+    def overlay(self, state: Any, ctx: EvalContext) -> dict[str, list[float]] | None:
+        """What a plot of the rule may draw besides the points and the parameters (history's
+        per-step corridor), as short parallel lists; None: nothing. Reporters only draw."""
+        return None

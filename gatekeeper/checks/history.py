@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt, plural
 from gatekeeper.history.base import RuleBaseline
 from gatekeeper.verdict import Status
 
 INACTIVE = "inactive:"  # message prefix of a rule with no baseline to judge against
+OVERLAY_POINTS = 500
 
 
 @dataclass
@@ -188,6 +189,27 @@ class History(AggregateCheck):
             int(steps.size - active.sum()),
         )
 
+    def overlay(self, state: HistoryState, ctx: EvalContext) -> dict[str, list[float]] | None:
+        """The corridor and reference at the judged steps (at most OVERLAY_POINTS of them,
+        evenly spaced, every drifting one kept) for plots."""
+        if ctx.history is None:
+            return None
+        j = self.judge(state, ctx.history.get(ctx.rule_key))
+        if not j.steps.size:
+            return None
+        bad = j.bad()
+        pick = np.unique(np.concatenate([
+            np.linspace(0, j.steps.size - 1, min(j.steps.size, OVERLAY_POINTS)).astype(np.int64),
+            np.flatnonzero(bad)[:OVERLAY_POINTS],
+        ]))
+        return {
+            "steps": j.steps[pick].tolist(),
+            "ref": j.ref[pick].tolist(),
+            "lo": j.lo[pick].tolist(),
+            "hi": j.hi[pick].tolist(),
+            "drift": j.steps[bad][:OVERLAY_POINTS].tolist(),
+        }
+
     def outcome(self, state: HistoryState, *, final: bool, ctx: EvalContext) -> Outcome:
         if ctx.history is None:
             return Outcome(Status.SKIP, f"{INACTIVE} no baseline store given (check --history URL)")
@@ -204,7 +226,7 @@ class History(AggregateCheck):
         if not j.steps.size:
             return Outcome(
                 Status.SKIP,
-                f"{INACTIVE} no trusted history yet for {j.inactive} coordinate(s) "
+                f"{INACTIVE} no trusted history yet for {plural(j.inactive, 'coordinate')} "
                 f"({getattr(ctx.history, 'store', '')}); a trusted run seeds the baseline",
             )
         idle = f"; {j.inactive} inactive (no trusted history)" if j.inactive else ""
@@ -225,7 +247,8 @@ class History(AggregateCheck):
         last = j.at(n - 1)
         return Outcome(
             Status.PASS,
-            f"{n} coordinate(s) within their corridors; step {last.step}: "
+            f"{plural(n, 'coordinate')} within {'its corridor' if n == 1 else 'their corridors'}; "
+            f"step {last.step}: "
             f"{fmt(last.value)} in {last.corridor()}{idle}",
             step=last.step,
             value=last.value,

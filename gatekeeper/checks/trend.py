@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import Field, model_validator
 
-from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt, plural
 from gatekeeper.verdict import Status
 
 
@@ -145,7 +145,8 @@ class Trend(AggregateCheck):
         step, slope, growth = state.last
         return Outcome(
             Status.PASS,
-            f"{state.windows} windows within {self.describe()}; last slope {fmt(slope)}/step, "
+            f"{plural(state.windows, 'window')} within {self.describe()}; "
+            f"last slope {fmt(slope)}/step, "
             f"growth {fmt(growth)} at step {step}",
             step=step,
             value=slope,

@@ -131,6 +131,9 @@ def _report(args: argparse.Namespace, follower: Any, outcome: Any) -> int:
 
     follower.printer.close()
     gate.write_reports(outcome.verdict, report_options(args))
+    from gatekeeper.commands.report import write_plot_reports
+
+    write_plot_reports(outcome.verdict, args, None)
     annotate_from_args(args, outcome.verdict)
     if args.quiet:
         print(summary_line(outcome.verdict))
@@ -177,6 +180,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cmd = _child_command(args)
     source, env = _record_source(args)
+    args.source = source  # where the metrics are, for the HTML report's plots
     follower = _follower(args, source, args.grace)  # policy errors before CMD starts
     child = follower.child = ChildGroup(cmd, env)
     try:

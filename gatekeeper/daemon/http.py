@@ -4,10 +4,11 @@
 - `/readyz`: state loaded and the first discovery done (readiness probe).
 - `/metrics`: Prometheus exposition of the daemon's registry.
 - `/api/runs`, `/api/runs/<name or url-encoded key>`, `/api/alerts`: JSON.
+- `/`, `/runs/<name or url-encoded key>`: HTML status pages (daemon/status_page.py).
 
-Probes are always open. When a bearer token is configured, `/metrics` and `/api/*`
-require `Authorization: Bearer <token>` (any case of `Bearer`); the config refuses a
-non-loopback address without one.
+Probes are always open. When a bearer token is configured, `/metrics`, `/api/*` and the
+status pages require `Authorization: Bearer <token>` (any case of `Bearer`); the config
+refuses a non-loopback address without one.
 """
 
 from __future__ import annotations
@@ -169,6 +170,10 @@ class HttpServer:
         routes: Routes | None = None,
     ):
         self.routes = routes or default_routes()
+        if routes is None:
+            from gatekeeper.daemon.status_page import StatusPages, add_routes
+
+            add_routes(self.routes, StatusPages(api.runs, api.run))
         handler = type("BoundHandler", (Handler,), {"api": api, "routes": self.routes})
         self.server = BoundedServer(
             address,

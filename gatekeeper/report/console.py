@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from typing import TextIO
 
@@ -9,8 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gatekeeper.report.html import ordered
 from gatekeeper.report.text import step_text, summary_line, value_text
-from gatekeeper.verdict import Status, Verdict
+from gatekeeper.verdict import RuleResult, Status, Verdict
 
 STYLES = {
     Status.PASS: "green",
@@ -24,33 +27,79 @@ STYLES = {
 
 def make_console(stream: TextIO | None = None) -> Console:
     stream = stream or sys.stdout
-    tty = stream.isatty()
-    # CI logs are not terminals: keep the table wide enough to read without wrapping.
-    return Console(file=stream, width=None if tty else 160, highlight=False, soft_wrap=False)
+    # A terminal's own width; elsewhere (CI logs) $COLUMNS or 120, which a log viewer shows
+    # without wrapping. The table is fitted to that width, never wider.
+    width = shutil.get_terminal_size((120, 24)).columns if stream.isatty() else _columns()
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+
+
+def _columns() -> int:
+    try:
+        return max(60, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return 120
 
 
 def render(verdict: Verdict, stream: TextIO | None = None, *, show_skipped: bool = True) -> None:
+    """The one-line verdict first (what a reader needs), then each finding on one unwrapped
+    line (greppable in a CI log), then the table fitted to the width."""
     console = make_console(stream)
-    table = Table(show_lines=False, pad_edge=False, expand=False)
-    for col in ("rule", "status", "metric", "step", "observed", "bound", "message"):
-        table.add_column(col, overflow="fold")
-    for r in verdict.results:
-        if r.status is Status.SKIP and not show_skipped:
-            continue
-        status = Text(r.status.value.upper(), style=STYLES[r.status])
-        if r.mode.value == "shadow":
-            status.append(" (shadow)", style="dim")
-        message = r.message + (f" [override: {r.override}]" if r.override else "")
-        # Text(), not str: rule messages may contain "[...]", which rich reads as markup.
-        table.add_row(
-            Text(f"{r.policy}/{r.rule}"),
-            status,
-            Text(r.metric),
-            Text(step_text(r)),
-            Text(value_text(r)),
-            Text(r.expected),
-            Text(message),
-        )
-    console.print(table)
     style = "bold green" if verdict.passed else "bold red"
-    console.print(Text(summary_line(verdict), style=style))
+    console.print(Text(summary_line(verdict), style=style), soft_wrap=True)
+    findings = [r for r in ordered(verdict.results) if r.status in FINDINGS]
+    for r in findings[:MAX_FINDINGS]:
+        line = Text(f" {r.policy}/{r.rule}: ") + _message(r) + Text(f" ({r.source})")
+        console.print(Text("  ") + _status(r) + line, soft_wrap=True)
+    if len(findings) > MAX_FINDINGS:
+        console.print(Text(f"  … {len(findings) - MAX_FINDINGS} more in the table"))
+    rows = [r for r in ordered(verdict.results) if show_skipped or r.status is not Status.SKIP]
+    if rows:
+        table = _wide(rows) if console.width >= WIDE else _narrow(rows)
+        console.print(table)
+
+
+FINDINGS = (Status.FAIL, Status.ERROR, Status.WARN)
+MAX_FINDINGS = 10
+WIDE = 120  # below this, metric/step/value/bound move under the message
+
+
+def _status(r: RuleResult) -> Text:
+    status = Text(r.status.value.upper(), style=STYLES[r.status])
+    if r.mode.value == "shadow":
+        status.append(" (shadow)", style="dim")
+    return status
+
+
+def _message(r: RuleResult) -> Text:
+    # Text(), not str: rule messages may contain "[...]", which rich reads as markup.
+    return Text(r.message + (f" [override: {r.override}]" if r.override else ""))
+
+
+def _wide(rows: list[RuleResult]) -> Table:
+    # Shares of the width (expand: exactly the console's), the message getting the most.
+    table = Table(show_lines=False, pad_edge=False, expand=True)
+    table.add_column("status", no_wrap=True, width=7)
+    table.add_column("rule", overflow="fold", ratio=4)
+    table.add_column("metric", overflow="fold", ratio=3)
+    table.add_column("step", overflow="fold", width=14)
+    table.add_column("observed", overflow="fold", width=9)
+    table.add_column("bound", overflow="fold", ratio=3)
+    table.add_column("message", overflow="fold", ratio=7)
+    for r in rows:
+        table.add_row(
+            _status(r), Text(f"{r.policy}/{r.rule}"), Text(r.metric), Text(step_text(r)),
+            Text(value_text(r)), Text(r.expected), _message(r),
+        )
+    return table
+
+
+def _narrow(rows: list[RuleResult]) -> Table:
+    table = Table(show_lines=False, pad_edge=False, expand=True)
+    table.add_column("status", no_wrap=True, width=7)
+    table.add_column("rule", overflow="fold", ratio=2)
+    table.add_column("message", overflow="fold", ratio=5)
+    for r in rows:
+        detail = Text(f"\n{r.metric} · {step_text(r)} · {value_text(r)} · {r.expected}",
+                      style="dim")
+        table.add_row(_status(r), Text(f"{r.policy}/{r.rule}"), _message(r) + detail)
+    return table

@@ -8,8 +8,13 @@ summarized in one notice line. The step summary file is capped at 1 MiB per step
 from __future__ import annotations
 
 import os
+import re
 from typing import TextIO
 
+from gatekeeper.model import Run
+from gatekeeper.report.html import ordered
+from gatekeeper.report.html_series import figure, series_for
+from gatekeeper.report.mermaid import xychart
 from gatekeeper.report.text import result_line, step_text, summary_line, value_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
 
@@ -60,7 +65,21 @@ def annotation_lines(verdict: Verdict) -> list[str]:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Input text as inert Markdown in a table cell: GitHub renders some raw HTML (`<img>`),
+    so markup characters become entities; `|` would end the cell."""
+    text = re.sub(r"([\\`*_\[\]])", r"\\\1", text)  # emphasis, links, code
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+def _code(text: str) -> str:
+    """Input text as a code span: fenced by more backticks than it contains (entities are
+    not decoded inside code, so only `|` and newlines need care)."""
+    text = text.replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def step_summary(verdict: Verdict, budget: int = SUMMARY_LIMIT) -> str:
@@ -72,13 +91,12 @@ def step_summary(verdict: Verdict, budget: int = SUMMARY_LIMIT) -> str:
         "| rule | status | metric | step | observed | bound | message |",
         "|---|---|---|---|---|---|---|",
     ]
-    order = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2, Status.PENDING: 3, Status.PASS: 4, Status.SKIP: 5}
     rows = []
-    for r in sorted(verdict.results, key=lambda r: (not r.gating, order[r.status])):
+    for r in ordered(verdict.results):
         status = r.status.value + (" (shadow)" if r.mode.value == "shadow" else "")
         message = r.message + (f" — override: {r.override}" if r.override else "")
         rows.append(
-            f"| `{_cell(r.policy)}/{_cell(r.rule)}` | {status} | `{_cell(r.metric)}` | "
+            f"| {_code(f'{r.policy}/{r.rule}')} | {status} | {_code(r.metric)} | "
             f"{_cell(step_text(r))} | {_cell(value_text(r))} | {_cell(r.expected)} | "
             f"{_cell(message)} ({_cell(r.source)}) |"
         )
@@ -88,7 +106,10 @@ def step_summary(verdict: Verdict, budget: int = SUMMARY_LIMIT) -> str:
     for i, row in enumerate(rows):
         n = len(row.encode()) + 1
         if size + n + reserve > budget:
-            text += f"\n_…{len(rows) - i} more rows cut to stay within GitHub's 1 MiB step summary limit._\n"
+            text += (
+                f"\n_…{len(rows) - i} more rows cut to stay within GitHub's 1 MiB step "
+                "summary limit._\n"
+            )
             break
         text += row + "\n"
         size += n
@@ -104,3 +125,42 @@ def emit(verdict: Verdict, stream: TextIO, summary_path: str | None) -> None:
         if budget > 1024:
             with open(summary_path, "a", encoding="utf-8") as fh:
                 fh.write(step_summary(verdict, budget))
+
+
+MAX_CHARTS = 20
+
+
+def chart_section(verdict: Verdict, run: Run, budget: int) -> str:
+    """Mermaid charts of the failing rules' series against their bounds, within `budget`
+    bytes (charts that would not fit are left out, with a note)."""
+    failing = [r for r in ordered(verdict.results) if r.status in (Status.FAIL, Status.ERROR)]
+    blocks = []
+    for r in failing[:MAX_CHARTS]:
+        fig = figure(r, series_for(r, run.series), points=400)
+        block = xychart(fig, f"{r.policy}/{r.rule} {r.status.value} at step {r.step}")
+        if block:
+            where = f" at {_cell(step_text(r))}" if r.step is not None else ""
+            blocks.append(
+                f"**{_code(f'{r.policy}/{r.rule}')}** {r.status.value}{where}: "
+                f"{_code(r.metric)} against {_cell(r.expected)}\n\n{block}\n"
+            )
+    if not blocks:
+        return ""
+    text = "#### Failing rules over their steps\n\n"
+    for i, block in enumerate(blocks):
+        if len((text + block).encode()) + 200 > budget:
+            return text + f"_{len(blocks) - i} more charts left out (1 MiB step summary limit)._\n"
+        text += block + "\n"
+    if len(failing) > MAX_CHARTS:
+        text += f"_{len(failing) - MAX_CHARTS} more failing rules: see the HTML report._\n"
+    return text
+
+
+def append_charts(verdict: Verdict, run: Run, summary_path: str) -> None:
+    """Charts under the table `emit` wrote, in what is left of the 1 MiB."""
+    existing = os.path.getsize(summary_path) if os.path.exists(summary_path) else 0
+    budget = SUMMARY_LIMIT - existing
+    text = chart_section(verdict, run, budget) if budget > 1024 else ""
+    if text:
+        with open(summary_path, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n")

@@ -16,7 +16,7 @@ SCHEMA = xmlschema.XMLSchema(str(REPO / "tests" / "data" / "junit-4.xsd"))
 def result(i: int, status: Status, severity=Severity.FAIL, mode=Mode.ENFORCE, **kw) -> RuleResult:
     base = dict(
         policy="pol", rule=f"r{i}", status=status, severity=severity, mode=mode, metric="train/m",
-        message=f"message {i} with <xml> & 'quotes'", source="policies/p.yaml:%d" % (10 + i),
+        message=f"message {i} with <xml> & 'quotes'", source=f"policies/p.yaml:{10 + i}",
         step=0, step_key="train/step", value=0.5, expected="x <= 0.1",
     )
     base.update(kw)
@@ -47,7 +47,10 @@ def test_junit_is_schema_valid_and_maps_statuses():
 
 
 def test_junit_schema_rejects_what_readers_reject():
-    bad = b'<testsuites><testsuite name="x" tests="1"><testcase name="a"><oops/></testcase></testsuite></testsuites>'
+    bad = (
+        b'<testsuites><testsuite name="x" tests="1"><testcase name="a"><oops/></testcase>'
+        b"</testsuite></testsuites>"
+    )
     assert not SCHEMA.is_valid(bad.decode())
 
 

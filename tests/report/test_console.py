@@ -1,0 +1,45 @@
+"""The console report: the verdict line first, the table fitted to the width it is given."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from gatekeeper.engine import evaluate
+from gatekeeper.policy.loader import load_policies
+from gatekeeper.report import console
+from gatekeeper.sources import open_source
+from tests.report.runs import failing_run
+
+
+@pytest.fixture(scope="module")
+def verdict(tmp_path_factory: pytest.TempPathFactory):
+    run, policy = failing_run(tmp_path_factory.mktemp("console"), steps=2000)
+    return evaluate(load_policies([str(policy)]), open_source(str(run)).read())
+
+
+@pytest.mark.parametrize("columns", [70, 100, 160, 220])
+def test_table_fits_the_width_and_the_verdict_comes_first(verdict, columns, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = io.StringIO()
+    console.render(verdict, out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("gate FAILED: grpo-<b>bold</b>: 3 pass, 3 fail, 1 error")
+    # then one unwrapped, greppable line per finding, then the table within the width
+    assert lines[1].startswith("  FAIL demo/kl-step0: |x| = 0.3 > 1e-09 at train/step 0")
+    table = [ln for ln in lines if ln[:1] in "┏┃┡│└"]
+    assert max(len(line) for line in table) <= columns
+    # one row per rule (folded, never cut), failing rules first
+    statuses = [ln.split("│")[1].strip() for ln in lines if ln.startswith("│")]
+    assert [s for s in statuses if s] == ["FAIL"] * 3 + ["ERROR"] + ["PASS"] * 3
+
+
+def test_counts_read_as_english(tmp_path: Path):
+    from gatekeeper.checks import registry
+
+    trend = registry()["trend"].parse({"window": 3, "max_slope": 1.0})
+    state = trend.feed(trend.start(), __import__("numpy").arange(3), __import__("numpy").zeros(3))
+    message = trend.outcome(state, final=True, ctx=None).message
+    assert message.startswith("1 window within")
