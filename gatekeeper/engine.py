@@ -21,6 +21,7 @@ from gatekeeper.model import Run, Series
 from gatekeeper.policy.conditions import first_failing, parse_conditions
 from gatekeeper.policy.schema import Reduce, Steps
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
+from gatekeeper.run_state import run_state_result
 from gatekeeper.verdict import RuleResult, Severity, Status, Verdict
 
 ALL_STEPS = Steps(kind="all")
@@ -356,6 +357,9 @@ class Evaluation:
                 rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrivals.get(rule.metric))
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
             results.append(_result(rule, outcome, tracker.step_key, by_policy[rule.policy]))
+        ended = run_state_result(run, final=final)  # how the run ended is judged too
+        if ended is not None:
+            results.append(ended)
         return Verdict(run=run.summary(), results=results, final=final)
 
 

@@ -97,6 +97,16 @@ class Run:
     url: str | None = None
     run_id: str | None = None
     series: dict[str, Series] = field(default_factory=dict)
+    # Run-state judging (gatekeeper/run_state.py): `carries_state` is True for sources that
+    # record how a run ends (wandb), so a run without its end is visibly incomplete;
+    # `state_detail` says why (exit code, missing exit record); `allowed_states` maps a
+    # state relaxed by a policy or flag to its reason.
+    carries_state: bool = False
+    state_detail: str = ""
+    allowed_states: dict[str, str] = field(default_factory=dict)
+    # Step-less values (wandb's summary): metric -> value, judged by rules on metrics
+    # that have no history points.
+    summary_values: dict[str, float] = field(default_factory=dict)
 
     def lookup(self, dotted: str) -> tuple[bool, Any]:
         """Resolve `name`, `tags`, `state`, `id` or a dotted `config.a.b` key: (found, value)."""
@@ -119,6 +129,7 @@ class Run:
             "id": self.run_id,
             "source": self.source,
             "state": self.state.value,
+            "state_detail": self.state_detail or None,
             "tags": list(self.tags),
             "url": self.url,
             "metrics": len(self.series),

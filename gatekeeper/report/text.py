@@ -26,6 +26,10 @@ def summary_line(v: Verdict) -> str:
     counts = v.counts()
     parts = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
     name = v.run.get("name", "run")
+    state = v.run.get("state")
+    if state and state != "unknown":  # sources that record how a run ends (wandb)
+        detail = v.run.get("state_detail")
+        name = f"{name} (run state: {state}{f', {detail}' if detail else ''})"
     head = {
         "pass": "PASSED",
         "fail": "FAILED",

@@ -205,6 +205,8 @@ class WandbApiSource(LiveSource):
             state=_STATES.get(str(sdk_run.state), RunState.UNKNOWN),
             url=sdk_run.url,
             run_id=self.run_id,
+            carries_state=True,
+            state_detail=f"server state {sdk_run.state}",
         )
 
 

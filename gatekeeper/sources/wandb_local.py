@@ -159,7 +159,9 @@ class WandbLocalSource(LiveSource):
         elif kind == "config":
             _update_config(self._meta["config"], rec.config)
         elif kind == "exit":
-            self._state = RunState.FINISHED if rec.exit.exit_code == 0 else RunState.FAILED
+            code = rec.exit.exit_code
+            self._state = RunState.FINISHED if code == 0 else RunState.FAILED
+            self._meta["exit_code"] = code
 
     def _apply_run(self, r: Any) -> None:
         meta = self._meta
@@ -182,7 +184,16 @@ class WandbLocalSource(LiveSource):
             state=self._state,
             run_id=meta.get("id"),
             series=series,
+            carries_state=True,
+            state_detail=self._state_detail(),
         )
+
+    def _state_detail(self) -> str:
+        code = self._meta.get("exit_code")
+        if code is not None:
+            return f"wandb exit code {code}"
+        log = os.path.basename(self._reader.path) if self._reader else "the .wandb log"
+        return f"no exit record in {log}"
 
 
 def _update_config(config: dict[str, Any], rec: Any) -> None:
