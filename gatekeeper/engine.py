@@ -54,6 +54,8 @@ class RuleTracker:
         self.seen = 0
         self.min_step: int | None = None
         self.max_step: int | None = None
+        self.max_gap = 1  # widest step gap between consecutive points of the metric
+        self.axis_last: int | None = None  # the run's last step on this axis (any metric)
         self.first_taken = False
         self.missing_steps = set(rule.steps.steps) if rule.steps.kind == "list" else set()
         self.tail: list[tuple[np.ndarray, np.ndarray]] = []  # for steps {last: n} / last
@@ -82,6 +84,9 @@ class RuleTracker:
         self.step_key = step_key
         self.seen += int(steps.size)
         lo, hi = int(steps.min()), int(steps.max())
+        edges = steps if self.max_step is None else np.concatenate([[self.max_step], steps])
+        if edges.size > 1:
+            self.max_gap = max(self.max_gap, int(np.max(np.diff(edges))))
         self.min_step = lo if self.min_step is None else min(self.min_step, lo)
         self.max_step = hi if self.max_step is None else max(self.max_step, hi)
         sel = self.rule.steps
@@ -198,8 +203,21 @@ class RuleTracker:
         if gap:
             return Outcome(Status.ERROR if final else Status.PENDING, gap, judged=self.judged)
         if isinstance(rule.check, AggregateCheck):
-            return rule.check.outcome(self.agg_state, final=final, ctx=ctx)
+            # live, an aggregate is judged as final once no future point can enter its
+            # selection; until then it decides for itself what it may conclude
+            done = final or self._selection_complete()
+            return rule.check.outcome(self.agg_state, final=done, ctx=ctx)
         return self._passed(axis)
+
+    def _selection_complete(self) -> bool:
+        sel = self.rule.steps
+        if sel.kind == "first":
+            return self.first_taken
+        if sel.kind == "list":
+            return not self.missing_steps
+        if sel.kind == "range" and sel.end is not None:
+            return self.max_step is not None and self.max_step > sel.end
+        return False
 
     def _passed(self, axis: str) -> Outcome:
         step, value = self.last if self.last else (None, None)
@@ -300,12 +318,29 @@ class RuleTracker:
         )
 
     def _judge_tail(self, ctx: EvalContext) -> Outcome:
+        stopped = self._stopped_early()
+        if stopped:
+            return Outcome(Status.ERROR, stopped, step=self.max_step)
         n = self.rule.steps.count or 1
         steps = np.concatenate([s for s, _ in self.tail])[-n:]
         values = np.concatenate([v for _, v in self.tail])[-n:]
         tracker = RuleTracker(replace(self.rule, steps=ALL_STEPS))
         tracker.feed(steps, values, self.step_key or "step")
         return tracker.outcome(final=True, ctx=ctx)
+
+
+    def _stopped_early(self) -> str | None:
+        """A `last` selection judges the run's end: a metric whose points stop well before
+        the run's last step on the same axis would be judged on a stale point."""
+        last, axis_last = self.max_step, self.axis_last
+        if last is None or axis_last is None or axis_last - last <= self.max_gap:
+            return None
+        axis = self.step_key or "step"
+        return (
+            f"steps {self.rule.steps.describe()}: {self.rule.metric}'s points end at {axis} "
+            f"{last}, but the run reaches {axis} {axis_last}; its last value is not the "
+            "run's (the metric stopped being logged, or its values were dropped)"
+        )
 
 
 class Evaluation:
@@ -316,6 +351,7 @@ class Evaluation:
         self.trackers: list[RuleTracker] = [RuleTracker(r) for p in self.policies for r in p.rules]
         self.by_metric: dict[str, list[RuleTracker]] = {}
         self.derived: list[tuple[Aligner, RuleTracker]] = []  # expr rules: inputs aligned first
+        self.axis_last: dict[str, int] = {}  # step axis -> last step of any metric on it
         for tracker in self.trackers:
             if tracker.rule.expr is not None:
                 self.derived.append((Aligner(tracker.rule.expr), tracker))
@@ -324,6 +360,10 @@ class Evaluation:
 
     def feed(self, series: Mapping[str, Series]) -> None:
         """Fold new points (per metric, sorted by step) into every rule that reads them."""
+        for s in series.values():
+            if len(s):
+                hi = int(s.steps[-1])
+                self.axis_last[s.step_key] = max(self.axis_last.get(s.step_key, hi), hi)
         for metric, trackers in self.by_metric.items():
             s = series.get(metric)
             if s is not None and len(s):
@@ -355,6 +395,7 @@ class Evaluation:
             outcome = _applicability(rule, run, skip_reason[rule.policy])
             if outcome is None:
                 rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrivals.get(rule.metric))
+                tracker.axis_last = self.axis_last.get(tracker.step_key or "")
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
             results.append(_result(rule, outcome, tracker.step_key, by_policy[rule.policy]))
         ended = run_state_result(run, final=final)  # how the run ended is judged too

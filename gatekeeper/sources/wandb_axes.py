@@ -136,14 +136,23 @@ _SPECIAL = {"true": 1.0, "false": 0.0, "NaN": np.nan, "Infinity": np.inf, "-Infi
 
 
 def to_floats(values: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
-    """JSON texts or Python values to float64 (NaN/±Inf kept) and a mask of the numeric
-    ones (None when all are): text, media, lists and null are not metric points."""
+    """JSON texts or Python values to float64 (NaN/±Inf kept) and a mask of the points
+    (None when all are). A null is a NaN point: TRL logs a metric whose values are all
+    NaN as `None` (`value_json: "null"`), and dropping it would hide the broken points.
+    Text, media and lists are not metric points, and nor are the nulls of a key that holds
+    them in the same batch."""
     try:
-        return np.array(values, dtype=VALUE_DTYPE), None
+        return np.array(values, dtype=VALUE_DTYPE), None  # numpy reads None as NaN
     except (ValueError, TypeError):
-        floats = [_one_float(v) for v in values]
-        mask = np.array([f is not None for f in floats], dtype=bool)
-        return np.array([np.nan if f is None else f for f in floats], VALUE_DTYPE), mask
+        pass
+    nulls = [v is None or v == "null" for v in values]
+    floats = [None if null else _one_float(v) for v, null in zip(values, nulls, strict=True)]
+    texty = any(f is None and not null for f, null in zip(floats, nulls, strict=True))
+    mask = np.array(
+        [f is not None or (null and not texty) for f, null in zip(floats, nulls, strict=True)],
+        dtype=bool,
+    )
+    return np.array([np.nan if f is None else f for f in floats], VALUE_DTYPE), mask
 
 
 def _one_float(value: Any) -> float | None:
