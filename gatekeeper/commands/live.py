@@ -112,16 +112,18 @@ def _follower(args: argparse.Namespace, source: str, grace: float, child: Any = 
     import time
 
     from gatekeeper import gate
+    from gatekeeper.live.detect import open_follow_source
     from gatekeeper.live.gate import LiveGate
     from gatekeeper.live.loop import Follower
     from gatekeeper.live.progress import Printer
     from gatekeeper.policy.overrides import parse_override
-    from gatekeeper.sources import open_live_source
 
     policies = gate.load(args.policy, [parse_override(o) for o in args.override])
     settings = _settings(args, grace)
-    live = LiveGate(open_live_source(source), policies, run_overrides(args), started=time.time())
     printer = Printer(sys.stdout, progress_every=args.progress_every, quiet=args.quiet)
+    # opened before CMD starts: the runs already in a wandb folder are not the one to gate
+    followed = open_follow_source(source, printer.say)
+    live = LiveGate(followed, policies, run_overrides(args), started=time.time())
     return Follower(live, settings, printer, child)
 
 

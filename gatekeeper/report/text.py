@@ -47,14 +47,22 @@ def summary_line(v: Verdict) -> str:
 
 
 def stopped_text(stopped: dict[str, object]) -> str:
-    """When and why a live run was stopped: `run stopped at train/step 37 (2026-... UTC,
-    41.2 s in) by miles/kl: value 0.3`."""
-    where = f"{stopped.get('step_key') or 'step'} {stopped.get('step')}"
-    if stopped.get("step") is None:
+    """When and why a live run was stopped: `run stopped at train/step 41 (violation at
+    train/step 3; 2026-... UTC, 41.2 s in) by miles/kl: value 0.3; command exit status 143`.
+    The violating step may be far behind the run: both are shown."""
+    key, step = stopped.get("step_key") or "step", stopped.get("step")
+    last_key, last = stopped.get("last_step_key") or key, stopped.get("last_step")
+    where = f"{last_key} {last}" if last is not None else f"{key} {step}"
+    if last is None and step is None:
         where = "no step"
-    when = f"{stopped.get('time', '?')}, {stopped.get('elapsed_seconds', '?')} s in"
+    violation = f"violation at {key} {step}; " if step is not None and last is not None else ""
+    when = f"{violation}{stopped.get('time', '?')}, {stopped.get('elapsed_seconds', '?')} s in"
     rule = stopped.get("rule")
     why = f" by {rule}" if rule else f" ({stopped.get('reason', 'stopped')})"
     value = stopped.get("value")
     shown = f": value {value}" if value is not None else ""
-    return f"run stopped at {where} ({when}){why}{shown}"
+    if step is None and stopped.get("message"):
+        shown = f": {stopped['message']}"  # e.g. a share of points, not a value at a step
+    code = stopped.get("exit_code")
+    exited = f"; command exit status {code}" if code is not None else ""
+    return f"run stopped at {where} ({when}){why}{shown}{exited}"

@@ -39,6 +39,38 @@ def resolve_run_dir(path: str) -> str | None:
     return None
 
 
+def wandb_folders(path: str) -> list[str]:
+    """Where a wandb folder `path` names holds its run directories: itself, `path/wandb`."""
+    return [path, os.path.join(path, "wandb")]
+
+
+def run_dirs(path: str) -> set[str]:
+    """The real paths of every run directory in the wandb folder `path` names."""
+    found: set[str] = set()
+    for folder in wandb_folders(path):
+        for prefix in _RUN_DIR_PREFIXES:
+            found.update(os.path.realpath(d) for d in glob.glob(os.path.join(folder, prefix + "*")))
+    return {d for d in found if os.path.isdir(d)}
+
+
+def names_one_run(path: str) -> bool:
+    """True when `path` names one run (a `.wandb` file or a run directory), not a folder."""
+    return path.endswith(".wandb") or _is_wandb_run_name(path) or bool(
+        glob.glob(os.path.join(path, "*.wandb"))
+    )
+
+
+def new_run_dir(path: str, existing: frozenset[str]) -> str | None:
+    """The newest run directory in the wandb folder `path` that is not in `existing`
+    (the runs there before a watch began): `latest-run` when it points to one."""
+    for folder in wandb_folders(path):
+        latest = os.path.join(folder, "latest-run")
+        if os.path.isdir(latest) and os.path.realpath(latest) not in existing:
+            return os.path.realpath(latest)
+    fresh = sorted(run_dirs(path) - existing, key=lambda d: (os.path.getmtime(d), d))
+    return fresh[-1] if fresh else None
+
+
 def _is_wandb_run_name(path: str) -> bool:
     """`wandb/run-*` or `wandb/offline-run-*`: named as the SDK names run directories."""
     norm = os.path.normpath(os.path.abspath(path))
@@ -51,13 +83,17 @@ class WandbLocalSource(LiveSource):
 
     kind = "wandb run directory"
 
-    def __init__(self, spec: str):
+    def __init__(self, spec: str, *, runs_before: frozenset[str] | None = None):
+        """`runs_before` (a live watch of a wandb folder): the run directories that existed
+        when the watch began. The source then follows only a run started after that, never
+        `latest-run` of an earlier one (a reused WANDB_DIR holds finished runs)."""
         super().__init__(spec)
         path = spec[len("file://") :] if spec.startswith("file://") else spec
         self.path = path
         self.log_file = path if path.endswith(".wandb") else None
+        self.runs_before = None if names_one_run(path) else runs_before
         # None until the run exists: a watch may start before training does
-        self.run_dir: str | None = resolve_run_dir(path)
+        self.run_dir: str | None = self._resolve()
         self._reader: LogReader | None = None
         self._axes = StepAxes()
         self._carry: dict[str, float] = {}
@@ -107,10 +143,16 @@ class WandbLocalSource(LiveSource):
             )
         if cursor.get("file"):
             self._reader = LogReader(cursor["file"], int(cursor.get("offset", 0)))
+            self.run_dir = os.path.dirname(os.path.abspath(cursor["file"]))
         self._axes = StepAxes.from_json(cursor.get("axes", {}))
         self._carry = {k: float(v) for k, v in cursor.get("carry", {}).items()}
         self._meta = dict(cursor.get("meta", {"config": {}, "tags": []}))
         self._state = RunState(cursor.get("state", RunState.RUNNING.value))
+
+    @property
+    def log_path(self) -> str | None:
+        """The `.wandb` file being read, once the run has created it."""
+        return self._reader.path if self._reader else None
 
     # -- Source -------------------------------------------------------------------------
 
@@ -128,7 +170,7 @@ class WandbLocalSource(LiveSource):
     def _open_reader(self) -> LogReader | None:
         if self._reader is None:
             if self.run_dir is None:
-                self.run_dir = resolve_run_dir(self.path)
+                self.run_dir = self._resolve()
                 if self.run_dir is None:
                     return None  # the run has not started yet
             path = self.log_file or _find_log(self.run_dir)
@@ -136,6 +178,11 @@ class WandbLocalSource(LiveSource):
                 return None  # the writer has not created it yet
             self._reader = LogReader(path)
         return self._reader
+
+    def _resolve(self) -> str | None:
+        if self.runs_before is not None:
+            return new_run_dir(self.path, self.runs_before)
+        return resolve_run_dir(self.path)
 
     def _decode(self, reader: LogReader) -> dict[str, Series]:
         """Read every new complete record; history goes to columns, the rest to metadata."""
@@ -223,4 +270,4 @@ def _find_log(run_dir: str) -> str | None:
     return found[-1] if found else None
 
 
-__all__ = ["WandbLocalSource", "resolve_run_dir"]
+__all__ = ["WandbLocalSource", "names_one_run", "new_run_dir", "resolve_run_dir", "run_dirs"]
