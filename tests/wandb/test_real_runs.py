@@ -1,0 +1,191 @@
+"""What runs written the way HF Trainer / TRL / Lightning configure wandb must never pass.
+
+Every run here is written by the real wandb SDK (offline) in a child process; see
+trainers.py for how each library's `define_metric` setup is mirrored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gatekeeper.live.detect import DetectingSource
+from gatekeeper.sources import open_source
+from tests.wandb.conftest import REPO, sdk_env, write_run
+
+TRAINERS = Path(__file__).with_name("trainers.py")
+
+
+def train(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    root.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [sys.executable, str(TRAINERS), *args], env=sdk_env(root), cwd=root,
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def gate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gatekeeper", *args], capture_output=True, text=True,
+        timeout=180, env={**(env or os.environ), "PYTHONPATH": str(REPO)}, cwd=REPO,
+    )
+
+
+def policy(tmp_path: Path, rules: str) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(f"version: 1\nname: real\nrules:\n{rules}")
+    return path
+
+
+LOSS_MAX = "  - {id: loss, metric: train/loss, check: {max: 10}}\n"
+
+
+def test_hf_trainer_axes_put_every_point_on_train_global_step(tmp_path: Path) -> None:
+    """transformers 4.4x WandbCallback: `*` on `train/global_step` (step_sync)."""
+    assert train(tmp_path, "hf", "40").returncode == 0
+    run = open_source(str(tmp_path / "wandb")).read()
+    loss = run.series["train/loss"]
+    assert loss.step_key == "train/global_step"
+    np.testing.assert_array_equal(loss.steps, np.arange(40))
+    np.testing.assert_allclose(loss.values, 1.0 / (np.arange(40) + 1))
+
+
+def test_trl_null_values_are_non_finite_points(tmp_path: Path) -> None:
+    """TRL (GRPOTrainer through transformers' WandbCallback), as the field trial recorded
+    it: a broken reward function's all-NaN metric is logged as `None` from step 7 of 30,
+    written as `value_json: "null"`. `finite` and `steps: last` must not pass on the 7
+    numbers before it."""
+    assert train(tmp_path, "hf", "30", "--null-after", "7").returncode == 0
+    pol = policy(
+        tmp_path,
+        "  - {id: finite, metric: rewards/broken, check: {finite: true}}\n"
+        "  - {id: last, metric: rewards/broken, steps: last, check: {min: 0.5}}\n",
+    )
+    out = tmp_path / "v.json"
+    proc = gate("check", str(tmp_path / "wandb"), "-p", str(pol), "-q", "--json", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    results = {r["rule"]: r for r in json.loads(out.read_text())["results"]}
+    assert results["finite"]["status"] == "error" and results["finite"]["step"] == 7
+    assert "non-finite value NaN at train/global_step 7" in results["finite"]["message"]
+    assert results["last"]["status"] == "error" and results["last"]["step"] == 29
+    run = open_source(str(tmp_path / "wandb")).read()
+    assert len(run.series["rewards/broken"]) == 30
+
+
+def test_crashed_trainer_fails_the_gate_unless_allowed_with_a_reason(tmp_path: Path) -> None:
+    """A trainer that raised at step 110 of 150: wandb records exit code 1 (`failed`)."""
+    proc = train(tmp_path, "hf", "150", "--raise-at", "110")
+    assert proc.returncode == 1 and "trainer failed at step 110" in proc.stderr
+    pol = policy(tmp_path, LOSS_MAX)
+    out = tmp_path / "v.json"
+    run_dir = str(tmp_path / "wandb")
+    proc = gate("check", run_dir, "-p", str(pol), "-q", "--json", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "run state: failed, wandb exit code 1" in proc.stdout
+    verdict = json.loads(out.read_text())
+    state = [r for r in verdict["results"] if r["rule"] == "run-state"]
+    assert state and state[0]["status"] == "error" and verdict["run"]["state"] == "failed"
+    loss = [r for r in verdict["results"] if r["rule"] == "loss"][0]
+    assert loss["status"] == "pass" and loss["judged"] == 110
+    relaxed = gate("check", run_dir, "-p", str(pol), "-q", "--json", str(out),
+                   "--allow-state", "failed:preemption drill, tracked in #12")
+    assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
+    state = [r for r in json.loads(out.read_text())["results"] if r["rule"] == "run-state"]
+    assert state[0]["status"] == "skip"
+    assert state[0]["override"] == "preemption drill, tracked in #12"
+    bad = gate("check", run_dir, "-p", str(pol), "--allow-state", "failed")
+    assert bad.returncode == 2 and "STATE:REASON" in bad.stderr
+
+
+def test_killed_writer_is_an_incomplete_run(tmp_path: Path) -> None:
+    """SIGKILL to the trainer and its wandb-core: no exit record, judged as incomplete."""
+    proc = subprocess.Popen(
+        [sys.executable, str(TRAINERS), "hf", "100000", "--sleep", "0.001"],
+        env=sdk_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, start_new_session=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "STEP 300":
+            break
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    pol = policy(tmp_path, LOSS_MAX)
+    out = tmp_path / "v.json"
+    checked = gate("check", str(tmp_path / "wandb"), "-p", str(pol), "-q", "--json", str(out))
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    state = [r for r in json.loads(out.read_text())["results"] if r["rule"] == "run-state"][0]
+    assert state["status"] == "error" and "incomplete" in state["message"]
+    assert "no exit record" in state["message"]
+
+
+def test_live_source_skips_runs_that_existed_before_the_watch(tmp_path: Path) -> None:
+    """A reused WANDB_DIR holds a finished run; the watch follows only the new one, and a
+    folder that does not exist yet (it will hold `wandb/`) is not followed as JSONL."""
+    old = tmp_path / "reused"
+    assert train(old, "plain", "5").returncode == 0
+    said: list[str] = []
+    reused = DetectingSource(str(old), said.append)
+    later = DetectingSource(str(tmp_path / "later"), said.append)
+    for source in (reused, later):
+        poll = source.poll()
+        assert poll.points == 0 and not poll.ended  # the old run is never judged
+    assert train(old, "plain", "7").returncode == 0
+    assert train(tmp_path / "later", "plain", "9").returncode == 0
+    for source, steps in ((reused, 7), (later, 9)):
+        poll = source.poll()
+        assert poll.ended and len(poll.series["loss"]) == steps
+        assert poll.run.run_id and poll.run.run_id in said[-1]
+    assert all("following wandb run" in s and "started after" in s for s in said)
+
+
+def test_run_in_a_reused_wandb_dir_stops_the_new_broken_run_and_names_it(tmp_path: Path) -> None:
+    root = tmp_path / "work"
+    old_run = open_source(str(write_run(root, 20))).read()
+    pol = policy(tmp_path, LOSS_MAX)
+    out = tmp_path / "v.json"
+    proc = gate(
+        "run", "-p", str(pol), "--source", str(root), "--interval", "0.2", "--grace", "20",
+        "--json", str(out), "--",
+        sys.executable, str(TRAINERS), "hf", "20000", "--bad-at", "3", "--sleep", "0.002",
+        env=sdk_env(root),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    verdict = json.loads(out.read_text())
+    assert verdict["run"]["id"] != old_run.run_id
+    following = [ln for ln in proc.stdout.splitlines() if "following wandb run" in ln]
+    assert len(following) == 1 and verdict["run"]["id"] in following[0]
+    stopped = verdict["stopped"]
+    assert stopped["rule"] == "real/loss" and stopped["step"] == 3
+    assert stopped["last_step"] >= 3 and stopped["last_step_key"] == "train/global_step"
+    assert stopped["exit_code"] is not None and verdict["run"]["command_exit_code"] is not None
+    assert stopped["last_step"] < 19999  # stopped long before the end
+
+
+def test_a_trainer_that_dies_before_logging_exits_with_its_own_code(tmp_path: Path) -> None:
+    pol = policy(tmp_path, LOSS_MAX)
+    out = tmp_path / "v.json"
+    proc = gate(
+        "run", "-p", str(pol), "--source", str(tmp_path / "work"), "--interval", "0.2",
+        "--json", str(out), "--", sys.executable, "-c", "import sys; sys.exit(3)",
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "command exited with code 3 before logging any metric" in proc.stdout
+    assert json.loads(out.read_text())["run"]["command_exit_code"] == 3
+
+
+@pytest.mark.parametrize("style", ["lightning"])
+def test_lightning_axis(style: str, tmp_path: Path) -> None:
+    """Lightning 2.x WandbLogger: `*` on `trainer/global_step` (step_sync)."""
+    assert train(tmp_path, style, "12").returncode == 0
+    run = open_source(str(tmp_path / "wandb")).read()
+    assert run.series["train_loss"].step_key == "trainer/global_step"
+    np.testing.assert_array_equal(run.series["train_loss"].steps, np.arange(12))
