@@ -100,7 +100,8 @@ def test_command_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path: Pat
         grace="1",
     )
     assert proc.returncode == 1, proc.stderr
-    assert verdict["stopped"]["signals"] == ["SIGTERM", "SIGKILL"]
+    # CMD alone first, then the group, then SIGKILL
+    assert verdict["stopped"]["signals"] == ["SIGTERM", "SIGTERM", "SIGKILL"]
     assert verdict["stopped"]["exit_code"] == 128 + signal.SIGKILL
 
 

@@ -2,6 +2,7 @@
 
     python trainers.py STYLE STEPS [--bad-at S] [--raise-at S] [--null-after K]
                                    [--sleep S] [--exit-code N] [--ignore-sigterm]
+                                   [--exit-on-sigterm]
 
 STYLE sets up `define_metric` as each library does, with plain `wandb.log`:
 - `hf`: transformers' `WandbCallback.setup` (4.4x-4.5x): `define_metric("train/global_step")`
@@ -57,9 +58,12 @@ def main() -> int:
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--exit-code", type=int, default=0)
     ap.add_argument("--ignore-sigterm", action="store_true")
+    ap.add_argument("--exit-on-sigterm", action="store_true")
     args = ap.parse_args()
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.exit_on_sigterm:  # as HF/Lightning-launched jobs often do: unwind, let wandb finish
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     run = wandb.init(project="gk-real", mode="offline", config={"style": args.style})
     axis = AXIS.get(args.style)
     if axis:
