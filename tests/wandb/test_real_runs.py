@@ -113,7 +113,7 @@ def test_killed_writer_is_an_incomplete_run(tmp_path: Path) -> None:
     )
     assert proc.stdout is not None
     for line in proc.stdout:
-        if line.strip() == "STEP 300":
+        if line.startswith("STEP 300 "):
             break
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
@@ -168,6 +168,25 @@ def test_run_in_a_reused_wandb_dir_stops_the_new_broken_run_and_names_it(tmp_pat
     assert stopped["last_step"] >= 3 and stopped["last_step_key"] == "train/global_step"
     assert stopped["exit_code"] is not None and verdict["run"]["command_exit_code"] is not None
     assert stopped["last_step"] < 19999  # stopped long before the end
+
+
+def test_a_stopped_trainer_that_unwinds_keeps_its_tail_and_ends_failed(tmp_path: Path) -> None:
+    """SIGTERM goes to the trainer first; one that unwinds on it (`sys.exit` in a handler,
+    so `wandb.finish` runs) leaves every logged step in the file and an exit record
+    (state `failed`, exit code 143). wandb 0.31 offline."""
+    root = tmp_path / "work"
+    pol = policy(tmp_path, LOSS_MAX)
+    proc = gate(
+        "run", "-p", str(pol), "--source", str(root), "--interval", "0.2", "--grace", "20",
+        "--", sys.executable, str(TRAINERS), "hf", "20000", "--bad-at", "3", "--sleep",
+        "0.002", "--exit-on-sigterm",
+        env=sdk_env(root),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    last = max(int(ln.split()[1]) for ln in proc.stdout.splitlines() if ln.startswith("STEP "))
+    run = open_source(str(root / "wandb")).read()
+    assert run.state.value == "failed" and run.state_detail == "wandb exit code 143"
+    assert int(run.series["train/loss"].steps[-1]) == last
 
 
 def test_a_trainer_that_dies_before_logging_exits_with_its_own_code(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ STYLE sets up `define_metric` as each library does, with plain `wandb.log`:
 `--bad-at S` logs loss 50 at step S; `--raise-at S` raises (the SDK's excepthook finishes
 the run with exit code 1); `--null-after K` logs `rewards/broken` as 1.0 for steps < K and
 `None` after, as the field trial recorded from TRL with an all-NaN reward function.
-Prints `STEP n` after each logged step.
+Prints `STEP n UNIX_TIME` after each logged step.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def main() -> int:
         if i == args.raise_at:
             raise RuntimeError(f"trainer failed at step {i}")
         run.log(row(args.style, i, args))
-        print(f"STEP {i}", flush=True)
+        print(f"STEP {i} {time.time():.3f}", flush=True)
         if args.sleep:
             time.sleep(args.sleep)
     if args.style == "hf":
