@@ -33,7 +33,7 @@ def summary_line(v: Verdict) -> str:
     head = {
         "pass": "PASSED",
         "fail": "FAILED",
-        "error": "FAILED (could not judge every rule)",
+        "error": f"FAILED ({_error_kinds(v)})",
         "pending": "PENDING",
     }[v.status.value]
     failing = v.failing()
@@ -44,6 +44,21 @@ def summary_line(v: Verdict) -> str:
         why = f" — failing: {shown}{more}"
     stopped = f" — {stopped_text(v.stopped)}" if v.stopped else ""
     return f"gate {head}: {name}: {parts or 'no rules'}{why}{stopped}"
+
+
+def _error_kinds(v: Verdict) -> str:
+    """What the gating errors are: a NaN or a failed run is the finding, not a failure to
+    judge, so the line names the kinds instead of "could not judge"."""
+    kinds: list[str] = []
+    for r in v.failing():
+        kind = (
+            "run state" if r.rule == "run-state"
+            else "non-finite values" if "non-finite" in r.message
+            else "missing or incomplete data"
+        )
+        if kind not in kinds:
+            kinds.append(kind)
+    return "errors: " + ", ".join(kinds)
 
 
 def stopped_text(stopped: dict[str, object]) -> str:
