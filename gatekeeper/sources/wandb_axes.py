@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gatekeeper.errors import RecordError
 from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Series, merge_chunks
 
 DEFAULT_AXIS = "_step"
@@ -85,12 +86,13 @@ class Columns:
     Python numbers (the API); both become float64 with NaN/±Inf kept.
     """
 
-    def __init__(self, carry: dict[str, float] | None = None):
+    def __init__(self, carry: dict[str, float] | None = None, where: str = "wandb run"):
         self.rows: dict[str, Any] = {}  # key -> row indices (list or int array)
         self.vals: dict[str, Any] = {}  # key -> raw values, or (float64 array, mask) done
         self.steps: list[float] = []
         self.carry = carry if carry is not None else {}  # step metric -> last value seen
         self.unplaced: dict[str, int] = {}
+        self.where = where  # the file or run named in errors
 
     def finish(self, axes: StepAxes) -> dict[str, Series]:
         nrows = len(self.steps)
@@ -113,11 +115,26 @@ class Columns:
             if not placed.all():
                 self.unplaced[key] = self.unplaced.get(key, 0) + int((~placed).sum())
                 steps, vals = steps[placed], vals[placed]
+            self._whole_steps(key, axis, steps)
             out[key] = merge_chunks(key, [(steps.astype(STEP_DTYPE), vals)], axis)
         for axis, col in axis_cols.items():
             if axis != DEFAULT_AXIS and col.size:
                 self.carry[axis] = float(col[-1])
         return out
+
+    def _whole_steps(self, key: str, axis: str, steps: np.ndarray) -> None:
+        """Steps are integers: a step metric with fractional values (an epoch of 0.25 used
+        as `step_metric`) is refused, never truncated onto the wrong step."""
+        frac = steps != np.floor(steps)
+        if frac.any():
+            bad = float(steps[int(np.argmax(frac))])
+            raise RecordError(
+                f"metric {key} is on step metric {axis} (define_metric), whose value "
+                f"{bad:g} is not a whole number; gatekeeper steps are integers. Use an "
+                f"integer step metric (e.g. global_step) for {key}, or log {axis} as a "
+                "metric rather than a step",
+                file=self.where,
+            )
 
     def _axis_column(
         self, axis: str, vals: tuple[np.ndarray, np.ndarray | None] | None, nrows: int

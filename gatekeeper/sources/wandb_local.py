@@ -190,7 +190,7 @@ class WandbLocalSource(LiveSource):
         reader.offset, reader.pending_bytes = part.end, part.pending
         for rec in part.meta:
             self._apply(rec.WhichOneof("record_type"), rec)
-        cols = Columns(self._carry)
+        cols = Columns(self._carry, where=reader.path)
         cols.steps = part.steps
         for key, (rows, values, mask) in part.keys.items():
             cols.rows[key] = rows

@@ -208,3 +208,14 @@ def test_lightning_axis(style: str, tmp_path: Path) -> None:
     run = open_source(str(tmp_path / "wandb")).read()
     assert run.series["train_loss"].step_key == "trainer/global_step"
     np.testing.assert_array_equal(run.series["train_loss"].steps, np.arange(12))
+
+
+def test_a_fractional_step_metric_is_refused_not_truncated(tmp_path: Path) -> None:
+    """A fractional epoch (0.25, 0.5, ...) used as a step metric: truncating it would put
+    four points on each step; the read is refused naming the metric and the value."""
+    assert train(tmp_path, "plain", "8", "--eval-on-epoch").returncode == 0
+    pol = policy(tmp_path, "  - {id: e, metric: eval/loss, check: {max: 10}}\n")
+    proc = gate("check", str(tmp_path / "wandb"), "-p", str(pol))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "metric eval/loss is on step metric epoch" in proc.stderr
+    assert "0.25 is not a whole number" in proc.stderr and ".wandb" in proc.stderr

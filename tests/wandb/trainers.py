@@ -59,6 +59,7 @@ def main() -> int:
     ap.add_argument("--exit-code", type=int, default=0)
     ap.add_argument("--ignore-sigterm", action="store_true")
     ap.add_argument("--exit-on-sigterm", action="store_true")
+    ap.add_argument("--eval-on-epoch", action="store_true", help="eval/* on a fractional epoch")
     args = ap.parse_args()
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -69,10 +70,15 @@ def main() -> int:
     if axis:
         run.define_metric(axis)
         run.define_metric("*", step_metric=axis, step_sync=True)
+    if args.eval_on_epoch:  # a user's own setup: a fractional epoch as a step metric
+        run.define_metric("eval/*", step_metric="epoch")
     for i in range(args.steps):
         if i == args.raise_at:
             raise RuntimeError(f"trainer failed at step {i}")
-        run.log(row(args.style, i, args))
+        logged = row(args.style, i, args)
+        if args.eval_on_epoch:
+            logged |= {"epoch": i / 4, "eval/loss": 2.0 / (i + 1)}
+        run.log(logged)
         print(f"STEP {i} {time.time():.3f}", flush=True)
         if args.sleep:
             time.sleep(args.sleep)
