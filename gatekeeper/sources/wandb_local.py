@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from gatekeeper.errors import RecordError, SourceNotFound
-from gatekeeper.model import Run, RunState, Series
+from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.wandb_axes import Columns, StepAxes
 from gatekeeper.sources.wandb_decode import decode
@@ -99,6 +99,7 @@ class WandbLocalSource(LiveSource):
         self._carry: dict[str, float] = {}
         self._meta: dict[str, Any] = {"config": {}, "tags": []}
         self._state = RunState.RUNNING
+        self._last_step = -1.0  # the last `_step` decoded (segments of a resumed run)
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -163,7 +164,29 @@ class WandbLocalSource(LiveSource):
             raise SourceNotFound(
                 f"{where}: not a wandb run (no run-*.wandb transaction log, no latest-run)"
             )
-        return self._run(self._decode(reader))
+        earlier = [] if self.log_file or not self.run_dir else earlier_segments(self.run_dir)
+        if not earlier:
+            return self._run(self._decode(reader))
+        return self._read_segments([*(LogReader(log) for log in earlier), reader])
+
+    def _read_segments(self, readers: list[LogReader]) -> Run:
+        """A resumed run: every segment (`offline-run-<time>-<id>` with the same id), in
+        order. Offline, the SDK restarts `_step` at 0 in each segment (it cannot ask the
+        server for the last one), so a segment that restarts is placed after the last."""
+        chunks: dict[str, list[Series]] = {}
+        last = -1.0
+        for reader in readers:
+            self._state = RunState.RUNNING  # the run's state is the last segment's
+            self._meta.pop("exit_code", None)
+            for metric, series in self._decode(reader, after=last).items():
+                chunks.setdefault(metric, []).append(series)
+            last = max(last, self._last_step)
+        series = {
+            m: merge_chunks(m, [(p.steps, p.values) for p in parts], parts[-1].step_key)
+            for m, parts in sorted(chunks.items())
+        }
+        self._meta["segments"] = len(readers)
+        return self._run(series)
 
     # -- internals ----------------------------------------------------------------------
 
@@ -184,14 +207,20 @@ class WandbLocalSource(LiveSource):
             return new_run_dir(self.path, self.runs_before)
         return resolve_run_dir(self.path)
 
-    def _decode(self, reader: LogReader) -> dict[str, Series]:
-        """Read every new complete record; history goes to columns, the rest to metadata."""
+    def _decode(self, reader: LogReader, after: float | None = None) -> dict[str, Series]:
+        """Read every new complete record; history goes to columns, the rest to metadata.
+        `after`: the last `_step` of an earlier segment; a segment restarting at or below
+        it is shifted to follow it."""
         part = decode(reader.path, reader.offset)
         reader.offset, reader.pending_bytes = part.end, part.pending
         for rec in part.meta:
             self._apply(rec.WhichOneof("record_type"), rec)
         cols = Columns(self._carry, where=reader.path)
-        cols.steps = part.steps
+        steps = part.steps
+        if after is not None and steps and steps[0] <= after:
+            steps = [s + after + 1 for s in steps]
+        self._last_step = max(steps) if steps else (after if after is not None else -1.0)
+        cols.steps = steps
         for key, (rows, values, mask) in part.keys.items():
             cols.rows[key] = rows
             cols.vals[key] = (values, mask)
@@ -237,10 +266,12 @@ class WandbLocalSource(LiveSource):
 
     def _state_detail(self) -> str:
         code = self._meta.get("exit_code")
+        segments = self._meta.get("segments")
+        resumed = f"; resumed, {segments} segments read" if segments else ""
         if code is not None:
-            return f"wandb exit code {code}"
+            return f"wandb exit code {code}{resumed}"
         log = os.path.basename(self._reader.path) if self._reader else "the .wandb log"
-        return f"no exit record in {log}"
+        return f"no exit record in {log}{resumed}"
 
 
 def _update_config(config: dict[str, Any], rec: Any) -> None:
@@ -263,6 +294,23 @@ def _update_config(config: dict[str, Any], rec: Any) -> None:
             cur = cur.get(k, {})
         if isinstance(cur, dict):
             cur.pop(keys[-1], None)
+
+
+def earlier_segments(run_dir: str) -> list[str]:
+    """The `.wandb` logs of earlier segments of the run in `run_dir` (resumed with the same
+    id: `offline-run-<time>-<id>`, `run-<time>-<id>`), oldest first."""
+    name = os.path.basename(os.path.normpath(run_dir))
+    parts = name.rsplit("-", 2)
+    if len(parts) != 3 or not name.startswith(_RUN_DIR_PREFIXES):
+        return []
+    stamp, run_id = parts[1], parts[2]
+    found = []
+    for other in glob.glob(os.path.join(os.path.dirname(run_dir), f"*run-*-{run_id}")):
+        other_stamp = os.path.basename(other).rsplit("-", 2)[1]
+        log = _find_log(other)
+        if other_stamp < stamp and log is not None:
+            found.append((other_stamp, log))
+    return [log for _, log in sorted(found)]
 
 
 def _find_log(run_dir: str) -> str | None:

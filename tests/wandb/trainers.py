@@ -2,7 +2,7 @@
 
     python trainers.py STYLE STEPS [--bad-at S] [--raise-at S] [--null-after K]
                                    [--sleep S] [--exit-code N] [--ignore-sigterm]
-                                   [--exit-on-sigterm]
+                                   [--exit-on-sigterm] [--resume-id ID --start N]
 
 STYLE sets up `define_metric` as each library does, with plain `wandb.log`:
 - `hf`: transformers' `WandbCallback.setup` (4.4x-4.5x): `define_metric("train/global_step")`
@@ -59,20 +59,23 @@ def main() -> int:
     ap.add_argument("--exit-code", type=int, default=0)
     ap.add_argument("--ignore-sigterm", action="store_true")
     ap.add_argument("--exit-on-sigterm", action="store_true")
+    ap.add_argument("--resume-id", default=None, help="wandb.init(id=..., resume='allow')")
+    ap.add_argument("--start", type=int, default=0, help="first step (a resumed trainer)")
     ap.add_argument("--eval-on-epoch", action="store_true", help="eval/* on a fractional epoch")
     args = ap.parse_args()
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.exit_on_sigterm:  # as HF/Lightning-launched jobs often do: unwind, let wandb finish
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    run = wandb.init(project="gk-real", mode="offline", config={"style": args.style})
+    resume = {"id": args.resume_id, "resume": "allow"} if args.resume_id else {}
+    run = wandb.init(project="gk-real", mode="offline", config={"style": args.style}, **resume)
     axis = AXIS.get(args.style)
     if axis:
         run.define_metric(axis)
         run.define_metric("*", step_metric=axis, step_sync=True)
     if args.eval_on_epoch:  # a user's own setup: a fractional epoch as a step metric
         run.define_metric("eval/*", step_metric="epoch")
-    for i in range(args.steps):
+    for i in range(args.start, args.steps):
         if i == args.raise_at:
             raise RuntimeError(f"trainer failed at step {i}")
         logged = row(args.style, i, args)
