@@ -239,12 +239,30 @@ class RuleTracker:
         metric = self.rule.metric
         if not final:
             return Outcome(Status.PENDING, f"waiting for metric {metric}")
+        summary = getattr(ctx.run, "summary_values", None) or {}
+        if self.rule.expr is None and metric in summary:
+            return self._judge_summary(summary[metric], ctx)
         available = list(getattr(ctx.run, "series", {}) or {})
         if self.rule.expr is not None:
             return Outcome(Status.ERROR, missing_inputs(self.rule.expr, available))
         close = difflib.get_close_matches(metric, available, n=3, cutoff=0.6)
         hint = f"; similar: {', '.join(close)}" if close else f"; the run has {len(available)} metrics"
         return Outcome(Status.ERROR, f"metric {metric} is not in the run{hint}")
+
+    def _judge_summary(self, value: float, ctx: EvalContext) -> Outcome:
+        """A metric with no history points but a summary value (HF's `train_loss`): judged
+        as one point without a step; a selection of steps cannot pick it."""
+        if self.rule.steps.kind not in ("all", "first", "last", "tail"):
+            return Outcome(
+                Status.ERROR,
+                f"metric {self.rule.metric} has only a summary value ({fmt(value)}, no steps); "
+                f"steps {self.rule.steps.describe()} cannot select it",
+            )
+        single = RuleTracker(replace(self.rule, steps=ALL_STEPS))
+        single.feed(np.zeros(1, np.int64), np.array([value], float), "summary")
+        out = single.outcome(final=True, ctx=ctx)
+        message = out.message.replace(" at summary 0", "")
+        return replace(out, message=f"summary value (no step): {message}", step=None, value=value)
 
     def _selection_gap(self, axis: str) -> str | None:
         sel = self.rule.steps

@@ -42,7 +42,11 @@ def check(
 ) -> Verdict:
     """Read a finished run whole and judge it (missing data is ERROR, never a pass).
     With `history`, drift rules read their baselines from the store (and record the run)."""
-    run = open_source(source).read()
+    src = open_source(source)
+    run = src.read()
+    from gatekeeper.sources.wandb_summary import fill_summary
+
+    fill_summary(src, run, policies)  # HF's summary-only metrics, judged as step-less values
     if run_overrides is not None:
         run = run_overrides.apply(run)
     if history is not None:

@@ -87,6 +87,10 @@ class DetectingSource(LiveSource):
         if self.inner is not None and cursor.get("inner") is not None:
             self.inner.restore(cursor["inner"])
 
+    def read_summary(self, wanted: set[str]) -> dict[str, float]:
+        read = getattr(self.inner, "read_summary", None)
+        return read(wanted) if read is not None else {}
+
     # -- internals ----------------------------------------------------------------------
 
     def _detect(self) -> LiveSource | None:

@@ -164,6 +164,16 @@ class WandbApiSource(LiveSource):
         self._next_step = int(cursor["next_step"])
         self._carry = {k: float(v) for k, v in cursor.get("carry", {}).items()}
 
+    def read_summary(self, wanted: set[str]) -> dict[str, float]:
+        """Numeric summary values of `wanted` metrics (HF writes `train_loss` there only)."""
+        summary = dict(self.load_run().summary or {})
+        out: dict[str, float] = {}
+        for key in wanted:
+            value = summary.get(key)
+            if isinstance(value, bool | int | float):
+                out[key] = float(value)
+        return out
+
     # -- SDK calls, each retried within the budget --------------------------------------
 
     def api(self) -> Any:

@@ -188,6 +188,13 @@ class WandbLocalSource(LiveSource):
         self._meta["segments"] = len(readers)
         return self._run(series)
 
+    def read_summary(self, wanted: set[str]) -> dict[str, float]:
+        """Summary values of `wanted` metrics (a second pass over the file; see
+        wandb_summary). Nothing before the run's log exists."""
+        from gatekeeper.sources.wandb_summary import summary_values
+
+        return summary_values(self._reader.path, wanted) if self._reader else {}
+
     # -- internals ----------------------------------------------------------------------
 
     def _open_reader(self) -> LogReader | None:

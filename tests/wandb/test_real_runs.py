@@ -241,3 +241,30 @@ def test_a_resumed_offline_run_is_judged_on_every_segment(tmp_path: Path) -> Non
     assert proc.returncode == 1, proc.stdout + proc.stderr
     loss = [r for r in json.loads(out.read_text())["results"] if r["rule"] == "loss"][0]
     assert loss["status"] == "fail" and loss["step"] == 5
+
+
+def test_summary_only_metrics_are_judged_as_step_less_values(tmp_path: Path) -> None:
+    """transformers' WandbCallback writes `train_loss`/`train_runtime` (its
+    `single_value_scalars`) to the run summary only, never to the history."""
+    assert train(tmp_path, "hf", "10").returncode == 0
+    pol = policy(
+        tmp_path,
+        "  - {id: loss, metric: train_loss, check: {max: 1.0}}\n"
+        "  - {id: runtime, metric: train_runtime, check: {max: 5}}\n"
+        "  - {id: stepped, metric: train_loss, steps: [0], check: {max: 1.0}}\n"
+        "  - {id: absent, metric: train_nothing, check: {max: 1.0}}\n",
+    )
+    out = tmp_path / "v.json"
+    proc = gate("check", str(tmp_path / "wandb"), "-p", str(pol), "-q", "--json", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    results = {r["rule"]: r for r in json.loads(out.read_text())["results"]}
+    assert results["loss"]["status"] == "pass" and results["loss"]["value"] == 0.42
+    assert results["loss"]["message"].startswith("summary value (no step)")
+    assert results["loss"]["step"] is None
+    assert results["runtime"]["status"] == "fail" and results["runtime"]["value"] == 12.5
+    assert results["stepped"]["status"] == "error" and "only a summary value" in (
+        results["stepped"]["message"]
+    )
+    assert results["absent"]["status"] == "error" and "not in the run" in (
+        results["absent"]["message"]
+    )
