@@ -22,7 +22,7 @@ from gatekeeper.policy.conditions import first_failing, parse_conditions
 from gatekeeper.policy.schema import Reduce, Steps
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.run_state import run_state_result
-from gatekeeper.verdict import RuleResult, Severity, Status, Verdict
+from gatekeeper.verdict import Mode, RuleResult, Severity, Status, Verdict
 
 ALL_STEPS = Steps(kind="all")
 _REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
@@ -416,7 +416,13 @@ class Evaluation:
                 tracker.axis_last = self.axis_last.get(tracker.step_key or "")
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
             results.append(_result(rule, outcome, tracker.step_key, by_policy[rule.policy]))
-        ended = run_state_result(run, final=final)  # how the run ended is judged too
+        allowed = {  # states relaxed by the enforce-mode policies that apply to this run
+            state: f"policy {p.name}: {reason}"
+            for p in self.policies
+            if p.mode is Mode.ENFORCE and skip_reason[p.name] is None
+            for state, reason in p.allow_states.items()
+        }
+        ended = run_state_result(run, final=final, allowed=allowed)  # how the run ended
         if ended is not None:
             results.append(ended)
         return Verdict(run=run.summary(), results=results, final=final)

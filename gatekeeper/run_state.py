@@ -24,8 +24,12 @@ def state_text(run: Run) -> str:
     return f"{run.state.value}{detail}"
 
 
-def run_state_result(run: Run, *, final: bool) -> RuleResult | None:
-    """ERROR for a bad or incomplete end, SKIP when relaxed, None when there is nothing to say."""
+def run_state_result(
+    run: Run, *, final: bool, allowed: dict[str, str] | None = None
+) -> RuleResult | None:
+    """ERROR for a bad or incomplete end, SKIP when relaxed (by `allowed`, from policies,
+    or the run's own `allowed_states`, from the command line), None when there is
+    nothing to say."""
     if not final:
         return None  # live: the run has not ended yet, its data is judged by the rules
     if run.state in BAD_STATES:
@@ -38,7 +42,7 @@ def run_state_result(run: Run, *, final: bool) -> RuleResult | None:
     else:
         return None
     key = run.state.value
-    reason = run.allowed_states.get(key)
+    reason = run.allowed_states.get(key) or (allowed or {}).get(key)
     status = Status.ERROR if reason is None else Status.SKIP
     if reason is not None:
         message = f"{message} — allowed: {reason}"

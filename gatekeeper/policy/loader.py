@@ -104,6 +104,9 @@ def load_policy(path: str, _chain: tuple[str, ...] = ()) -> PolicySpec:
         description=policy.description,
         match=policy.match,
         rules=rules,
+        allow_states={
+            ("running" if k == "incomplete" else k): v for k, v in policy.allow_states.items()
+        },
     )
     if policy.extends:
         spec = _extend(spec, policy, tree, path, _chain)
@@ -160,6 +163,7 @@ def _extend(
         match=spec.match if "match" in fields else base.match,
         rules=rules,
         extends=base_path,
+        allow_states={**base.allow_states, **spec.allow_states},
     )
 
 

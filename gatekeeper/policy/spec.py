@@ -51,6 +51,7 @@ class PolicySpec:
     match: Match | None = None
     rules: tuple[RuleSpec, ...] = field(default_factory=tuple)
     extends: str | None = None  # resolved path of the base policy file
+    allow_states: dict[str, str] = field(default_factory=dict)  # run state -> reason
 
     def with_rules(self, rules: tuple[RuleSpec, ...]) -> PolicySpec:
         return replace(self, rules=rules)

@@ -103,6 +103,14 @@ def test_crashed_trainer_fails_the_gate_unless_allowed_with_a_reason(tmp_path: P
     assert state[0]["override"] == "preemption drill, tracked in #12"
     bad = gate("check", run_dir, "-p", str(pol), "--allow-state", "failed")
     assert bad.returncode == 2 and "STATE:REASON" in bad.stderr
+    pol.write_text(pol.read_text() + "allow_states: {failed: 'crash drill, see #12'}\n")
+    by_policy = gate("check", run_dir, "-p", str(pol), "-q", "--json", str(out))
+    assert by_policy.returncode == 0, by_policy.stdout + by_policy.stderr
+    state = [r for r in json.loads(out.read_text())["results"] if r["rule"] == "run-state"]
+    assert state[0]["override"] == "policy real: crash drill, see #12"
+    pol.write_text(pol.read_text().replace("{failed:", "{exploded:"))
+    typo = gate("check", run_dir, "-p", str(pol))
+    assert typo.returncode == 2 and "unknown state 'exploded'" in typo.stderr
 
 
 def test_killed_writer_is_an_incomplete_run(tmp_path: Path) -> None:
