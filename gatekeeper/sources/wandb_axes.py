@@ -18,6 +18,9 @@ from gatekeeper.errors import RecordError
 from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Series, merge_chunks
 
 DEFAULT_AXIS = "_step"
+# Sources join a nested key's parts with this (never in a logged key) so that Columns can
+# tell `{"a": {"b": 1}}` from a flat `"a.b"`; both are shown as `a.b`.
+NESTED = "\x1f"
 
 
 @dataclass
@@ -86,27 +89,36 @@ class Columns:
     Python numbers (the API); both become float64 with NaN/±Inf kept.
     """
 
-    def __init__(self, carry: dict[str, float] | None = None, where: str = "wandb run"):
+    def __init__(
+        self,
+        carry: dict[str, float] | None = None,
+        where: str = "wandb run",
+        forms: dict[str, bool] | None = None,
+    ):
         self.rows: dict[str, Any] = {}  # key -> row indices (list or int array)
         self.vals: dict[str, Any] = {}  # key -> raw values, or (float64 array, mask) done
         self.steps: list[float] = []
         self.carry = carry if carry is not None else {}  # step metric -> last value seen
         self.unplaced: dict[str, int] = {}
         self.where = where  # the file or run named in errors
+        self.forms = forms if forms is not None else {}  # shown name -> logged nested?
 
     def finish(self, axes: StepAxes) -> dict[str, Series]:
         nrows = len(self.steps)
         values = {k: v if isinstance(v, tuple) else to_floats(v) for k, v in self.vals.items()}
         axis_cols: dict[str, np.ndarray] = {DEFAULT_AXIS: np.asarray(self.steps, VALUE_DTYPE)}
         out: dict[str, Series] = {}
-        for key, (vals, numeric) in values.items():
-            if key.startswith("_"):
+        raw_of = {self._name(k): k for k in values}
+        for raw, (vals, numeric) in values.items():
+            if raw.startswith("_"):
                 continue
+            key = self._name(raw)
             axis = axes.axis_of(key)
             col = axis_cols.get(axis)
             if col is None:
-                col = axis_cols[axis] = self._axis_column(axis, values.get(axis), nrows)
-            steps = col[np.asarray(self.rows[key], np.intp)]
+                raw_axis = raw_of.get(axis, axis)
+                col = axis_cols[axis] = self._axis_column(raw_axis, values.get(raw_axis), nrows)
+            steps = col[np.asarray(self.rows[raw], np.intp)]
             placed = ~np.isnan(steps)
             if numeric is not None:
                 if not numeric.any():
@@ -121,6 +133,22 @@ class Columns:
             if axis != DEFAULT_AXIS and col.size:
                 self.carry[axis] = float(col[-1])
         return out
+
+    def _name(self, raw: str) -> str:
+        """The shown name of a logged key; a flat `a.b` and a nested `{"a": {"b"}}` in one
+        run are refused, never merged into one series."""
+        nested = NESTED in raw
+        name = raw.replace(NESTED, ".") if nested else raw
+        if self.forms.setdefault(name, nested) != nested:
+            parts = name.split(".")
+            shape = "{" + "".join(f'"{p}": {{' for p in parts[:-1]) + f'"{parts[-1]}"'
+            raise RecordError(
+                f'metric {name} is logged both as the flat key "{name}" and nested as '
+                f"{shape}{'}' * len(parts)}; both would be named {name} and merged into one "
+                "series. Rename one of them in the trainer's wandb.log call",
+                file=self.where,
+            )
+        return name
 
     def _whole_steps(self, key: str, axis: str, steps: np.ndarray) -> None:
         """Steps are integers: a step metric with fractional values (an epoch of 0.25 used

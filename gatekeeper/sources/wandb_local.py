@@ -100,6 +100,7 @@ class WandbLocalSource(LiveSource):
         self._meta: dict[str, Any] = {"config": {}, "tags": []}
         self._state = RunState.RUNNING
         self._last_step = -1.0  # the last `_step` decoded (segments of a resumed run)
+        self._forms: dict[str, bool] = {}  # metric name -> logged as a nested key
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -222,7 +223,7 @@ class WandbLocalSource(LiveSource):
         reader.offset, reader.pending_bytes = part.end, part.pending
         for rec in part.meta:
             self._apply(rec.WhichOneof("record_type"), rec)
-        cols = Columns(self._carry, where=reader.path)
+        cols = Columns(self._carry, where=reader.path, forms=self._forms)
         steps = part.steps
         if after is not None and steps and steps[0] <= after:
             steps = [s + after + 1 for s in steps]

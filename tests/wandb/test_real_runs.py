@@ -276,3 +276,13 @@ def test_summary_only_metrics_are_judged_as_step_less_values(tmp_path: Path) -> 
     assert results["absent"]["status"] == "error" and "not in the run" in (
         results["absent"]["message"]
     )
+
+
+def test_a_flat_dotted_key_and_a_nested_key_of_one_name_are_refused(tmp_path: Path) -> None:
+    """`{"gpu.mem": x}` and `{"gpu": {"mem": y}}` would both be `gpu.mem`: never merged."""
+    assert train(tmp_path, "plain", "4", "--collide").returncode == 0
+    pol = policy(tmp_path, "  - {id: m, metric: gpu.mem, check: {max: 100}}\n")
+    proc = gate("check", str(tmp_path / "wandb"), "-p", str(pol))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert 'metric gpu.mem is logged both as the flat key "gpu.mem" and nested' in proc.stderr
+    assert '{"gpu": {"mem"}}' in proc.stderr
