@@ -286,3 +286,25 @@ def test_a_flat_dotted_key_and_a_nested_key_of_one_name_are_refused(tmp_path: Pa
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert 'metric gpu.mem is logged both as the flat key "gpu.mem" and nested' in proc.stderr
     assert '{"gpu": {"mem"}}' in proc.stderr
+
+
+def test_last_on_a_metric_that_stopped_early_says_so(tmp_path: Path) -> None:
+    """`reward` logged for steps 0-7 of a 30-step HF run: `steps: last` would judge step 7
+    as the run's end. It is an error naming both steps."""
+    assert train(tmp_path, "hf", "30", "--reward-until", "8").returncode == 0
+    pol = policy(
+        tmp_path,
+        "  - {id: last, metric: reward, steps: last, check: {min: 0.5}}\n"
+        "  - {id: tail, metric: reward, steps: {last: 3}, check: {min: 0.5}}\n"
+        "  - {id: all, metric: reward, check: {min: 0.5}}\n",
+    )
+    out = tmp_path / "v.json"
+    proc = gate("check", str(tmp_path / "wandb"), "-p", str(pol), "-q", "--json", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    results = {r["rule"]: r for r in json.loads(out.read_text())["results"]}
+    for rule in ("last", "tail"):
+        assert results[rule]["status"] == "error"
+        assert "points end at train/global_step 7, but the run reaches train/global_step 29" in (
+            results[rule]["message"]
+        )
+    assert results["all"]["status"] == "pass"

@@ -61,6 +61,7 @@ def main() -> int:
     ap.add_argument("--exit-on-sigterm", action="store_true")
     ap.add_argument("--resume-id", default=None, help="wandb.init(id=..., resume='allow')")
     ap.add_argument("--start", type=int, default=0, help="first step (a resumed trainer)")
+    ap.add_argument("--reward-until", type=int, default=None, help="stop logging reward")
     ap.add_argument("--collide", action="store_true", help='log "gpu.mem" and {"gpu": {"mem"}}')
     ap.add_argument("--eval-on-epoch", action="store_true", help="eval/* on a fractional epoch")
     args = ap.parse_args()
@@ -80,6 +81,8 @@ def main() -> int:
         if i == args.raise_at:
             raise RuntimeError(f"trainer failed at step {i}")
         logged = row(args.style, i, args)
+        if args.reward_until is not None and i < args.reward_until:
+            logged["reward"] = 0.9
         if args.collide:
             logged |= {"gpu.mem": float(i), "gpu": {"mem": 2.0 * i}}
         if args.eval_on_epoch:
