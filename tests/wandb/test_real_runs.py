@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -312,3 +313,23 @@ def test_last_on_a_metric_that_stopped_early_says_so(tmp_path: Path) -> None:
             results[rule]["message"]
         )
     assert results["all"]["status"] == "pass"
+
+
+def test_watch_of_a_reused_folder_never_reports_the_old_run(
+    failed_run: Path, tmp_path: Path
+) -> None:
+    """Before: `watch wandb/` bound `latest-run` (a finished run) and exited at once with
+    its verdict. Now it waits for a new run; with none, `--idle-timeout` ends it with the
+    rules' metrics missing — an error, never the old run's verdict."""
+    reused = tmp_path / "wandb"
+    shutil.copytree(failed_run, reused, symlinks=True)
+    old = open_source(str(reused)).read()
+    pol = policy(tmp_path, "  - {id: loss, metric: train/loss, check: {max: 10}}\n")
+    out = tmp_path / "v.json"
+    proc = gate("watch", str(reused), "-p", str(pol), "--interval", "0.2",
+                "--idle-timeout", "1.5", "-q", "--json", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    verdict = json.loads(out.read_text())
+    assert old.run_id and old.run_id not in json.dumps(verdict)
+    assert verdict["results"][0]["status"] == "error"
+    assert "following wandb run" not in proc.stdout
