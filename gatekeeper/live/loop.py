@@ -116,7 +116,7 @@ class Follower:
         if self.child is not None:
             self.printer.say(
                 f"gatekeeper: {first.policy}/{first.rule} failed; stopping the command "
-                f"(SIGTERM to process group {self.child.pgid}, "
+                f"(SIGTERM to pid {self.child.pid}, then to process group {self.child.pgid}; "
                 f"SIGKILL after {self.settings.grace:g} s)"
             )
             info = self._stopped(now, first.policy + "/" + first.rule, verdict)
@@ -125,10 +125,11 @@ class Follower:
 
             def on_signal(sig: int) -> None:
                 sent.append(signal.Signals(sig).name)
-                sent_at[signal.Signals(sig).name] = round(time.time(), 3)
+                sent_at.setdefault(signal.Signals(sig).name, round(time.time(), 3))  # the first
 
             self.child.stop(self.settings.grace, on_signal=on_signal)
             info["signals"] = sent
+            info["signal_targets"] = list(self.child.sent_to)  # CMD first, then the group
             info["signal_unix_times"] = sent_at  # when each was sent (detection latency)
             info["exit_code"] = self.child.exit_code()
             verdict.run["command_exit_code"] = info["exit_code"]

@@ -38,6 +38,7 @@ class ChildGroup:
             raise UsageError(f"run: cannot start {argv[0]!r}: {exc.strerror}") from None
         self.pgid = self.proc.pid  # a session leader's pgid is its pid
         self.forwarded: list[int] = []  # signals gatekeeper received and passed on
+        self.sent_to: list[str] = []  # "CMD" or "group", per signal `stop` sent, in order
 
     @property
     def pid(self) -> int:
@@ -113,6 +114,7 @@ class ChildGroup:
     def _send(self, sig: int, on_signal: Callable[[int], None] | None, *, group: bool) -> int:
         if on_signal is not None:
             on_signal(sig)
+        self.sent_to.append("group" if group else "CMD")
         if group:
             self.signal(sig)
         else:

@@ -102,6 +102,7 @@ def test_command_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path: Pat
     assert proc.returncode == 1, proc.stderr
     # CMD alone first, then the group, then SIGKILL
     assert verdict["stopped"]["signals"] == ["SIGTERM", "SIGTERM", "SIGKILL"]
+    assert verdict["stopped"]["signal_targets"] == ["CMD", "group", "group"]
     assert verdict["stopped"]["exit_code"] == 128 + signal.SIGKILL
 
 
