@@ -50,7 +50,8 @@ class DetectingSource(LiveSource):
         # the runs already in a wandb folder: a watch follows only a run started after it
         self.runs_before = frozenset(run_dirs(self.path))
         self.inner: LiveSource | None = None
-        self._announced = False
+        self._announced = False  # the waiting note was printed
+        self._following = False  # the followed run was printed
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -59,6 +60,7 @@ class DetectingSource(LiveSource):
     def poll(self) -> Poll:
         inner = self.inner or self._detect()
         if inner is None:
+            self._waiting()
             return Poll(series={}, run=Run(name=self.path, source=self.path), ended=False)
         poll = inner.poll()
         self._announce(inner, poll.run)
@@ -113,8 +115,22 @@ class DetectingSource(LiveSource):
             os.path.isdir(f) and os.path.basename(f) == "wandb" for f in wandb_folders(self.path)
         )
 
+    def _waiting(self) -> None:
+        """Say once why runs already in the folder are not followed, and how to attach."""
+        if self._announced or not self.runs_before:
+            return
+        self._announced = True
+        latest = os.path.join(self.path, "latest-run")
+        if not os.path.exists(latest):
+            latest = os.path.join(self.path, "wandb", "latest-run")
+        self.say(
+            f"gatekeeper: waiting for a new wandb run in {self.path} ({len(self.runs_before)} "
+            f"earlier run(s) there are not followed; to follow one already running, pass "
+            f"its directory, e.g. {latest})"
+        )
+
     def _announce(self, inner: LiveSource, run: Run) -> None:
-        if self._announced:
+        if self._following:
             return
         if isinstance(inner, WandbLocalSource):
             if inner.log_path is None:
@@ -128,4 +144,4 @@ class DetectingSource(LiveSource):
             )
         else:
             self.say(f"gatekeeper: following JSONL records in {self.path}")
-        self._announced = True
+        self._following = True

@@ -154,7 +154,12 @@ def test_live_source_skips_runs_that_existed_before_the_watch(tmp_path: Path) ->
         poll = source.poll()
         assert poll.ended and len(poll.series["loss"]) == steps
         assert poll.run.run_id and poll.run.run_id in said[-1]
-    assert all("following wandb run" in s and "started after" in s for s in said)
+    waiting, following = said[0], said[1:]
+    assert waiting.startswith(f"gatekeeper: waiting for a new wandb run in {old} (1 earlier")
+    assert all("following wandb run" in s and "started after" in s for s in following)
+    # a run already in progress is followed when named: its directory, or latest-run
+    attach = DetectingSource(str(old / "wandb" / "latest-run"), said.append)
+    assert len(attach.poll().series["loss"]) == 7 and "named on the command line" in said[-1]
 
 
 def test_run_in_a_reused_wandb_dir_stops_the_new_broken_run_and_names_it(tmp_path: Path) -> None:
