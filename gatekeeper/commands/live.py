@@ -108,7 +108,9 @@ def _settings(args: argparse.Namespace, grace: float = 30.0) -> Any:
     return LoopSettings(interval=args.interval, idle_timeout=args.idle_timeout, grace=grace)
 
 
-def _follower(args: argparse.Namespace, source: str, grace: float, child: Any = None) -> Any:
+def _follower(
+    args: argparse.Namespace, source: str, grace: float, child: Any = None, *, cmd: bool = False
+) -> Any:
     import time
 
     from gatekeeper import gate
@@ -122,7 +124,7 @@ def _follower(args: argparse.Namespace, source: str, grace: float, child: Any = 
     settings = _settings(args, grace)
     printer = Printer(sys.stdout, progress_every=args.progress_every, quiet=args.quiet)
     # opened before CMD starts: the runs already in a wandb folder are not the one to gate
-    followed = open_follow_source(source, printer.say)
+    followed = open_follow_source(source, printer.say, for_command=cmd)
     live = LiveGate(followed, policies, run_overrides(args), started=time.time())
     return Follower(live, settings, printer, child)
 
@@ -179,7 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cmd = _child_command(args)
     source, env = _record_source(args)
-    follower = _follower(args, source, args.grace)  # policy errors before CMD starts
+    follower = _follower(args, source, args.grace, cmd=True)  # policy errors before CMD starts
     child = follower.child = ChildGroup(cmd, env)
     try:
         with Forwarding(child, on_forward=follower.on_forward):

@@ -29,12 +29,19 @@ from gatekeeper.sources.wandb_local import (
 _CURSOR_VERSION = 1
 
 
-def open_follow_source(spec: str, say: Callable[[str], None]) -> LiveSource:
-    """The live source for `watch`/`run`: remote specs as they are, local paths detected."""
+def open_follow_source(
+    spec: str, say: Callable[[str], None], *, for_command: bool = False
+) -> LiveSource:
+    """The live source for `watch`/`run`: remote specs as they are, local paths detected.
+    `for_command` (`run`): `wandb/latest-run` means the run CMD is about to start, never
+    the one the link points to now (an earlier run)."""
     if "://" in spec and not spec.startswith("file://"):
         source = open_live_source(spec)
         say(f"gatekeeper: following {source.kind} {spec}")
         return source
+    path = spec.removeprefix("file://")
+    if for_command and os.path.basename(os.path.normpath(path)) == "latest-run":
+        spec = os.path.dirname(os.path.normpath(path))
     return DetectingSource(spec, say)
 
 

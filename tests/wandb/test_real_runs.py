@@ -162,13 +162,19 @@ def test_live_source_skips_runs_that_existed_before_the_watch(tmp_path: Path) ->
     assert len(attach.poll().series["loss"]) == 7 and "named on the command line" in said[-1]
 
 
-def test_run_in_a_reused_wandb_dir_stops_the_new_broken_run_and_names_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", [".", "wandb/latest-run"])
+def test_run_in_a_reused_wandb_dir_stops_the_new_broken_run_and_names_it(
+    tmp_path: Path, source: str
+) -> None:
+    """`--source` the folder that holds `wandb/`, or `wandb/latest-run` (which points to
+    the earlier run when `run` starts): either way the run CMD creates is gated."""
     root = tmp_path / "work"
     old_run = open_source(str(write_run(root, 20))).read()
     pol = policy(tmp_path, LOSS_MAX)
     out = tmp_path / "v.json"
     proc = gate(
-        "run", "-p", str(pol), "--source", str(root), "--interval", "0.2", "--grace", "20",
+        "run", "-p", str(pol), "--source", str(root / source), "--interval", "0.2",
+        "--grace", "20",
         "--json", str(out), "--",
         sys.executable, str(TRAINERS), "hf", "20000", "--bad-at", "3", "--sleep", "0.002",
         env=sdk_env(root),
