@@ -378,10 +378,10 @@ class Evaluation:
 
     def feed(self, series: Mapping[str, Series]) -> None:
         """Fold new points (per metric, sorted by step) into every rule that reads them."""
-        for s in series.values():
-            if len(s):
-                hi = int(s.steps[-1])
-                self.axis_last[s.step_key] = max(self.axis_last.get(s.step_key, hi), hi)
+        for part in series.values():
+            if len(part):
+                hi = int(part.steps[-1])
+                self.axis_last[part.step_key] = max(self.axis_last.get(part.step_key, hi), hi)
         for metric, trackers in self.by_metric.items():
             s = series.get(metric)
             if s is not None and len(s):

@@ -179,15 +179,15 @@ class WandbLocalSource(LiveSource):
         for reader in readers:
             self._state = RunState.RUNNING  # the run's state is the last segment's
             self._meta.pop("exit_code", None)
-            for metric, series in self._decode(reader, after=last).items():
-                chunks.setdefault(metric, []).append(series)
+            for metric, part in self._decode(reader, after=last).items():
+                chunks.setdefault(metric, []).append(part)
             last = max(last, self._last_step)
-        series = {
+        merged = {
             m: merge_chunks(m, [(p.steps, p.values) for p in parts], parts[-1].step_key)
             for m, parts in sorted(chunks.items())
         }
         self._meta["segments"] = len(readers)
-        return self._run(series)
+        return self._run(merged)
 
     def read_summary(self, wanted: set[str]) -> dict[str, float]:
         """Summary values of `wanted` metrics (a second pass over the file; see
