@@ -10,8 +10,15 @@
    each measured poll appends 10 rows and polls (read, feed, verdict); the two runs are
    polled interleaved, and the median per-poll time of each is compared.
 
+3. Local wandb latency (`--wandb`): `gatekeeper run` wraps tests/wandb/trainers.py (the
+   real wandb SDK, offline, HF Trainer's metric layout) turning bad at step 2, at several
+   logging rates. wandb-core writes the `.wandb` file in 32 KiB blocks or on its flush
+   timer, so the bad point reaches the file late: reported are the seconds from the
+   trainer logging step 2 to SIGTERM, and the step the trainer had reached by then.
+
 Targets (issue #4): median latency <= interval + 0.5 s; poll(1M) <= 1.2x poll(10k).
 Usage: python bench/bench_live.py [--trials N] [--polls P] [--big ROWS] [--small ROWS]
+       python bench/bench_live.py --wandb [--rates 500,20,2]
 """
 
 from __future__ import annotations
@@ -174,6 +181,47 @@ def bench_polls(small: int, big: int, polls: int) -> dict[str, Follow]:
     return runs
 
 
+TRAINERS = os.path.join(REPO, "tests", "wandb", "trainers.py")
+WANDB_POLICY = """version: 1
+name: bench
+rules:
+  - {id: loss, metric: train/loss, check: {max: 10}}
+"""
+
+
+def wandb_latency(rate: float) -> tuple[float, int, int]:
+    """(seconds from the trainer logging bad step 2 to SIGTERM, the trainer's step then,
+    the last step gatekeeper had read) for a trainer logging `rate` steps per second."""
+    with tempfile.TemporaryDirectory() as work:
+        policy = os.path.join(work, "policy.yaml")
+        with open(policy, "w") as fh:
+            fh.write(WANDB_POLICY)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+        env.update(WANDB_MODE="offline", WANDB_DIR=work, WANDB_SILENT="true",
+                   WANDB_CONFIG_DIR=os.path.join(work, ".config"))
+        out = os.path.join(work, "v.json")
+        proc = subprocess.run(
+            [sys.executable, "-m", "gatekeeper", "run", "-p", policy, "--source", work,
+             "--grace", "20", "-q", "--json", out, "--", sys.executable, TRAINERS, "hf",
+             "1000000", "--bad-at", "2", "--sleep", str(1.0 / rate)],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
+        )
+        stamps = {int(p[1]): float(p[2]) for p in
+                  (ln.split() for ln in proc.stdout.splitlines() if ln.startswith("STEP "))}
+        stopped = json.loads(open(out).read())["stopped"]
+        sigterm = stopped["signal_unix_times"]["SIGTERM"]
+        at_stop = max(step for step, t in stamps.items() if t <= sigterm)
+        return sigterm - stamps[2], at_stop, int(stopped["last_step"])
+
+
+def main_wandb(rates: list[float]) -> None:
+    print("local wandb (offline) detection latency, bad step 2, default interval 1 s:")
+    for rate in rates:
+        secs, at_stop, read = wandb_latency(rate)
+        print(f"  {rate:g} steps/s: SIGTERM {secs:.1f} s after step 2 was logged; trainer at "
+              f"step {at_stop}, gatekeeper had read up to step {read}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -182,7 +230,12 @@ def main() -> None:
     ap.add_argument("--polls", type=int, default=300)
     ap.add_argument("--small", type=int, default=10_000)
     ap.add_argument("--big", type=int, default=1_000_000)
+    ap.add_argument("--wandb", action="store_true", help="only the local-wandb latency")
+    ap.add_argument("--rates", default="500,20,2", help="steps per second, for --wandb")
     args = ap.parse_args()
+    if args.wandb:
+        main_wandb([float(r) for r in args.rates.split(",")])
+        return
 
     interval, lat = bench_latency(args.trials)
     med = statistics.median(lat)

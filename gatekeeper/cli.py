@@ -45,7 +45,19 @@ def run_overrides(args: argparse.Namespace) -> RunOverrides:
     state = None
     if getattr(args, "state", None):
         state = RunState(args.state)
-    return RunOverrides(name=args.name, tags=tuple(args.tag or ()), config=config, state=state)
+    from gatekeeper.run_state import parse_allow_state
+
+    allowed: dict[str, str] = {}
+    for item in getattr(args, "allow_state", None) or []:
+        try:
+            key, reason = parse_allow_state(item)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        allowed[key] = reason
+    return RunOverrides(
+        name=args.name, tags=tuple(args.tag or ()), config=config, state=state,
+        allowed_states=allowed,
+    )
 
 
 def parse_references(items: list[str]) -> dict[str, str]:
@@ -80,6 +92,11 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config", action="append", metavar="KEY=VALUE",
         help="set a run config key, dotted for nesting; VALUE is read as YAML (8, true, x)",
+    )
+    p.add_argument(
+        "--allow-state", action="append", metavar="STATE:REASON",
+        help="let a failed/crashed/killed/incomplete run pass on its data, with a reason "
+        "every report shows (repeatable)",
     )
 
 
@@ -122,7 +139,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from gatekeeper.commands.report import read_run, wants_run, write_plot_reports
 
     # Plotting reports need the series: read the run once and judge that.
-    run = read_run(args.source, run_overrides(args)) if wants_run(args) else None
+    run = read_run(args.source, run_overrides(args), policies) if wants_run(args) else None
     overrides = None if run is not None else run_overrides(args)
     verdict = gate.check(
         run or args.source, policies, overrides, history=history_options(args),

@@ -22,7 +22,8 @@ from gatekeeper.policy.conditions import first_failing, parse_conditions
 from gatekeeper.policy.binding import metric_error, missing_config, period_from_config
 from gatekeeper.policy.schema import Reduce, Steps
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
-from gatekeeper.verdict import MAX_MARKED, RuleResult, Severity, Status, Verdict
+from gatekeeper.run_state import run_state_result
+from gatekeeper.verdict import MAX_MARKED, Mode, RuleResult, Severity, Status, Verdict
 
 ALL_STEPS = Steps(kind="all")
 _REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
@@ -60,6 +61,8 @@ class RuleTracker:
         self.seen = 0
         self.min_step: int | None = None
         self.max_step: int | None = None
+        self.max_gap = 1  # widest step gap between consecutive points of the metric
+        self.axis_last: int | None = None  # the run's last step on this axis (any metric)
         self.first_taken = False
         self.missing_steps = set(rule.steps.steps) if rule.steps.kind == "list" else set()
         self.tail: list[tuple[np.ndarray, np.ndarray]] = []  # for steps {last: n} / last
@@ -124,6 +127,9 @@ class RuleTracker:
         self.step_key = step_key
         self.seen += int(steps.size)
         lo, hi = int(steps.min()), int(steps.max())
+        edges = steps if self.max_step is None else np.concatenate([[self.max_step], steps])
+        if edges.size > 1:
+            self.max_gap = max(self.max_gap, int(np.max(np.diff(edges))))
         self.min_step = lo if self.min_step is None else min(self.min_step, lo)
         self.max_step = hi if self.max_step is None else max(self.max_step, hi)
         sel = self.rule.steps
@@ -254,8 +260,21 @@ class RuleTracker:
         if gap:
             return Outcome(Status.ERROR if final else Status.PENDING, gap, judged=self.judged)
         if isinstance(rule.check, AggregateCheck):
-            return rule.check.outcome(self.agg_state, final=final, ctx=ctx)
+            # live, an aggregate is judged as final once no future point can enter its
+            # selection; until then it decides for itself what it may conclude
+            done = final or self._selection_complete()
+            return rule.check.outcome(self.agg_state, final=done, ctx=ctx)
         return self._passed(axis)
+
+    def _selection_complete(self) -> bool:
+        sel = self.rule.steps
+        if sel.kind == "first":
+            return self.first_taken
+        if sel.kind == "list":
+            return not self.missing_steps
+        if sel.kind == "range" and sel.end is not None:
+            return self.max_step is not None and self.max_step > sel.end
+        return False
 
     def _passed(self, axis: str) -> Outcome:
         step, value = self.last if self.last else (None, None)
@@ -280,6 +299,9 @@ class RuleTracker:
         metric = self.rule.metric
         if not final:
             return Outcome(Status.PENDING, f"waiting for metric {metric}")
+        summary = getattr(ctx.run, "summary_values", None) or {}
+        if self.rule.expr is None and metric in summary:
+            return self._judge_summary(summary[metric], ctx)
         available = list(getattr(ctx.run, "series", {}) or {})
         if self.rule.if_logged:
             inputs = self.rule.expr.metrics if self.rule.expr is not None else (metric,)
@@ -293,6 +315,21 @@ class RuleTracker:
         close = difflib.get_close_matches(metric, available, n=3, cutoff=0.6)
         hint = f"; similar: {', '.join(close)}" if close else f"; the run has {len(available)} metrics"
         return Outcome(Status.ERROR, f"metric {metric} is not in the run{hint}")
+
+    def _judge_summary(self, value: float, ctx: EvalContext) -> Outcome:
+        """A metric with no history points but a summary value (HF's `train_loss`): judged
+        as one point without a step; a selection of steps cannot pick it."""
+        if self.rule.steps.kind not in ("all", "first", "last", "tail"):
+            return Outcome(
+                Status.ERROR,
+                f"metric {self.rule.metric} has only a summary value ({fmt(value)}, no steps); "
+                f"steps {self.rule.steps.describe()} cannot select it",
+            )
+        single = RuleTracker(replace(self.rule, steps=ALL_STEPS))
+        single.feed(np.zeros(1, np.int64), np.array([value], float), "summary")
+        out = single.outcome(final=True, ctx=ctx)
+        message = out.message.replace(" at summary 0", "")
+        return replace(out, message=f"summary value (no step): {message}", step=None, value=value)
 
     def _selection_gap(self, axis: str) -> str | None:
         sel = self.rule.steps
@@ -366,6 +403,9 @@ class RuleTracker:
         )
 
     def _judge_tail(self, ctx: EvalContext) -> Outcome:
+        stopped = self._stopped_early()
+        if stopped:
+            return Outcome(Status.ERROR, stopped, step=self.max_step)
         n = self.rule.steps.count or 1
         steps = np.concatenate([s for s, _ in self.tail])[-n:]
         values = np.concatenate([v for _, v in self.tail])[-n:]
@@ -373,6 +413,20 @@ class RuleTracker:
         tracker.feed(steps, values, self.step_key or "step")
         self.span, self.marked = tracker.span, tracker.marked
         return tracker.outcome(final=True, ctx=ctx)
+
+
+    def _stopped_early(self) -> str | None:
+        """A `last` selection judges the run's end: a metric whose points stop well before
+        the run's last step on the same axis would be judged on a stale point."""
+        last, axis_last = self.max_step, self.axis_last
+        if last is None or axis_last is None or axis_last - last <= self.max_gap:
+            return None
+        axis = self.step_key or "step"
+        return (
+            f"steps {self.rule.steps.describe()}: {self.rule.metric}'s points end at {axis} "
+            f"{last}, but the run reaches {axis} {axis_last}; its last value is not the "
+            "run's (the metric stopped being logged, or its values were dropped)"
+        )
 
 
 class Evaluation:
@@ -383,6 +437,7 @@ class Evaluation:
         self.trackers: list[RuleTracker] = [RuleTracker(r) for p in self.policies for r in p.rules]
         self.by_metric: dict[str, list[RuleTracker]] = {}
         self.derived: list[tuple[Aligner, RuleTracker]] = []  # expr rules: inputs aligned first
+        self.axis_last: dict[str, int] = {}  # step axis -> last step of any metric on it
         for tracker in self.trackers:
             if tracker.rule.expr is not None:
                 self.derived.append((Aligner(tracker.rule.expr), tracker))
@@ -391,6 +446,10 @@ class Evaluation:
 
     def feed(self, series: Mapping[str, Series]) -> None:
         """Fold new points (per metric, sorted by step) into every rule that reads them."""
+        for part in series.values():
+            if len(part):
+                hi = int(part.steps[-1])
+                self.axis_last[part.step_key] = max(self.axis_last.get(part.step_key, hi), hi)
         for metric, trackers in self.by_metric.items():
             s = series.get(metric)
             if s is not None and len(s):
@@ -430,11 +489,21 @@ class Evaluation:
                 tracker.bind(run)
                 arrival = arrivals.get(rule.metric)
                 rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrival, metric=rule.metric)
+                tracker.axis_last = self.axis_last.get(tracker.step_key or "")
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
                 if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
                     overlay = rule.check.overlay(tracker.agg_state, rule_ctx)
             result = _result(rule, outcome, tracker.step_key, by_policy[rule.policy])
             results.append(_with_plot(result, tracker, overlay))
+        allowed = {  # states relaxed by the enforce-mode policies that apply to this run
+            state: f"policy {p.name}: {reason}"
+            for p in self.policies
+            if p.mode is Mode.ENFORCE and skip_reason[p.name] is None
+            for state, reason in p.allow_states.items()
+        }
+        ended = run_state_result(run, final=final, allowed=allowed)  # how the run ended
+        if ended is not None:
+            results.append(ended)
         return Verdict(run=run.summary(), results=results, final=final)
 
 

@@ -46,7 +46,7 @@ def check(
     With `history`, drift rules read their baselines from the store (and record the run).
     `references` (name -> an earlier run) are what `isclose` rules compare against.
     `source` may be a Run already read (the plotting reports need its series too)."""
-    run = source if isinstance(source, Run) else open_source(source).read()
+    run = source if isinstance(source, Run) else read_run(source, policies)
     if run_overrides is not None:
         run = run_overrides.apply(run)
     if history is not None:
@@ -61,6 +61,18 @@ def check(
 def read_references(sources: dict[str, str]) -> dict[str, Run]:
     """Read each reference run whole (any source: record file, directory, wandb run)."""
     return {name: open_source(spec).read() for name, spec in sources.items()}
+
+
+def read_run(source: str, policies: list[PolicySpec] | None = None) -> Run:
+    """Read a finished run whole; with `policies`, also the step-less summary values
+    (HF's `train_loss`) of the metrics they ask for that have no history points."""
+    src = open_source(source)
+    run = src.read()
+    if policies:
+        from gatekeeper.sources.wandb_summary import fill_summary
+
+        fill_summary(src, run, policies)
+    return run
 
 
 def github_enabled(mode: str) -> bool:

@@ -100,6 +100,16 @@ class Run:
     # metric -> why its series cannot be judged (a null or duplicate step in a miles
     # record). A rule reading such a metric is ERROR with this reason; the rest is judged.
     metric_errors: dict[str, str] = field(default_factory=dict)
+    # Run-state judging (gatekeeper/run_state.py): `carries_state` is True for sources that
+    # record how a run ends (wandb), so a run without its end is visibly incomplete;
+    # `state_detail` says why (exit code, missing exit record); `allowed_states` maps a
+    # state relaxed by a policy or flag to its reason.
+    carries_state: bool = False
+    state_detail: str = ""
+    allowed_states: dict[str, str] = field(default_factory=dict)
+    # Step-less values (wandb's summary): metric -> value, judged by rules on metrics
+    # that have no history points.
+    summary_values: dict[str, float] = field(default_factory=dict)
 
     def lookup(self, dotted: str) -> tuple[bool, Any]:
         """Resolve `name`, `tags`, `state`, `id` or a dotted `config.a.b` key: (found, value)."""
@@ -122,6 +132,7 @@ class Run:
             "id": self.run_id,
             "source": self.source,
             "state": self.state.value,
+            "state_detail": self.state_detail or None,
             "tags": list(self.tags),
             "url": self.url,
             "metrics": len(self.series),

@@ -32,6 +32,11 @@ class Fraction(AggregateCheck):
     min: float | None = Field(default=None, ge=0, le=1)
     # The share of a handful of points says little; fewer than this is "not enough data".
     min_points: int = Field(default=1, ge=1)
+    # A share can move either way with every new point, so a live run is judged on it
+    # only once its selection is complete (or the run ended): `check` and a completed
+    # `run` agree. `live: true` judges the share so far, and may stop a run that the
+    # whole run would pass — only when asked.
+    live: bool = False
 
     @model_validator(mode="after")
     def _bounds(self) -> Fraction:
@@ -78,7 +83,15 @@ class Fraction(AggregateCheck):
             )
         share = state.hits / state.points
         seen = f"{state.hits} of {state.points} points ({_pct(share)}) {self._hit_words()}"
-        step, value = state.first_hit or (None, None)
+        step, _ = state.first_hit or (None, None)
+        if not final and not self.live:
+            return Outcome(
+                Status.PENDING,
+                f"so far {seen}; the share is judged when the run ends (live: true judges it "
+                "while the run is live)",
+                value=share,
+                judged=state.points,
+            )
         too_many = self.max is not None and share > self.max
         too_few = self.min is not None and share < self.min
         if too_many or too_few:
@@ -86,10 +99,9 @@ class Fraction(AggregateCheck):
                 f"at most {_pct(self.max or 0)}" if too_many else f"at least {_pct(self.min or 0)}"
             )
             first = f"; first at step {step}" if step is not None else ""
-            return Outcome(
+            return Outcome(  # no step: the observed value is the share of the selection
                 Status.FAIL,
-                f"{seen}, expected {bound}{first}",
-                step=step,
+                f"share {seen}, expected {bound}{first}",
                 value=share,
                 violations=state.hits,
                 judged=state.points,

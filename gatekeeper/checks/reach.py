@@ -1,11 +1,13 @@
-"""`reach: {value: v, by_step: n, window: k}` — the k-point rolling mean is >= v at some
-step <= n. Recipes say this: "raw_reward above 0.75 within 80 steps (5-step means)".
+"""`reach: {value: v, by_step: n, window: k, direction: up|down}` — the k-point rolling
+mean gets to v (>= v going up, the default; <= v going down) at some step <= n. Recipes
+say this: "raw_reward above 0.75 within 80 steps (5-step means)", "eval/loss below 1.0
+by step 100".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -30,14 +32,25 @@ class Reach(AggregateCheck):
     value: float
     by_step: int = Field(ge=0)
     window: int = Field(default=1, ge=1)
+    direction: Literal["up", "down"] = "up"
 
     @classmethod
     def from_shorthand(cls, value: Any) -> dict[str, Any]:
-        raise ValueError("reach takes a mapping: {value: v, by_step: n, window: k}")
+        raise ValueError(
+            "reach takes a mapping: {value: v, by_step: n, window: k, direction: up|down}"
+        )
+
+    @property
+    def _op(self) -> str:
+        return ">=" if self.direction == "up" else "<="
+
+    def _sign(self) -> float:
+        """Going down is going up on -x: one code path, the bound and best mirrored."""
+        return 1.0 if self.direction == "up" else -1.0
 
     def describe(self) -> str:
         mean = f"{self.window}-point mean" if self.window > 1 else "x"
-        return f"{mean} >= {fmt(self.value)} by step {self.by_step}"
+        return f"{mean} {self._op} {fmt(self.value)} by step {self.by_step}"
 
     def start(self) -> _ReachState:
         return _ReachState()
@@ -63,13 +76,14 @@ class Reach(AggregateCheck):
             valid = ends >= 0
             means, ends = means[valid], ends[valid]
             if means.size:
-                hit = np.flatnonzero(means >= self.value)
+                sign = self._sign()
+                hit = np.flatnonzero(means * sign >= self.value * sign)
                 if hit.size:
                     i = int(hit[0])
                     state.reached_step = int(steps[ends[i]])
                     state.reached_value = float(means[i])
-                j = int(np.argmax(means))
-                if state.best is None or means[j] > state.best:
+                j = int(np.argmax(means * sign))
+                if state.best is None or means[j] * sign > state.best * sign:
                     state.best, state.best_step = float(means[j]), int(steps[ends[j]])
         state.tail = joined[-(k - 1) :] if k > 1 else np.empty(0)
         return state
@@ -79,7 +93,7 @@ class Reach(AggregateCheck):
         if state.reached_step is not None:
             return Outcome(
                 Status.PASS,
-                f"{what} reached {fmt(state.reached_value)} >= {fmt(self.value)} at step "
+                f"{what} reached {fmt(state.reached_value)} {self._op} {fmt(self.value)} at step "
                 f"{state.reached_step}",
                 step=state.reached_step,
                 value=state.reached_value,

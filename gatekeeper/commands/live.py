@@ -108,20 +108,24 @@ def _settings(args: argparse.Namespace, grace: float = 30.0) -> Any:
     return LoopSettings(interval=args.interval, idle_timeout=args.idle_timeout, grace=grace)
 
 
-def _follower(args: argparse.Namespace, source: str, grace: float, child: Any = None) -> Any:
+def _follower(
+    args: argparse.Namespace, source: str, grace: float, child: Any = None, *, cmd: bool = False
+) -> Any:
     import time
 
     from gatekeeper import gate
+    from gatekeeper.live.detect import open_follow_source
     from gatekeeper.live.gate import LiveGate
     from gatekeeper.live.loop import Follower
     from gatekeeper.live.progress import Printer
     from gatekeeper.policy.overrides import parse_override
-    from gatekeeper.sources import open_live_source
 
     policies = gate.load(args.policy, [parse_override(o) for o in args.override])
     settings = _settings(args, grace)
-    live = LiveGate(open_live_source(source), policies, run_overrides(args), started=time.time())
     printer = Printer(sys.stdout, progress_every=args.progress_every, quiet=args.quiet)
+    # opened before CMD starts: the runs already in a wandb folder are not the one to gate
+    followed = open_follow_source(source, printer.say, for_command=cmd)
+    live = LiveGate(followed, policies, run_overrides(args), started=time.time())
     return Follower(live, settings, printer, child)
 
 
@@ -181,7 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cmd = _child_command(args)
     source, env = _record_source(args)
     args.source = source  # where the metrics are, for the HTML report's plots
-    follower = _follower(args, source, args.grace)  # policy errors before CMD starts
+    follower = _follower(args, source, args.grace, cmd=True)  # policy errors before CMD starts
     child = follower.child = ChildGroup(cmd, env)
     try:
         with Forwarding(child, on_forward=follower.on_forward):

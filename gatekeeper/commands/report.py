@@ -16,16 +16,20 @@ import orjson
 from gatekeeper.cli import EXTENSIONS, run_overrides
 from gatekeeper.errors import UsageError
 from gatekeeper.model import Run
-from gatekeeper.sources import RunOverrides, open_source
+from gatekeeper.sources import RunOverrides
 from gatekeeper.verdict import Verdict
 
 
-def read_run(source: str | None, overrides: RunOverrides | None) -> Run | None:
+def read_run(
+    source: str | None, overrides: RunOverrides | None, policies: list[Any] | None = None
+) -> Run | None:
     """The run's series for the plots; None when no source was given or it is gone
     (the report is then written without charts, and says so)."""
     if not source or not os.path.exists(source) and "://" not in source:
         return None
-    run = open_source(source).read()
+    from gatekeeper.gate import read_run as read_whole
+
+    run = read_whole(source, policies)
     return overrides.apply(run) if overrides is not None else run
 
 

@@ -116,7 +116,7 @@ class Follower:
         if self.child is not None:
             self.printer.say(
                 f"gatekeeper: {first.policy}/{first.rule} failed; stopping the command "
-                f"(SIGTERM to process group {self.child.pgid}, "
+                f"(SIGTERM to pid {self.child.pid}, then to process group {self.child.pgid}; "
                 f"SIGKILL after {self.settings.grace:g} s)"
             )
             info = self._stopped(now, first.policy + "/" + first.rule, verdict)
@@ -125,12 +125,14 @@ class Follower:
 
             def on_signal(sig: int) -> None:
                 sent.append(signal.Signals(sig).name)
-                sent_at[signal.Signals(sig).name] = round(time.time(), 3)
+                sent_at.setdefault(signal.Signals(sig).name, round(time.time(), 3))  # the first
 
             self.child.stop(self.settings.grace, on_signal=on_signal)
             info["signals"] = sent
+            info["signal_targets"] = list(self.child.sent_to)  # CMD first, then the group
             info["signal_unix_times"] = sent_at  # when each was sent (detection latency)
             info["exit_code"] = self.child.exit_code()
+            verdict.run["command_exit_code"] = info["exit_code"]
             verdict.stopped = info
         return Outcome(verdict, "failed", 1)
 
@@ -147,6 +149,14 @@ class Follower:
             self.child.stop(self.settings.grace)
         interrupted = bool(self.child.forwarded)
         verdict = self.gate.judge(now, final=not interrupted)
+        verdict.run["command_exit_code"] = code
+        if code != 0 and self.gate.progress.total == 0 and not interrupted:
+            # CMD died before logging anything: its own failure, not a gate verdict
+            self.printer.say(
+                f"gatekeeper: command exited with code {code} before logging any metric; "
+                f"exiting with its code"
+            )
+            return Outcome(verdict, "exited", code)
         if interrupted:
             name = signal.Signals(self.child.forwarded[0]).name
             verdict.stopped = self._stopped(
@@ -204,4 +214,15 @@ class Follower:
             info.update(
                 step=r.step, step_key=r.step_key, metric=r.metric, value=value, message=r.message
             )
+        info.update(self._last_seen(info["metric"]))
         return info
+
+    def _last_seen(self, metric: str | None) -> dict[str, Any]:
+        """How far the run had got (the violating step may be long behind it): the last
+        step of the failing metric, else of the metric with the most points."""
+        progress = self.gate.progress
+        if metric not in progress.last_step:
+            metric = max(progress.points, key=lambda m: progress.points[m], default=None)
+        if metric is None:
+            return {"last_step": None, "last_step_key": None}
+        return {"last_step": progress.last_step[metric], "last_step_key": progress.axis[metric]}

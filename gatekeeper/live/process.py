@@ -2,9 +2,9 @@
 
 CMD runs in a new session (so its own process group): a signal to the group reaches
 every process it started, and a Ctrl-C in gatekeeper's terminal reaches only
-gatekeeper, which forwards it. Stopping sends SIGTERM to the group, waits up to the
-grace period for *every* member to exit (not just CMD: a trainer's data-loader workers
-hold GPUs too), then sends SIGKILL.
+gatekeeper, which forwards it. Stopping sends SIGTERM to CMD alone, lets the rest of the
+group (its logger, data-loader workers) exit after it within the grace period, then
+signals the group (SIGTERM, then SIGKILL) so that nothing is left holding GPUs.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class ChildGroup:
             raise UsageError(f"run: cannot start {argv[0]!r}: {exc.strerror}") from None
         self.pgid = self.proc.pid  # a session leader's pgid is its pid
         self.forwarded: list[int] = []  # signals gatekeeper received and passed on
+        self.sent_to: list[str] = []  # "CMD" or "group", per signal `stop` sent, in order
 
     @property
     def pid(self) -> int:
@@ -89,20 +90,39 @@ class ChildGroup:
         return True
 
     def stop(self, grace: float, on_signal: Callable[[int], None] | None = None) -> int | None:
-        """SIGTERM the group, wait `grace` s, then SIGKILL what is left. Returns the last
+        """Stop the group within `grace` s, the trainer first: SIGTERM to CMD alone, then
+        the rest of the group (the logger: wandb-core flushes what it was handed once its
+        parent is gone; data-loader workers exit with their parent) may exit on its own
+        until the grace is up; then SIGTERM to the group, and SIGKILL to what is left. A
+        group signal first would stop the logger with the trainer. Returns the last
         signal sent (None when the group was already gone)."""
+        deadline = time.monotonic() + grace
         sent: int | None = None
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        if self.proc.poll() is None:
+            sent = self._send(signal.SIGTERM, on_signal, group=False)
+            self.wait(deadline - time.monotonic())
+            self.wait_group(deadline - time.monotonic())
+        for sig, wait in ((signal.SIGTERM, min(grace, 2.0)), (signal.SIGKILL, 10.0)):
             if not self.group_alive():
                 break
-            if on_signal is not None:
-                on_signal(sig)
-            self.signal(sig)
-            sent = sig
-            if self.wait_group(wait):
+            sent = self._send(sig, on_signal, group=True)
+            if self.wait_group(max(wait, deadline - time.monotonic())):
                 break
         self.proc.poll()
         return sent
+
+    def _send(self, sig: int, on_signal: Callable[[int], None] | None, *, group: bool) -> int:
+        if on_signal is not None:
+            on_signal(sig)
+        self.sent_to.append("group" if group else "CMD")
+        if group:
+            self.signal(sig)
+        else:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+        return sig
 
 
 class Forwarding:

@@ -109,6 +109,9 @@ def load_policy(path: str, _chain: tuple[str, ...] = ()) -> PolicySpec:
         match=policy.match,
         rules=rules,
         requires_config=dict(policy.requires_config),
+        allow_states={
+            ("running" if k == "incomplete" else k): v for k, v in policy.allow_states.items()
+        },
     )
     if policy.extends:
         spec = _extend(spec, policy, tree, path, _chain)
@@ -166,6 +169,7 @@ def _extend(
         rules=rules,
         extends=base_path,
         requires_config={**base.requires_config, **spec.requires_config},
+        allow_states={**base.allow_states, **spec.allow_states},
     )
 
 

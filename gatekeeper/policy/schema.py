@@ -254,6 +254,23 @@ class Policy(BaseModel):
     requires_config: dict[str, Any] = Field(default_factory=dict)
     overrides: list[RuleOverride] = Field(default_factory=list)
     rules: list[Rule] = Field(default_factory=list)
+    # run states this policy lets pass on their data, each with its reason (run_state.py)
+    allow_states: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("allow_states")
+    @classmethod
+    def _known_states(cls, value: dict[str, str]) -> dict[str, str]:
+        from gatekeeper.run_state import ALLOWABLE
+
+        for state, reason in value.items():
+            if state not in (*ALLOWABLE, "incomplete"):
+                raise ValueError(
+                    f"allow_states: unknown state {state!r}; expected one of "
+                    f"{', '.join(ALLOWABLE)} (or incomplete)"
+                )
+            if not isinstance(reason, str) or not reason.strip():
+                raise ValueError(f"allow_states.{state}: give the reason as text")
+        return value
 
     @field_validator("requires_config", mode="before")
     @classmethod

@@ -54,6 +54,7 @@ class PolicySpec:
     rules: tuple[RuleSpec, ...] = field(default_factory=tuple)
     extends: str | None = None  # resolved path of the base policy file
     requires_config: dict[str, Any] = field(default_factory=dict)  # key -> suggested value
+    allow_states: dict[str, str] = field(default_factory=dict)  # run state -> reason
 
     def with_rules(self, rules: tuple[RuleSpec, ...]) -> PolicySpec:
         return replace(self, rules=rules)

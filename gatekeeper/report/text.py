@@ -26,10 +26,14 @@ def summary_line(v: Verdict) -> str:
     counts = v.counts()
     parts = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
     name = v.run.get("name", "run")
+    state = v.run.get("state")
+    if state and state != "unknown":  # sources that record how a run ends (wandb)
+        detail = v.run.get("state_detail")
+        name = f"{name} (run state: {state}{f', {detail}' if detail else ''})"
     head = {
         "pass": "PASSED",
         "fail": "FAILED",
-        "error": "FAILED (could not judge every rule)",
+        "error": f"FAILED ({_error_kinds(v)})",
         "pending": "PENDING",
     }[v.status.value]
     failing = v.failing()
@@ -42,15 +46,38 @@ def summary_line(v: Verdict) -> str:
     return f"gate {head}: {name}: {parts or 'no rules'}{why}{stopped}"
 
 
+def _error_kinds(v: Verdict) -> str:
+    """What the gating errors are: a NaN or a failed run is the finding, not a failure to
+    judge, so the line names the kinds instead of "could not judge"."""
+    kinds: list[str] = []
+    for r in v.failing():
+        kind = (
+            "run state" if r.rule == "run-state"
+            else "non-finite values" if "non-finite" in r.message
+            else "missing or incomplete data"
+        )
+        if kind not in kinds:
+            kinds.append(kind)
+    return "errors: " + ", ".join(kinds)
+
+
 def stopped_text(stopped: dict[str, object]) -> str:
-    """When and why a live run was stopped: `run stopped at train/step 37 (2026-... UTC,
-    41.2 s in) by miles/kl: value 0.3`."""
-    where = f"{stopped.get('step_key') or 'step'} {stopped.get('step')}"
-    if stopped.get("step") is None:
+    """When and why a live run was stopped: `run stopped at train/step 41 (violation at
+    train/step 3; 2026-... UTC, 41.2 s in) by miles/kl: value 0.3; command exit status 143`.
+    The violating step may be far behind the run: both are shown."""
+    key, step = stopped.get("step_key") or "step", stopped.get("step")
+    last_key, last = stopped.get("last_step_key") or key, stopped.get("last_step")
+    where = f"{last_key} {last}" if last is not None else f"{key} {step}"
+    if last is None and step is None:
         where = "no step"
-    when = f"{stopped.get('time', '?')}, {stopped.get('elapsed_seconds', '?')} s in"
+    violation = f"violation at {key} {step}; " if step is not None and last is not None else ""
+    when = f"{violation}{stopped.get('time', '?')}, {stopped.get('elapsed_seconds', '?')} s in"
     rule = stopped.get("rule")
     why = f" by {rule}" if rule else f" ({stopped.get('reason', 'stopped')})"
     value = stopped.get("value")
     shown = f": value {value}" if value is not None else ""
-    return f"run stopped at {where} ({when}){why}{shown}"
+    if step is None and stopped.get("message"):
+        shown = f": {stopped['message']}"  # e.g. a share of points, not a value at a step
+    code = stopped.get("exit_code")
+    exited = f"; command exit status {code}" if code is not None else ""
+    return f"run stopped at {where} ({when}){why}{shown}{exited}"

@@ -22,6 +22,7 @@ class RunOverrides:
     tags: tuple[str, ...] = ()
     config: dict[str, Any] = field(default_factory=dict)
     state: RunState | None = None
+    allowed_states: dict[str, str] = field(default_factory=dict)  # state -> reason
 
     def apply(self, run: Run) -> Run:
         if self.name:
@@ -32,6 +33,7 @@ class RunOverrides:
             set_dotted(run.config, key, value)
         if self.state is not None:
             run.state = self.state
+        run.allowed_states = {**run.allowed_states, **self.allowed_states}
         return run
 
 

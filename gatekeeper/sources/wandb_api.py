@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from gatekeeper.errors import SourceError, SourceNotFound, SourceUnavailable, UsageError
 from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.sources.wandb_axes import Columns, StepAxes
+from gatekeeper.sources.wandb_axes import NESTED, Columns, StepAxes
 
 SCHEME = "wandb://"
 _T = TypeVar("_T")
@@ -112,6 +112,7 @@ class WandbApiSource(LiveSource):
         self.retry = Retry(budget)
         self._api: Any = None
         self._sdk_run: Any = None
+        self._forms: dict[str, bool] = {}  # metric name -> logged as a nested key
         self._next_step = 0
         self._carry: dict[str, float] = {}
 
@@ -142,7 +143,7 @@ class WandbApiSource(LiveSource):
             lo = self._next_step
             hi = min(lo + self.page_size, last + 1)
             rows = self._history_page(sdk_run, lo, hi)
-            for metric, part in _rows_to_series(rows, axes, self._carry).items():
+            for metric, part in _rows_to_series(rows, axes, self._carry, self._forms).items():
                 chunks.setdefault(metric, []).append(part)
             self._next_step = hi
         series = {
@@ -163,6 +164,16 @@ class WandbApiSource(LiveSource):
             )
         self._next_step = int(cursor["next_step"])
         self._carry = {k: float(v) for k, v in cursor.get("carry", {}).items()}
+
+    def read_summary(self, wanted: set[str]) -> dict[str, float]:
+        """Numeric summary values of `wanted` metrics (HF writes `train_loss` there only)."""
+        summary = dict(self.load_run().summary or {})
+        out: dict[str, float] = {}
+        for key in wanted:
+            value = summary.get(key)
+            if isinstance(value, bool | int | float):
+                out[key] = float(value)
+        return out
 
     # -- SDK calls, each retried within the budget --------------------------------------
 
@@ -205,13 +216,15 @@ class WandbApiSource(LiveSource):
             state=_STATES.get(str(sdk_run.state), RunState.UNKNOWN),
             url=sdk_run.url,
             run_id=self.run_id,
+            carries_state=True,
+            state_detail=f"server state {sdk_run.state}",
         )
 
 
 def _rows_to_series(
-    rows: list[dict[str, Any]], axes: StepAxes, carry: dict[str, float]
+    rows: list[dict[str, Any]], axes: StepAxes, carry: dict[str, float], forms: dict[str, bool]
 ) -> dict[str, Series]:
-    cols = Columns(carry)
+    cols = Columns(carry, forms=forms)
     entries: dict[str, tuple[list[int], list[Any]]] = {}
     for index, row in enumerate(rows):
         cols.steps.append(float(row.get("_step", index)))
@@ -234,7 +247,7 @@ def _flatten(row: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     for key, value in row.items():
         if isinstance(value, dict):
             if "_type" not in value:
-                out.extend(_flatten(value, f"{prefix}{key}."))
+                out.extend(_flatten(value, f"{prefix}{key}{NESTED}"))
         else:
             out.append((f"{prefix}{key}", value))
     return out

@@ -14,9 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from gatekeeper.errors import RecordError
 from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Series, merge_chunks
 
 DEFAULT_AXIS = "_step"
+# Sources join a nested key's parts with this (never in a logged key) so that Columns can
+# tell `{"a": {"b": 1}}` from a flat `"a.b"`; both are shown as `a.b`.
+NESTED = "\x1f"
 
 
 @dataclass
@@ -85,26 +89,36 @@ class Columns:
     Python numbers (the API); both become float64 with NaN/±Inf kept.
     """
 
-    def __init__(self, carry: dict[str, float] | None = None):
+    def __init__(
+        self,
+        carry: dict[str, float] | None = None,
+        where: str = "wandb run",
+        forms: dict[str, bool] | None = None,
+    ):
         self.rows: dict[str, Any] = {}  # key -> row indices (list or int array)
         self.vals: dict[str, Any] = {}  # key -> raw values, or (float64 array, mask) done
         self.steps: list[float] = []
         self.carry = carry if carry is not None else {}  # step metric -> last value seen
         self.unplaced: dict[str, int] = {}
+        self.where = where  # the file or run named in errors
+        self.forms = forms if forms is not None else {}  # shown name -> logged nested?
 
     def finish(self, axes: StepAxes) -> dict[str, Series]:
         nrows = len(self.steps)
         values = {k: v if isinstance(v, tuple) else to_floats(v) for k, v in self.vals.items()}
         axis_cols: dict[str, np.ndarray] = {DEFAULT_AXIS: np.asarray(self.steps, VALUE_DTYPE)}
         out: dict[str, Series] = {}
-        for key, (vals, numeric) in values.items():
-            if key.startswith("_"):
+        raw_of = {self._name(k): k for k in values}
+        for raw, (vals, numeric) in values.items():
+            if raw.startswith("_"):
                 continue
+            key = self._name(raw)
             axis = axes.axis_of(key)
             col = axis_cols.get(axis)
             if col is None:
-                col = axis_cols[axis] = self._axis_column(axis, values.get(axis), nrows)
-            steps = col[np.asarray(self.rows[key], np.intp)]
+                raw_axis = raw_of.get(axis, axis)
+                col = axis_cols[axis] = self._axis_column(raw_axis, values.get(raw_axis), nrows)
+            steps = col[np.asarray(self.rows[raw], np.intp)]
             placed = ~np.isnan(steps)
             if numeric is not None:
                 if not numeric.any():
@@ -113,11 +127,42 @@ class Columns:
             if not placed.all():
                 self.unplaced[key] = self.unplaced.get(key, 0) + int((~placed).sum())
                 steps, vals = steps[placed], vals[placed]
+            self._whole_steps(key, axis, steps)
             out[key] = merge_chunks(key, [(steps.astype(STEP_DTYPE), vals)], axis)
         for axis, col in axis_cols.items():
             if axis != DEFAULT_AXIS and col.size:
                 self.carry[axis] = float(col[-1])
         return out
+
+    def _name(self, raw: str) -> str:
+        """The shown name of a logged key; a flat `a.b` and a nested `{"a": {"b"}}` in one
+        run are refused, never merged into one series."""
+        nested = NESTED in raw
+        name = raw.replace(NESTED, ".") if nested else raw
+        if self.forms.setdefault(name, nested) != nested:
+            parts = name.split(".")
+            shape = "{" + "".join(f'"{p}": {{' for p in parts[:-1]) + f'"{parts[-1]}"'
+            raise RecordError(
+                f'metric {name} is logged both as the flat key "{name}" and nested as '
+                f"{shape}{'}' * len(parts)}; both would be named {name} and merged into one "
+                "series. Rename one of them in the trainer's wandb.log call",
+                file=self.where,
+            )
+        return name
+
+    def _whole_steps(self, key: str, axis: str, steps: np.ndarray) -> None:
+        """Steps are integers: a step metric with fractional values (an epoch of 0.25 used
+        as `step_metric`) is refused, never truncated onto the wrong step."""
+        frac = steps != np.floor(steps)
+        if frac.any():
+            bad = float(steps[int(np.argmax(frac))])
+            raise RecordError(
+                f"metric {key} is on step metric {axis} (define_metric), whose value "
+                f"{bad:g} is not a whole number; gatekeeper steps are integers. Use an "
+                f"integer step metric (e.g. global_step) for {key}, or log {axis} as a "
+                "metric rather than a step",
+                file=self.where,
+            )
 
     def _axis_column(
         self, axis: str, vals: tuple[np.ndarray, np.ndarray | None] | None, nrows: int
@@ -136,14 +181,23 @@ _SPECIAL = {"true": 1.0, "false": 0.0, "NaN": np.nan, "Infinity": np.inf, "-Infi
 
 
 def to_floats(values: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
-    """JSON texts or Python values to float64 (NaN/±Inf kept) and a mask of the numeric
-    ones (None when all are): text, media, lists and null are not metric points."""
+    """JSON texts or Python values to float64 (NaN/±Inf kept) and a mask of the points
+    (None when all are). A null is a NaN point: TRL logs a metric whose values are all
+    NaN as `None` (`value_json: "null"`), and dropping it would hide the broken points.
+    Text, media and lists are not metric points, and nor are the nulls of a key that holds
+    them in the same batch."""
     try:
-        return np.array(values, dtype=VALUE_DTYPE), None
+        return np.array(values, dtype=VALUE_DTYPE), None  # numpy reads None as NaN
     except (ValueError, TypeError):
-        floats = [_one_float(v) for v in values]
-        mask = np.array([f is not None for f in floats], dtype=bool)
-        return np.array([np.nan if f is None else f for f in floats], VALUE_DTYPE), mask
+        pass
+    nulls = [v is None or v == "null" for v in values]
+    floats = [None if null else _one_float(v) for v, null in zip(values, nulls, strict=True)]
+    texty = any(f is None and not null for f, null in zip(floats, nulls, strict=True))
+    mask = np.array(
+        [f is not None or (null and not texty) for f, null in zip(floats, nulls, strict=True)],
+        dtype=bool,
+    )
+    return np.array([np.nan if f is None else f for f in floats], VALUE_DTYPE), mask
 
 
 def _one_float(value: Any) -> float | None:

@@ -21,7 +21,7 @@ import orjson
 from google.protobuf.message import DecodeError
 
 from gatekeeper.errors import RecordError, SourceError
-from gatekeeper.sources.wandb_axes import to_floats
+from gatekeeper.sources.wandb_axes import NESTED, to_floats
 from gatekeeper.sources.wandb_log import BLOCK_LEN, LogReader
 
 Column = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # row indices, values, numeric
@@ -228,7 +228,7 @@ def add_history(
     steps.append(float(h.step.num))
     for it in h.item:
         nk = it.nested_key
-        key = nk[0] if len(nk) == 1 else (".".join(nk) if nk else it.key)
+        key = nk[0] if len(nk) == 1 else (NESTED.join(nk) if nk else it.key)
         entry = entries.get(key)
         if entry is None:
             entry = entries[key] = ([], [])
@@ -243,7 +243,7 @@ def _add_history_stepless(
     step = float("nan")
     for it in h.item:
         nk = it.nested_key
-        key = nk[0] if len(nk) == 1 else (".".join(nk) if nk else it.key)
+        key = nk[0] if len(nk) == 1 else (NESTED.join(nk) if nk else it.key)
         value = it.value_json or _typed_value(it)
         if key == "_step" and value is not None:
             step = float(value)

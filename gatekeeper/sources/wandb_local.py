@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from gatekeeper.errors import RecordError, SourceNotFound
-from gatekeeper.model import Run, RunState, Series
+from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.wandb_axes import Columns, StepAxes
 from gatekeeper.sources.wandb_decode import decode
@@ -39,6 +39,38 @@ def resolve_run_dir(path: str) -> str | None:
     return None
 
 
+def wandb_folders(path: str) -> list[str]:
+    """Where a wandb folder `path` names holds its run directories: itself, `path/wandb`."""
+    return [path, os.path.join(path, "wandb")]
+
+
+def run_dirs(path: str) -> set[str]:
+    """The real paths of every run directory in the wandb folder `path` names."""
+    found: set[str] = set()
+    for folder in wandb_folders(path):
+        for prefix in _RUN_DIR_PREFIXES:
+            found.update(os.path.realpath(d) for d in glob.glob(os.path.join(folder, prefix + "*")))
+    return {d for d in found if os.path.isdir(d)}
+
+
+def names_one_run(path: str) -> bool:
+    """True when `path` names one run (a `.wandb` file or a run directory), not a folder."""
+    return path.endswith(".wandb") or _is_wandb_run_name(path) or bool(
+        glob.glob(os.path.join(path, "*.wandb"))
+    )
+
+
+def new_run_dir(path: str, existing: frozenset[str]) -> str | None:
+    """The newest run directory in the wandb folder `path` that is not in `existing`
+    (the runs there before a watch began): `latest-run` when it points to one."""
+    for folder in wandb_folders(path):
+        latest = os.path.join(folder, "latest-run")
+        if os.path.isdir(latest) and os.path.realpath(latest) not in existing:
+            return os.path.realpath(latest)
+    fresh = sorted(run_dirs(path) - existing, key=lambda d: (os.path.getmtime(d), d))
+    return fresh[-1] if fresh else None
+
+
 def _is_wandb_run_name(path: str) -> bool:
     """`wandb/run-*` or `wandb/offline-run-*`: named as the SDK names run directories."""
     norm = os.path.normpath(os.path.abspath(path))
@@ -51,18 +83,24 @@ class WandbLocalSource(LiveSource):
 
     kind = "wandb run directory"
 
-    def __init__(self, spec: str):
+    def __init__(self, spec: str, *, runs_before: frozenset[str] | None = None):
+        """`runs_before` (a live watch of a wandb folder): the run directories that existed
+        when the watch began. The source then follows only a run started after that, never
+        `latest-run` of an earlier one (a reused WANDB_DIR holds finished runs)."""
         super().__init__(spec)
         path = spec[len("file://") :] if spec.startswith("file://") else spec
         self.path = path
         self.log_file = path if path.endswith(".wandb") else None
+        self.runs_before = None if names_one_run(path) else runs_before
         # None until the run exists: a watch may start before training does
-        self.run_dir: str | None = resolve_run_dir(path)
+        self.run_dir: str | None = self._resolve()
         self._reader: LogReader | None = None
         self._axes = StepAxes()
         self._carry: dict[str, float] = {}
         self._meta: dict[str, Any] = {"config": {}, "tags": []}
         self._state = RunState.RUNNING
+        self._last_step = -1.0  # the last `_step` decoded (segments of a resumed run)
+        self._forms: dict[str, bool] = {}  # metric name -> logged as a nested key
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -107,10 +145,16 @@ class WandbLocalSource(LiveSource):
             )
         if cursor.get("file"):
             self._reader = LogReader(cursor["file"], int(cursor.get("offset", 0)))
+            self.run_dir = os.path.dirname(os.path.abspath(cursor["file"]))
         self._axes = StepAxes.from_json(cursor.get("axes", {}))
         self._carry = {k: float(v) for k, v in cursor.get("carry", {}).items()}
         self._meta = dict(cursor.get("meta", {"config": {}, "tags": []}))
         self._state = RunState(cursor.get("state", RunState.RUNNING.value))
+
+    @property
+    def log_path(self) -> str | None:
+        """The `.wandb` file being read, once the run has created it."""
+        return self._reader.path if self._reader else None
 
     # -- Source -------------------------------------------------------------------------
 
@@ -121,14 +165,43 @@ class WandbLocalSource(LiveSource):
             raise SourceNotFound(
                 f"{where}: not a wandb run (no run-*.wandb transaction log, no latest-run)"
             )
-        return self._run(self._decode(reader))
+        earlier = [] if self.log_file or not self.run_dir else earlier_segments(self.run_dir)
+        if not earlier:
+            return self._run(self._decode(reader))
+        return self._read_segments([*(LogReader(log) for log in earlier), reader])
+
+    def _read_segments(self, readers: list[LogReader]) -> Run:
+        """A resumed run: every segment (`offline-run-<time>-<id>` with the same id), in
+        order. Offline, the SDK restarts `_step` at 0 in each segment (it cannot ask the
+        server for the last one), so a segment that restarts is placed after the last."""
+        chunks: dict[str, list[Series]] = {}
+        last = -1.0
+        for reader in readers:
+            self._state = RunState.RUNNING  # the run's state is the last segment's
+            self._meta.pop("exit_code", None)
+            for metric, part in self._decode(reader, after=last).items():
+                chunks.setdefault(metric, []).append(part)
+            last = max(last, self._last_step)
+        merged = {
+            m: merge_chunks(m, [(p.steps, p.values) for p in parts], parts[-1].step_key)
+            for m, parts in sorted(chunks.items())
+        }
+        self._meta["segments"] = len(readers)
+        return self._run(merged)
+
+    def read_summary(self, wanted: set[str]) -> dict[str, float]:
+        """Summary values of `wanted` metrics (a second pass over the file; see
+        wandb_summary). Nothing before the run's log exists."""
+        from gatekeeper.sources.wandb_summary import summary_values
+
+        return summary_values(self._reader.path, wanted) if self._reader else {}
 
     # -- internals ----------------------------------------------------------------------
 
     def _open_reader(self) -> LogReader | None:
         if self._reader is None:
             if self.run_dir is None:
-                self.run_dir = resolve_run_dir(self.path)
+                self.run_dir = self._resolve()
                 if self.run_dir is None:
                     return None  # the run has not started yet
             path = self.log_file or _find_log(self.run_dir)
@@ -137,14 +210,25 @@ class WandbLocalSource(LiveSource):
             self._reader = LogReader(path)
         return self._reader
 
-    def _decode(self, reader: LogReader) -> dict[str, Series]:
-        """Read every new complete record; history goes to columns, the rest to metadata."""
+    def _resolve(self) -> str | None:
+        if self.runs_before is not None:
+            return new_run_dir(self.path, self.runs_before)
+        return resolve_run_dir(self.path)
+
+    def _decode(self, reader: LogReader, after: float | None = None) -> dict[str, Series]:
+        """Read every new complete record; history goes to columns, the rest to metadata.
+        `after`: the last `_step` of an earlier segment; a segment restarting at or below
+        it is shifted to follow it."""
         part = decode(reader.path, reader.offset)
         reader.offset, reader.pending_bytes = part.end, part.pending
         for rec in part.meta:
             self._apply(rec.WhichOneof("record_type"), rec)
-        cols = Columns(self._carry)
-        cols.steps = part.steps
+        cols = Columns(self._carry, where=reader.path, forms=self._forms)
+        steps = part.steps
+        if after is not None and steps and steps[0] <= after:
+            steps = [s + after + 1 for s in steps]
+        self._last_step = max(steps) if steps else (after if after is not None else -1.0)
+        cols.steps = steps
         for key, (rows, values, mask) in part.keys.items():
             cols.rows[key] = rows
             cols.vals[key] = (values, mask)
@@ -159,7 +243,9 @@ class WandbLocalSource(LiveSource):
         elif kind == "config":
             _update_config(self._meta["config"], rec.config)
         elif kind == "exit":
-            self._state = RunState.FINISHED if rec.exit.exit_code == 0 else RunState.FAILED
+            code = rec.exit.exit_code
+            self._state = RunState.FINISHED if code == 0 else RunState.FAILED
+            self._meta["exit_code"] = code
 
     def _apply_run(self, r: Any) -> None:
         meta = self._meta
@@ -182,7 +268,18 @@ class WandbLocalSource(LiveSource):
             state=self._state,
             run_id=meta.get("id"),
             series=series,
+            carries_state=True,
+            state_detail=self._state_detail(),
         )
+
+    def _state_detail(self) -> str:
+        code = self._meta.get("exit_code")
+        segments = self._meta.get("segments")
+        resumed = f"; resumed, {segments} segments read" if segments else ""
+        if code is not None:
+            return f"wandb exit code {code}{resumed}"
+        log = os.path.basename(self._reader.path) if self._reader else "the .wandb log"
+        return f"no exit record in {log}{resumed}"
 
 
 def _update_config(config: dict[str, Any], rec: Any) -> None:
@@ -207,9 +304,26 @@ def _update_config(config: dict[str, Any], rec: Any) -> None:
             cur.pop(keys[-1], None)
 
 
+def earlier_segments(run_dir: str) -> list[str]:
+    """The `.wandb` logs of earlier segments of the run in `run_dir` (resumed with the same
+    id: `offline-run-<time>-<id>`, `run-<time>-<id>`), oldest first."""
+    name = os.path.basename(os.path.normpath(run_dir))
+    parts = name.rsplit("-", 2)
+    if len(parts) != 3 or not name.startswith(_RUN_DIR_PREFIXES):
+        return []
+    stamp, run_id = parts[1], parts[2]
+    found = []
+    for other in glob.glob(os.path.join(os.path.dirname(run_dir), f"*run-*-{run_id}")):
+        other_stamp = os.path.basename(other).rsplit("-", 2)[1]
+        log = _find_log(other)
+        if other_stamp < stamp and log is not None:
+            found.append((other_stamp, log))
+    return [log for _, log in sorted(found)]
+
+
 def _find_log(run_dir: str) -> str | None:
     found = sorted(glob.glob(os.path.join(run_dir, "*.wandb")), key=os.path.getmtime)
     return found[-1] if found else None
 
 
-__all__ = ["WandbLocalSource", "resolve_run_dir"]
+__all__ = ["WandbLocalSource", "names_one_run", "new_run_dir", "resolve_run_dir", "run_dirs"]

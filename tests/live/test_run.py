@@ -81,7 +81,8 @@ def test_bad_point_mid_run_stops_the_command_and_exits_1_naming_the_rule(tmp_pat
     stopped = verdict["stopped"]
     assert stopped["rule"] == "live/kl-zero" and stopped["step"] == 10 and stopped["value"] == 0.5
     assert stopped["signals"] == ["SIGTERM"] and stopped["exit_code"] == 128 + signal.SIGTERM
-    assert "run stopped at train/step 10" in proc.stdout
+    assert "violation at train/step 10" in proc.stdout and "run stopped at train/step" in proc.stdout
+    assert stopped["last_step"] >= 10 and stopped["last_step_key"] == "train/step"
     assert _rows(tmp_path / "m.jsonl") < 400  # killed before it burnt the rest of its budget
 
 
@@ -99,7 +100,9 @@ def test_command_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path: Pat
         grace="1",
     )
     assert proc.returncode == 1, proc.stderr
-    assert verdict["stopped"]["signals"] == ["SIGTERM", "SIGKILL"]
+    # CMD alone first, then the group, then SIGKILL
+    assert verdict["stopped"]["signals"] == ["SIGTERM", "SIGTERM", "SIGKILL"]
+    assert verdict["stopped"]["signal_targets"] == ["CMD", "group", "group"]
     assert verdict["stopped"]["exit_code"] == 128 + signal.SIGKILL
 
 

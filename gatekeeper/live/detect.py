@@ -1,0 +1,154 @@
+"""Which source a live watch follows: decided when data appears, and said out loud.
+
+`gatekeeper run --source out/ -- CMD` may name a folder that does not exist yet, or one
+that will hold `wandb/`, or a reused wandb folder full of finished runs. So the kind is
+not fixed when the watch opens: each poll looks again until data appears — a run
+directory started after the watch began (wandb) or `*.jsonl` records — then follows that
+one source and prints which kind and path it follows.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable
+from typing import Any
+
+from gatekeeper.model import Run
+from gatekeeper.sources import open_live_source
+from gatekeeper.sources.base import LiveSource, Poll
+from gatekeeper.sources.live_jsonl import LiveJsonlSource
+from gatekeeper.sources.wandb_local import (
+    WandbLocalSource,
+    names_one_run,
+    new_run_dir,
+    run_dirs,
+    wandb_folders,
+)
+
+_CURSOR_VERSION = 1
+
+
+def open_follow_source(
+    spec: str, say: Callable[[str], None], *, for_command: bool = False
+) -> LiveSource:
+    """The live source for `watch`/`run`: remote specs as they are, local paths detected.
+    `for_command` (`run`): `wandb/latest-run` means the run CMD is about to start, never
+    the one the link points to now (an earlier run)."""
+    if "://" in spec and not spec.startswith("file://"):
+        source = open_live_source(spec)
+        say(f"gatekeeper: following {source.kind} {spec}")
+        return source
+    path = spec.removeprefix("file://")
+    if for_command and os.path.basename(os.path.normpath(path)) == "latest-run":
+        spec = os.path.dirname(os.path.normpath(path))
+    return DetectingSource(spec, say)
+
+
+class DetectingSource(LiveSource):
+    """A local path whose kind (wandb run or JSONL records) is settled by the first data."""
+
+    kind = "local run (wandb or JSONL, detected when data appears)"
+
+    def __init__(self, spec: str, say: Callable[[str], None]):
+        super().__init__(spec)
+        self.path = spec.removeprefix("file://")
+        self.say = say
+        # the runs already in a wandb folder: a watch follows only a run started after it
+        self.runs_before = frozenset(run_dirs(self.path))
+        self.inner: LiveSource | None = None
+        self._announced = False  # the waiting note was printed
+        self._following = False  # the followed run was printed
+
+    @classmethod
+    def accepts(cls, spec: str) -> bool:
+        return "://" not in spec or spec.startswith("file://")
+
+    def poll(self) -> Poll:
+        inner = self.inner or self._detect()
+        if inner is None:
+            self._waiting()
+            return Poll(series={}, run=Run(name=self.path, source=self.path), ended=False)
+        poll = inner.poll()
+        self._announce(inner, poll.run)
+        return poll
+
+    def read(self) -> Run:
+        return (self.inner or open_live_source(self.spec)).read()
+
+    def cursor(self) -> dict[str, Any]:
+        inner = self.inner
+        kind = "wandb" if isinstance(inner, WandbLocalSource) else "jsonl" if inner else None
+        return {
+            "version": _CURSOR_VERSION,
+            "kind": kind,
+            "inner": inner.cursor() if inner else None,
+            "runs_before": sorted(self.runs_before),
+        }
+
+    def restore(self, cursor: dict[str, Any]) -> None:
+        self.runs_before = frozenset(cursor.get("runs_before", ()))
+        kind = cursor.get("kind")
+        if kind == "wandb":
+            self.inner = WandbLocalSource(self.spec, runs_before=self.runs_before)
+        elif kind == "jsonl":
+            self.inner = LiveJsonlSource(self.spec)
+        if self.inner is not None and cursor.get("inner") is not None:
+            self.inner.restore(cursor["inner"])
+
+    def read_summary(self, wanted: set[str]) -> dict[str, float]:
+        read = getattr(self.inner, "read_summary", None)
+        return read(wanted) if read is not None else {}
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _detect(self) -> LiveSource | None:
+        path = self.path
+        if path.endswith(".wandb") or names_one_run(path) and os.path.isdir(path):
+            self.inner = WandbLocalSource(self.spec)
+        elif os.path.isfile(path):
+            self.inner = LiveJsonlSource(self.spec)
+        elif new_run_dir(path, self.runs_before) is not None:
+            self.inner = WandbLocalSource(self.spec, runs_before=self.runs_before)
+        elif self._is_wandb_folder():
+            return None  # a wandb folder without a new run yet: never read as JSONL
+        elif glob.glob(os.path.join(path, "*.jsonl")):
+            self.inner = LiveJsonlSource(self.spec)
+        return self.inner
+
+    def _is_wandb_folder(self) -> bool:
+        base = os.path.basename(os.path.normpath(self.path))
+        return base == "wandb" or any(
+            os.path.isdir(f) and os.path.basename(f) == "wandb" for f in wandb_folders(self.path)
+        )
+
+    def _waiting(self) -> None:
+        """Say once why runs already in the folder are not followed, and how to attach."""
+        if self._announced or not self.runs_before:
+            return
+        self._announced = True
+        latest = os.path.join(self.path, "latest-run")
+        if not os.path.exists(latest):
+            latest = os.path.join(self.path, "wandb", "latest-run")
+        self.say(
+            f"gatekeeper: waiting for a new wandb run in {self.path} ({len(self.runs_before)} "
+            f"earlier run(s) there are not followed; to follow one already running, pass "
+            f"its directory, e.g. {latest})"
+        )
+
+    def _announce(self, inner: LiveSource, run: Run) -> None:
+        if self._following:
+            return
+        if isinstance(inner, WandbLocalSource):
+            if inner.log_path is None:
+                return  # the run directory is there, its .wandb log not yet
+            started = "started after the watch began" if inner.runs_before is not None else (
+                "named on the command line"
+            )
+            self.say(
+                f"gatekeeper: following wandb run {run.run_id or run.name} ({started}): "
+                f"{inner.log_path}"
+            )
+        else:
+            self.say(f"gatekeeper: following JSONL records in {self.path}")
+        self._following = True

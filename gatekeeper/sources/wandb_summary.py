@@ -1,0 +1,98 @@
+"""Step-less values of a wandb run: its summary, for metrics that have no history points.
+
+HF Trainer writes `train_loss`, `train_runtime` and the like to the summary only. A rule
+on such a metric judges the summary value (a point without a step) instead of calling
+the metric missing. Reading the summary costs a second pass over the `.wandb` file, so
+it is done only for metrics a policy asks for and the history does not have.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from google.protobuf.message import DecodeError
+
+from gatekeeper.errors import RecordError
+from gatekeeper.sources.wandb_log import LogReader
+
+
+@functools.cache
+def summary_parser() -> Any:
+    """`FromString` of the SDK's `Record` narrowed to its `summary` field (the history,
+    the largest part of the file, is skipped as unknown bytes)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from wandb.proto import wandb_internal_pb2
+
+    from gatekeeper.sources.wandb_decode import _add_file_deps
+
+    sdk_file = wandb_internal_pb2.DESCRIPTOR
+    proto = descriptor_pb2.FileDescriptorProto.FromString(sdk_file.serialized_pb)
+    record = next(m for m in proto.message_type if m.name == "Record")
+    kept = [f for f in record.field if f.name == "summary"]
+    del record.field[:]
+    record.field.extend(kept)
+    pool = descriptor_pool.DescriptorPool()
+    _add_file_deps(pool, sdk_file)
+    pool.Add(proto)
+    full_name = f"{proto.package}.Record" if proto.package else "Record"
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name)).FromString
+
+
+def summary_values(path: str, wanted: Iterable[str]) -> dict[str, float]:
+    """The last summary value of each wanted metric in the `.wandb` file at `path` that is
+    a number (NaN/±Inf kept); non-numeric and removed entries are left out."""
+    want = set(wanted)
+    found: dict[str, float] = {}
+    parse = summary_parser()
+    reader = LogReader(path)
+    try:
+        for raw in reader.records():
+            rec = parse(raw)
+            if not rec.HasField("summary"):
+                continue
+            for item in rec.summary.update:
+                name = ".".join(item.nested_key) if item.nested_key else item.key
+                if name in want:
+                    value = _number(item.value_json)
+                    if value is None:
+                        found.pop(name, None)
+                    else:
+                        found[name] = value
+            for item in rec.summary.remove:
+                found.pop(".".join(item.nested_key) if item.nested_key else item.key, None)
+    except DecodeError as exc:
+        raise RecordError(
+            f"record ending at byte {reader.offset} is not a wandb protobuf Record ({exc})",
+            file=path,
+        ) from None
+    return found
+
+
+_SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf, "null": math.nan}
+
+
+def _number(text: str) -> float | None:
+    if text in _SPECIAL:
+        return _SPECIAL[text]
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(value, bool | int | float):
+        return float(value)
+    return None
+
+
+def fill_summary(source: Any, run: Any, policies: Iterable[Any]) -> None:
+    """Set `run.summary_values` for the metrics the policies ask for that have no history
+    points, when the source has a summary (wandb); other sources are left as they are."""
+    read = getattr(source, "read_summary", None)
+    if read is None:
+        return
+    wanted = {r.metric for p in policies for r in p.rules if r.expr is None} - set(run.series)
+    if wanted:
+        run.summary_values = read(wanted)
