@@ -1,17 +1,23 @@
 """The command line: parse arguments, call the library, map errors to exit codes.
 
-Exit codes: 0 gate passed (warnings allowed), 1 gate failed, 2 could not evaluate.
+Exit codes: 0 gate passed (warnings allowed), 1 gate failed, 2 could not evaluate (bad
+arguments, invalid policy, unreadable or malformed source), 70 internal error (a bug in
+gatekeeper: CI must never read a crash as a failing gate). Every error is one line on
+stderr; `--debug` or GATEKEEPER_DEBUG=1 adds the traceback of an internal error.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from gatekeeper import __version__
-from gatekeeper.errors import GatekeeperError, UsageError
+from gatekeeper.errors import INTERNAL_ERROR, GatekeeperError, UsageError, one_line
 from gatekeeper.model import RunState
 from gatekeeper.policy.overrides import parse_override
 from gatekeeper.sources import RunOverrides
@@ -139,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="gatekeeper", description="Training-run health gate.")
     parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true",
+        help="on an internal error, print the full traceback (also GATEKEEPER_DEBUG=1)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("check", help="judge a finished run against policies (CI gate)")
@@ -169,16 +179,69 @@ import gatekeeper.commands.history  # noqa: E402,F401 - `history`, check --histo
 import gatekeeper.commands.live  # noqa: E402,F401 - `watch`, `run`
 
 
+# Where the one-line internal-error message sends people.
+REPORT_BUGS = "the gatekeeper issue tracker, with the --debug output"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0")
     try:
-        args = build_parser().parse_args(argv)
-        return int(args.func(args))
+        with _quiet_numpy():
+            args = build_parser().parse_args(argv)
+            return int(args.func(args))
     except GatekeeperError as exc:
-        print(f"gatekeeper: error: {exc}", file=sys.stderr)
+        print(f"gatekeeper: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gatekeeper: interrupted", file=sys.stderr)
         return 130
+    except SystemExit:
+        raise  # argparse's --help/--version: their own output and code
+    except BaseException as exc:  # noqa: BLE001 - anything else is a bug, never "gate failed"
+        return _internal_error(exc, debug)
+
+
+def _internal_error(exc: BaseException, debug: bool) -> int:
+    """One line saying it is a bug, where it happened and where to report it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "gatekeeper" in f.filename.replace(os.sep, "/")] or frames
+    where = f" at {_short(ours[-1].filename)}:{ours[-1].lineno}" if ours else ""
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    hint = "" if debug else "; rerun with --debug (or GATEKEEPER_DEBUG=1) for the traceback"
+    text = one_line(f"{type(exc).__name__}: {exc}")[:300]
+    print(
+        f"gatekeeper: internal error (a bug in gatekeeper, not a gate result): {text}{where}"
+        f"{hint}; please report it on {REPORT_BUGS}",
+        file=sys.stderr,
+    )
+    return INTERNAL_ERROR
+
+
+def _short(filename: str) -> str:
+    norm = filename.replace(os.sep, "/")
+    cut = norm.rfind("gatekeeper/")
+    return norm[cut:] if cut >= 0 else os.path.basename(norm)
+
+
+class _quiet_numpy:
+    """NaN and Inf are data here (judged as errors by the engine), not a reason for numpy
+    to print RuntimeWarnings ("invalid value encountered") into CI logs."""
+
+    def __enter__(self) -> None:
+        import numpy as np
+
+        self._err = np.seterr(all="ignore")
+        self._warn = warnings.catch_warnings()
+        self._warn.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc: object) -> None:
+        import numpy as np
+
+        self._warn.__exit__(*exc)
+        np.seterr(**self._err)
 
 
 if __name__ == "__main__":
