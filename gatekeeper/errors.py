@@ -58,9 +58,11 @@ def quote(value: Any, limit: int = 60) -> str:
     elif isinstance(value, float):
         text = json.dumps(value)  # NaN, Infinity as JSON spells them
     elif isinstance(value, (list, tuple)):
-        text = f"a list of {len(value)}: " + _shallow(value, "[", "]")
+        text = _shallow(value, "[", "]")
+        text = text if len(value) <= 4 else f"a list of {len(value)}: {text}"
     elif isinstance(value, dict):
-        text = f"an object of {len(value)} fields: " + _shallow(value, "{", "}")
+        text = _shallow(value, "{", "}")
+        text = text if len(value) <= 4 else f"an object of {len(value)} fields: {text}"
     elif isinstance(value, (bytes, bytearray)):
         text = repr(bytes(value[: limit * 2]))
     else:

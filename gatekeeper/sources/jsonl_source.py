@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from gatekeeper.errors import SourceError, SourceNotFound
+from gatekeeper.errors import SourceError, SourceNotFound, one_line, quote
 from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import Source
 from gatekeeper.sources.jsonl import JsonlParser, jsonl_files, parse_file
@@ -35,7 +35,12 @@ class JsonlSource(Source):
             return found
         if os.path.isfile(self.path):
             return [self.path]
-        raise SourceNotFound(f"{self.path}: no such file or directory")
+        if os.path.exists(self.path):  # a FIFO or a device: never read (it may not end)
+            raise SourceError(
+                f"{one_line(self.path)}: not a regular file or directory; only regular files "
+                "are read"
+            )
+        raise SourceNotFound(f"{one_line(self.path)}: no such file or directory")
 
     def _parser(self, path: str) -> JsonlParser:
         if self.step_aliases is None:
@@ -51,13 +56,13 @@ class JsonlSource(Source):
             try:
                 parse_file(parser, final=True)
             except OSError as exc:
-                raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+                raise SourceError(f"{one_line(path)}: cannot read: {exc.strerror}") from None
             for metric, parts in parser.chunks.items():
                 key = parser.step_keys[metric]
                 if step_keys.setdefault(metric, key) != key:
                     raise SourceError(
-                        f"{path}: metric {metric!r} is on step axis {key!r} here but on "
-                        f"{step_keys[metric]!r} in another file of this run"
+                        f"{one_line(path)}: metric {quote(metric)} is on step axis {quote(key)} "
+                        f"here but on {quote(step_keys[metric])} in another file of this run"
                     )
                 chunks.setdefault(metric, []).extend(parts)
             for event in parser.events:

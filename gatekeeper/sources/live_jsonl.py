@@ -26,7 +26,7 @@ import numpy as np
 from gatekeeper.errors import SourceError
 from gatekeeper.model import Run, RunState, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.sources.jsonl import BLOCK_SIZE, JsonlParser
+from gatekeeper.sources.jsonl import BLOCK_SIZE, JsonlParser, open_regular
 from gatekeeper.sources.jsonl_source import JsonlSource, _end_state
 
 _CURSOR_VERSION = 1
@@ -138,6 +138,10 @@ class LiveJsonlSource(LiveSource):
             except OSError as exc:
                 raise SourceError(f"{self.path}: cannot list directory: {exc.strerror}") from None
             return [os.path.join(self.path, n) for n in names]
+        if os.path.exists(self.path) and not os.path.isfile(self.path):
+            raise SourceError(
+                f"{self.path}: not a regular file or directory; only regular files are read"
+            )
         return [self.path] if os.path.isfile(self.path) else []
 
     def _parser(self, tail: _Tail) -> JsonlParser:
@@ -148,7 +152,7 @@ class LiveJsonlSource(LiveSource):
 
     def _poll_file(self, tail: _Tail, out: dict[str, list[tuple[np.ndarray, np.ndarray]]]) -> None:
         try:
-            fh = open(tail.path, "rb")
+            fh = open_regular(tail.path)  # a FIFO is an error, never a poll that hangs
         except FileNotFoundError:
             return  # renamed away between listing and opening: the next poll sees the new one
         except OSError as exc:
