@@ -1,8 +1,16 @@
-"""Load policy files (YAML 1.2, ruamel) into `PolicySpec`s; every error names file:line:field."""
+"""Load policy files (YAML 1.2, ruamel) into `PolicySpec`s; every error names file:line:field.
+
+Hostile files are bounded, not trusted: at most MAX_POLICY_BYTES, nesting at most
+MAX_DEPTH levels, at most ALIAS_BUDGET nodes produced by alias expansion (a YAML
+"billion laughs" is refused, not expanded), and no NaN or infinite number anywhere
+(a `max: .nan` rule could never fail). Loading time is linear in the file's size.
+"""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -12,13 +20,16 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from gatekeeper.checks import registry
-from gatekeeper.errors import PolicyError
+from gatekeeper.errors import PolicyError, one_line, quote
 from gatekeeper.expr import parse_expr
 from gatekeeper.policy.schema import Policy, Rule, RuleOverride
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import Mode
 
 POLICY_SUFFIXES = (".yaml", ".yml")
+MAX_POLICY_BYTES = 64 << 20
+MAX_DEPTH = 64  # policies nest a few levels; deeper is an attack or a generator's bug
+ALIAS_BUDGET = 100_000  # nodes copied through aliases (a shared `when:` block is tens)
 
 
 def display_path(path: str) -> str:
@@ -69,28 +80,58 @@ def load_policies(paths: list[str]) -> list[PolicySpec]:
 
 def read_yaml(path: str) -> Any:
     """Parse one YAML file, keeping line information; errors carry file:line."""
-    yaml = YAML(typ="rt")
+    from gatekeeper.sources.jsonl import open_regular
+
+    shown = display_path(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.load(fh)
+        with open_regular(path, lambda why: PolicyError(why, file=shown)) as fh:
+            raw = fh.read(MAX_POLICY_BYTES + 1)
+        if len(raw) > MAX_POLICY_BYTES:
+            raise PolicyError(
+                f"policy file is larger than {MAX_POLICY_BYTES >> 20} MiB; split it", file=shown
+            )
+        # A whole string, not the file object: ruamel's stream reader re-copies its
+        # buffer per chunk, quadratic on a long scalar (a 10 MB description took 47 s).
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"not UTF-8 text (byte {exc.start})", file=shown) from None
+    except OSError as exc:
+        raise PolicyError(f"cannot read policy: {exc.strerror or exc}", file=shown) from None
+    yaml = YAML(typ="rt")
+    yaml.max_depth = MAX_DEPTH
+    try:
+        return yaml.load(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise PolicyError(f"invalid YAML: {problem}", file=display_path(path), line=line) from None
+        problem = str(exc.problem or exc.context or "invalid YAML").split("\n  in ")[0]
+        problem = one_line(problem)
+        raise PolicyError(f"invalid YAML: {problem}", file=shown, line=line) from None
     except YAMLError as exc:
-        raise PolicyError(f"invalid YAML: {exc}", file=display_path(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(f"cannot read policy: {exc}", file=display_path(path)) from None
+        problem = one_line(str(exc).split("\n  in ")[0])
+        raise PolicyError(f"invalid YAML: {problem}", file=shown) from None
+    except RecursionError:
+        raise PolicyError(f"nested deeper than {MAX_DEPTH} levels", file=shown) from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # ruamel converts tagged and plain scalars with int()/float(): a 5,000-digit
+        # integer or `!!float rules` fails there, without a mark
+        long_number = re.search(r"\d{4000,}", text)
+        line = text.count("\n", 0, long_number.start()) + 1 if long_number else None
+        raise PolicyError(
+            f"invalid YAML value: {one_line(str(exc))[:200]}", file=shown, line=line
+        ) from None
 
 
 def load_policy(path: str, _chain: tuple[str, ...] = ()) -> PolicySpec:
     shown = display_path(path)
     tree = read_yaml(path)
     if not isinstance(tree, CommentedMap):
-        raise PolicyError("a policy file is a YAML mapping (version, name, rules, ...)", file=shown, line=1)
+        raise PolicyError(
+            "a policy file is a YAML mapping (version, name, rules, ...)", file=shown, line=1
+        )
+    data = plain_policy(tree, shown)
     try:
-        policy = Policy.model_validate(plain(tree))
+        policy = Policy.model_validate(data)
     except ValidationError as exc:
         raise _policy_error(exc, tree, shown) from None
     rules = tuple(
@@ -222,12 +263,33 @@ def _rule_spec(
     )
 
 
-def plain(node: Any) -> Any:
-    """ruamel's commented containers and scalar subclasses as plain Python values."""
+class _TooBig(Exception):
+    """plain() went past its depth or alias budget; `loc` is where."""
+
+    def __init__(self, why: str, loc: tuple[Any, ...]):
+        super().__init__(why)
+        self.loc = loc
+
+
+def plain(node: Any, budget: list[int] | None = None, _loc: tuple[Any, ...] = ()) -> Any:
+    """ruamel's commented containers and scalar subclasses as plain Python values.
+
+    Containers reached again through an alias are copied again (plain values do not
+    share), so `budget` ([nodes left]) bounds the copying; depth is bounded by MAX_DEPTH
+    (also what stops a self-referencing alias, `&a [*a]`). Keys become strings when they
+    are not (a tagged or complex key): never an unhashable key, never a crash.
+    """
+    if budget is None:
+        budget = [ALIAS_BUDGET * 20]
+    if len(_loc) > MAX_DEPTH:
+        raise _TooBig(f"nested deeper than {MAX_DEPTH} levels (a recursive alias?)", _loc)
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooBig("aliases expand to too many nodes (a YAML 'billion laughs'?)", _loc)
     if isinstance(node, dict):
-        return {plain(k): plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [plain(v) for v in node]
+        return {_key(k): plain(v, budget, (*_loc, _key(k))) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [plain(v, budget, (*_loc, i)) for i, v in enumerate(node)]
     if isinstance(node, bool) or node is None:
         return node
     if isinstance(node, int):
@@ -236,7 +298,69 @@ def plain(node: Any) -> Any:
         return float(node)
     if isinstance(node, str):
         return str(node)
-    return node
+    tag = getattr(getattr(node, "tag", None), "value", None)  # ruamel's TaggedScalar
+    raise _TooBig(f"unsupported YAML tag {quote(tag or type(node).__name__)}", _loc)
+
+
+def _key(k: Any) -> Any:
+    if isinstance(k, (bool, int, float)) or k is None:
+        return plain(k)
+    if isinstance(k, str):
+        return str(k)
+    tag = getattr(getattr(k, "tag", None), "value", None)
+    shown = f"{tag} {getattr(k, 'value', '')}" if tag else type(k).__name__
+    return one_line(shown)[:80]  # a tagged or complex key: shown, then refused as unknown
+
+
+def plain_policy(tree: CommentedMap, shown: str) -> Any:
+    """The policy tree as plain values: bounded (see `plain`) and without a non-finite
+    number anywhere — a NaN threshold makes a rule that can never fail."""
+    budget = [_node_count(tree) + ALIAS_BUDGET]
+    try:
+        data = plain(tree, budget)
+    except _TooBig as exc:
+        raise PolicyError(
+            f"{_dotted(exc.loc) or '(top level)'}: {exc}", file=shown, line=line_of(tree, exc.loc)
+        ) from None
+    bad = _non_finite(data)
+    if bad is not None:
+        loc, value = bad
+        raise PolicyError(
+            f"{_dotted(loc)}: a policy number must be finite, got {quote(value)}; NaN never "
+            "compares false and infinity is no bound (leave the bound out instead)",
+            file=shown,
+            line=line_of(tree, loc),
+        )
+    return data
+
+
+def _node_count(tree: Any) -> int:
+    """Nodes of the tree as written (each anchored node once): the budget's base."""
+    seen: set[int] = set()
+    stack = [tree]
+    n = 0
+    while stack:
+        node = stack.pop()
+        n += 1
+        if isinstance(node, (dict, list)):
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.extend(node.values() if isinstance(node, dict) else node)
+    return n
+
+
+def _non_finite(data: Any) -> tuple[tuple[Any, ...], float] | None:
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), data)]
+    while stack:
+        loc, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return loc, node
+        if isinstance(node, dict):
+            stack.extend(((*loc, k), v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend(((*loc, i), v) for i, v in enumerate(node))
+    return None
 
 
 def line_of(tree: Any, loc: tuple[Any, ...]) -> int | None:
@@ -246,7 +370,7 @@ def line_of(tree: Any, loc: tuple[Any, ...]) -> int | None:
     if isinstance(node, (CommentedMap, CommentedSeq)):
         line = node.lc.line + 1
     for part in loc:
-        if isinstance(node, CommentedMap) and part in node:
+        if isinstance(node, CommentedMap) and _has_key(node, part):
             line = node.lc.key(part)[0] + 1
             node = node[part]
         elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
@@ -257,13 +381,21 @@ def line_of(tree: Any, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
+def _has_key(node: CommentedMap, part: Any) -> bool:
+    try:
+        return part in node
+    except TypeError:  # an unhashable key from a tagged YAML node
+        return False
+
+
 def _dotted(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            text = one_line(str(part))[:80]
+            out += f".{text}" if out else text
     return out
 
 
@@ -285,10 +417,12 @@ def _policy_error(
         if err["type"] == "missing":
             msg = "is required"
         elif not isinstance(got, (dict, list)) and got is not None and "got" not in msg:
-            msg += f", got {got!r}"
+            msg += f", got {quote(got)}"
+        msg = one_line(msg)
         field = _dotted(loc) or "(top level)"
         location = f"{shown}:{where}: " if where else f"{shown}: "
         lines.append(f"{location}{field}: {msg}")
     if len(lines) == 1:
         return PolicyError(lines[0])
-    return PolicyError(f"{len(lines)} problems in {shown}:\n  " + "\n  ".join(lines))
+    # one line: an error must not spill over lines a CI log reads one by one
+    return PolicyError(f"{len(lines)} problems in {shown}: " + " | ".join(lines))
