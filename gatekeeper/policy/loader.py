@@ -322,15 +322,10 @@ def plain_policy(tree: CommentedMap, shown: str) -> Any:
         raise PolicyError(
             f"{_dotted(exc.loc) or '(top level)'}: {exc}", file=shown, line=line_of(tree, exc.loc)
         ) from None
-    bad = _non_finite(data)
+    bad = out_of_range(data)
     if bad is not None:
-        loc, value = bad
-        raise PolicyError(
-            f"{_dotted(loc)}: a policy number must be finite, got {quote(value)}; NaN never "
-            "compares false and infinity is no bound (leave the bound out instead)",
-            file=shown,
-            line=line_of(tree, loc),
-        )
+        loc, why = bad
+        raise PolicyError(f"{_dotted(loc)}: {why}", file=shown, line=line_of(tree, loc))
     return data
 
 
@@ -350,12 +345,21 @@ def _node_count(tree: Any) -> int:
     return n
 
 
-def _non_finite(data: Any) -> tuple[tuple[Any, ...], float] | None:
+def out_of_range(data: Any) -> tuple[tuple[Any, ...], str] | None:
+    """The first number no policy may hold, with why: a NaN or infinite float (a
+    `max: .nan` rule can never fail), or an integer outside int64 (steps, counts)."""
     stack: list[tuple[tuple[Any, ...], Any]] = [((), data)]
     while stack:
         loc, node = stack.pop()
         if isinstance(node, float) and not math.isfinite(node):
-            return loc, node
+            return loc, (
+                f"a policy number must be finite, got {quote(node)}; NaN never compares "
+                "false and infinity is no bound (leave the bound out instead)"
+            )
+        if isinstance(node, int) and not isinstance(node, bool) and not (
+            -(2**63) <= node < 2**63
+        ):
+            return loc, f"a policy number must fit int64, got {quote(node)}"
         if isinstance(node, dict):
             stack.extend(((*loc, k), v) for k, v in node.items())
         elif isinstance(node, list):
