@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gatekeeper.errors import SourceError, quote
 from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Series, merge_chunks
 
 DEFAULT_AXIS = "_step"
@@ -113,6 +114,7 @@ class Columns:
             if not placed.all():
                 self.unplaced[key] = self.unplaced.get(key, 0) + int((~placed).sum())
                 steps, vals = steps[placed], vals[placed]
+            _check_steps(key, axis, steps)
             out[key] = merge_chunks(key, [(steps.astype(STEP_DTYPE), vals)], axis)
         for axis, col in axis_cols.items():
             if axis != DEFAULT_AXIS and col.size:
@@ -130,6 +132,17 @@ class Columns:
         known = ~np.isnan(col)
         last = np.maximum.accumulate(np.where(known, np.arange(nrows + 1), 0))
         return col[last][1:]
+
+
+def _check_steps(key: str, axis: str, steps: np.ndarray) -> None:
+    """A step metric's values must be whole numbers float64 holds exactly: a `train/step`
+    of 1e300 or 0.5 would otherwise be cast to another step (1e300 to INT64_MIN)."""
+    bad = ~(np.abs(steps) <= 2.0**53) | (steps != np.floor(steps))
+    if bad.any():
+        raise SourceError(
+            f"metric {quote(key)}: its step metric {quote(axis)} has the value "
+            f"{quote(float(steps[int(np.argmax(bad))]))}; a step is a whole number within 2**53"
+        )
 
 
 _SPECIAL = {"true": 1.0, "false": 0.0, "NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
