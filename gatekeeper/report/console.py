@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gatekeeper.errors import one_line
 from gatekeeper.report.text import step_text, summary_line, value_text
 from gatekeeper.verdict import Status, Verdict
 
@@ -41,15 +42,16 @@ def render(verdict: Verdict, stream: TextIO | None = None, *, show_skipped: bool
         if r.mode.value == "shadow":
             status.append(" (shadow)", style="dim")
         message = r.message + (f" [override: {r.override}]" if r.override else "")
-        # Text(), not str: rule messages may contain "[...]", which rich reads as markup.
+        # Text(), not str: rule messages may contain "[...]", which rich reads as markup;
+        # one_line: names from the run may hold control characters or lone surrogates.
         table.add_row(
-            Text(f"{r.policy}/{r.rule}"),
+            Text(one_line(f"{r.policy}/{r.rule}")),
             status,
-            Text(r.metric),
-            Text(step_text(r)),
+            Text(one_line(r.metric)),
+            Text(one_line(step_text(r))),
             Text(value_text(r)),
-            Text(r.expected),
-            Text(message),
+            Text(one_line(r.expected)),
+            Text(one_line(message)),
         )
     console.print(table)
     style = "bold green" if verdict.passed else "bold red"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
+from gatekeeper.errors import one_line
 from gatekeeper.report.text import result_line, step_text, summary_line, value_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
 
@@ -18,6 +19,7 @@ SUMMARY_LIMIT = 1024 * 1024
 
 
 def _escape_data(text: str) -> str:
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
@@ -60,7 +62,7 @@ def annotation_lines(verdict: Verdict) -> list[str]:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return one_line(text).replace("|", "\\|")
 
 
 def step_summary(verdict: Verdict, budget: int = SUMMARY_LIMIT) -> str:
