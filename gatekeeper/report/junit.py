@@ -12,7 +12,6 @@ from gatekeeper.report.files import write_atomic
 from gatekeeper.report.text import result_line, stopped_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
 
-
 # XML 1.0 cannot carry these at all (not even escaped): written as \xNN / \uNNNN text.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
