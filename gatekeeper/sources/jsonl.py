@@ -108,10 +108,13 @@ def step_of(value: Any, path: str, line: int, what: str) -> int:
     """A step as written: a whole number that fits int64 (3 and 3.0; not true, "3", 1e300)."""
     if isinstance(value, int) and not isinstance(value, bool) and STEP_MIN <= value <= STEP_MAX:
         return value
-    if isinstance(value, float) and value.is_integer() and -(2.0**63) <= value < 2.0**63:
+    # A float step must be exact: beyond 2**53 it may stand for another whole number (and
+    # orjson reads an integer below -2**63 as the float -2**63: INT64_MIN, wrongly).
+    if isinstance(value, float) and value.is_integer() and abs(value) <= _EXACT:
         return int(value)
     raise RecordError(
-        f"{what} must be a whole number that fits int64 (-2**63 .. 2**63-1), got {quote(value)}",
+        f"{what} must be a whole number that fits int64 (-2**63 .. 2**63-1; written with a "
+        f"fraction or exponent, within 2**53), got {quote(value)}",
         file=path,
         line=line,
     )
