@@ -335,6 +335,9 @@ class JsonlParser:
             # orjson counts lines and columns within this one line: say "byte" instead
             why = re.sub(r": line 1 column \d+ \(char (\d+)\)$", r" at byte \1 of the line",
                          str(exc))
+            why = why.replace(
+                "number is infinity when parsed as double", "a number out of range of a float64"
+            )
             raise self._not_json(raw, line, why)
         try:
             text = raw.decode("utf-8")

@@ -16,21 +16,62 @@ from typing import Any
 # (JSON text, is it a valid step?) — what a hostile writer puts where a step goes
 STEPS_OK = ["0", "1", "7", "3.0", "-5", "4611686018427387904", "9007199254740993"]
 STEPS_BAD = [
-    "true", "false", '"3"', "1e300", "9223372036854775808", "18446744073709551617",
-    "-9223372036854775809", "0.5", "null", '"NaN"', "[1]", "{}", "1" + "0" * 400, "NaN",
+    "true",
+    "false",
+    '"3"',
+    "1e300",
+    "9223372036854775808",
+    "18446744073709551617",
+    "-9223372036854775809",
+    "0.5",
+    "null",
+    '"NaN"',
+    "[1]",
+    "{}",
+    "1" + "0" * 400,
+    "NaN",
     "Infinity",
 ]
 VALUES_OK = [
-    "0.25", "-3", "1e-300", "true", "false", '"NaN"', '"Infinity"', '"-Infinity"', "NaN",
-    "-Infinity", "null", "1e308", "12345678901234567890",
+    "0.25",
+    "-3",
+    "1e-300",
+    "true",
+    "false",
+    '"NaN"',
+    '"Infinity"',
+    '"-Infinity"',
+    "NaN",
+    "-Infinity",
+    "null",
+    "1e308",
+    "12345678901234567890",
 ]
 VALUES_BAD = [
-    '"0.5"', '"1_000"', '"abc"', '""', "[1]", '{"a": 1}', "1" + "0" * 400, "1e400",
-    "-1e400", '"1e3"', "[[[[1]]]]",
+    '"0.5"',
+    '"1_000"',
+    '"abc"',
+    '""',
+    "[1]",
+    '{"a": 1}',
+    "1" + "0" * 400,
+    "1e400",
+    "-1e400",
+    '"1e3"',
+    "[[[[1]]]]",
 ]
 NAMES = [
-    "loss", "a\\nb", "::warning file=x::pwned", "tab\\there", "q\\\"uote", "back\\\\slash",
-    "ünï", "\\u2028sep", "bell\\u0007", "%0A", "x" * 200,
+    "loss",
+    "a\\nb",
+    "::warning file=x::pwned",
+    "tab\\there",
+    'q\\"uote',
+    "back\\\\slash",
+    "ünï",
+    "\\u2028sep",
+    "bell\\u0007",
+    "%0A",
+    "x" * 200,
 ]
 
 
@@ -82,8 +123,21 @@ def jsonl_case(seed: int) -> Case:
 
 
 HOSTILE_BYTES = [
-    b"\x00", b"\xff", b"\xed\xa0\x80", b"[" * 2000, b"{" * 300, b"9" * 500, b"\n", b'"',
-    b"NaN", b"\\ud800", b"\r", b"::error::x", b"1e400", b"true", b"-",
+    b"\x00",
+    b"\xff",
+    b"\xed\xa0\x80",
+    b"[" * 2000,
+    b"{" * 300,
+    b"9" * 500,
+    b"\n",
+    b'"',
+    b"NaN",
+    b"\\ud800",
+    b"\r",
+    b"::error::x",
+    b"1e400",
+    b"true",
+    b"-",
 ]
 
 
@@ -116,22 +170,42 @@ def jsonl_mutant(seed: int) -> Case:
 # -- policies --------------------------------------------------------------------------
 
 CHECKS_OK = [
-    "{max: 1}", "{min: -2.5}", "{abs_max: 1.0e-9}", "{between: [0, 1]}",
-    "{approx: {value: 0.5, abs: 0.1}}", "{finite: true}", "{reach: {value: 0.7, by_step: 80}}",
+    "{max: 1}",
+    "{min: -2.5}",
+    "{abs_max: 1.0e-9}",
+    "{between: [0, 1]}",
+    "{approx: {value: 0.5, abs: 0.1}}",
+    "{finite: true}",
+    "{reach: {value: 0.7, by_step: 80}}",
     "{trend: {max_slope: 0.1}}",
 ]
 # (check or field text, why it is invalid) — each line of the policy where it is placed
 CHECKS_BAD = [
-    "{max: .nan}", "{min: -.inf}", "{between: [.nan, .nan]}", "{approx: {value: .nan, abs: 1}}",
-    "{trend: {max_slope: .nan}}", "{fraction: {above: .nan, max: 0.1}}", "{max: !foo 1}",
-    "{max: " + "9" * 30 + "}", "{between: [1, 0]}", "{nope: 1}", "{max: [" * 70 + "]" * 70 + "}",
-    "{max: 1, min: 0}", "{abs_max: -1}",
+    "{max: .nan}",
+    "{min: -.inf}",
+    "{between: [.nan, .nan]}",
+    "{approx: {value: .nan, abs: 1}}",
+    "{trend: {max_slope: .nan}}",
+    "{fraction: {above: .nan, max: 0.1}}",
+    "{max: !foo 1}",
+    "{max: " + "9" * 30 + "}",
+    "{between: [1, 0]}",
+    "{nope: 1}",
+    "{max: [" * 70 + "]" * 70 + "}",
+    "{max: 1, min: 0}",
+    "{abs_max: -1}",
 ]
 STEPS_POLICY = ["all", "first", "last", "[0, 1]", "{from: 0, to: 5}", "{last: 3}"]
 EXPRS_OK = ["loss * 2", "abs(loss)", "max(loss, 1)", "-loss", "(loss + 1) / 2"]
 EXPRS_BAD = [
-    "(" * 250 + "loss" + ")" * 250, "-" * 450 + "loss", "+".join(["loss"] * 600), "loss **",
-    "open(loss)", "1e400 * loss", "`", "loss\n::warning::x",
+    "(" * 250 + "loss" + ")" * 250,
+    "-" * 450 + "loss",
+    "+".join(["loss"] * 600),
+    "loss **",
+    "open(loss)",
+    "1e400 * loss",
+    "`",
+    "loss\n::warning::x",
 ]
 
 
@@ -181,8 +255,31 @@ def laughs(levels: int, width: int = 9) -> bytes:
 
 # -- expressions -----------------------------------------------------------------------
 
-EXPR_ATOMS = ["loss", "train/kl", "`eval/acc@1`", "2", "0.5", "1e3", "abs(", "max(", "log(",
-              "(", ")", "+", "-", "*", "/", ",", " ", "min(", "exp(", "`", "@", "1e999", "\n"]
+EXPR_ATOMS = [
+    "loss",
+    "train/kl",
+    "`eval/acc@1`",
+    "2",
+    "0.5",
+    "1e3",
+    "abs(",
+    "max(",
+    "log(",
+    "(",
+    ")",
+    "+",
+    "-",
+    "*",
+    "/",
+    ",",
+    " ",
+    "min(",
+    "exp(",
+    "`",
+    "@",
+    "1e999",
+    "\n",
+]
 
 
 def expr_text(seed: int) -> str:

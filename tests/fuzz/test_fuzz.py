@@ -91,8 +91,11 @@ def test_expressions_parse_or_say_why() -> None:
         except ExprError:
             pass
     rng = random.Random(1)
-    inputs = {"loss": np.array([0.5, 2.0]), "kl": np.array([0.0, 1.0]),
-              "eval/acc@1": np.array([0.7, 0.8])}
+    inputs = {
+        "loss": np.array([0.5, 2.0]),
+        "kl": np.array([0.0, 1.0]),
+        "eval/acc@1": np.array([0.7, 0.8]),
+    }
     for _ in range(scaled(1000)):
         expr = parse_expr(f"loss + ({gen.valid_expr(rng)})")  # reads at least one metric
         assert expr.evaluate({m: inputs[m] for m in expr.metrics}).shape == (2,)

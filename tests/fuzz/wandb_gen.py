@@ -21,8 +21,22 @@ HEADER = b":W&B\xe1\xbe\x00"
 STEP_TEXTS_OK = ["0", "3", "12.0", "9007199254740992"]
 STEP_TEXTS_BAD = ["abc", "1e300", "true", "[1]", '"3"', "0.5", "NaN", "{}", "1e999", "-1e300"]
 VALUE_TEXTS = [
-    "0.5", "1,2", "3, 4", "NaN", "Infinity", "-Infinity", "null", '"text"', "[1, 2]", "{}",
-    "true", "1e999", "", "12345678901234567890123", '{"_type": "histogram"}', "1_000",
+    "0.5",
+    "1,2",
+    "3, 4",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "null",
+    '"text"',
+    "[1, 2]",
+    "{}",
+    "true",
+    "1e999",
+    "",
+    "12345678901234567890123",
+    '{"_type": "histogram"}',
+    "1_000",
 ]
 
 
@@ -57,7 +71,9 @@ def _config(rng: random.Random) -> pb.Record:
             item.key = keys[0]
         else:
             item.nested_key.extend(keys)
-        item.value_json = rng.choice(['{"x": 1}', "5", '"s"', "NaN", "[1", "null", '{"a": {"b": 2}}'])
+        item.value_json = rng.choice(
+            ['{"x": 1}', "5", '"s"', "NaN", "[1", "null", '{"a": {"b": 2}}']
+        )
     if rng.random() < 0.3:
         rm = cfg.remove.add()
         rm.nested_key.extend(["model", "a"])
@@ -71,7 +87,9 @@ def wandb_case(seed: int) -> tuple[Case, list[bytes]]:
     run = pb.RunRecord(run_id=f"r{seed}", display_name=rng.choice(["ok", "a\nb::x", "ü"]))
     records.append(pb.Record(run=run))
     if rng.random() < 0.5:
-        records.append(pb.Record(metric=pb.MetricRecord(glob_name="train/*", step_metric="train/step")))
+        records.append(
+            pb.Record(metric=pb.MetricRecord(glob_name="train/*", step_metric="train/step"))
+        )
     bad_row = rng.randrange(6) if rng.random() < 1 / 3 else None
     for i in range(6):
         if rng.random() < 0.3:
