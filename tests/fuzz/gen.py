@@ -80,6 +80,7 @@ class Case:
     name: str
     data: bytes
     bad_lines: set[int] | None  # None: well formed; else the lines an error may name
+    labelled: bool = True  # False for mutants: nobody knows whether they are well formed
 
 
 def _point(rng: random.Random, bad: bool) -> tuple[str, str]:
@@ -164,7 +165,7 @@ def mutate(rng: random.Random, data: bytes, n: int = 3) -> bytes:
 def jsonl_mutant(seed: int) -> Case:
     rng = random.Random(seed)
     base = jsonl_case(seed * 7919 + 1).data
-    return Case(f"jsonl-mutant-{seed}", mutate(rng, base, rng.randrange(1, 6)), None)
+    return Case(f"jsonl-mutant-{seed}", mutate(rng, base, rng.randrange(1, 6)), None, False)
 
 
 # -- policies --------------------------------------------------------------------------
@@ -177,7 +178,7 @@ CHECKS_OK = [
     "{approx: {value: 0.5, abs: 0.1}}",
     "{finite: true}",
     "{reach: {value: 0.7, by_step: 80}}",
-    "{trend: {max_slope: 0.1}}",
+    "{trend: {window: 3, max_slope: 0.1}}",
 ]
 # (check or field text, why it is invalid) — each line of the policy where it is placed
 CHECKS_BAD = [
@@ -185,7 +186,7 @@ CHECKS_BAD = [
     "{min: -.inf}",
     "{between: [.nan, .nan]}",
     "{approx: {value: .nan, abs: 1}}",
-    "{trend: {max_slope: .nan}}",
+    "{trend: {window: 3, max_slope: .nan}}",
     "{fraction: {above: .nan, max: 0.1}}",
     "{max: !foo 1}",
     "{max: " + "9" * 30 + "}",
@@ -239,7 +240,7 @@ def policy_case(seed: int) -> Case:
 def policy_mutant(seed: int) -> Case:
     rng = random.Random(seed)
     base = policy_case(seed * 104729 + 3).data
-    return Case(f"policy-mutant-{seed}", mutate(rng, base, rng.randrange(1, 5)), None)
+    return Case(f"policy-mutant-{seed}", mutate(rng, base, rng.randrange(1, 5)), None, False)
 
 
 def laughs(levels: int, width: int = 9) -> bytes:

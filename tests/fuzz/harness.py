@@ -44,6 +44,7 @@ def check_outcome(case: Case, path: Path, rc: int, err: str, seconds: float) -> 
     else:
         assert err == "", f"{where}: a verdict with stderr output: {err!r}"
     if case.bad_lines is None:
+        assert rc != 2 or not case.labelled, f"{where}: well-formed input refused: {err}"
         return
     assert rc == 2, f"{where}: malformed input was judged (exit {rc}); bad: {case.bad_lines}"
     if case.bad_lines != {0}:  # 0: the error names a byte offset, not a line

@@ -51,7 +51,7 @@ def _check_jsonl(workdir: Path, case: gen.Case) -> None:
 
 def test_jsonl_labelled_cases(workdir: Path) -> None:
     judged = refused = 0
-    for seed in range(scaled(400)):
+    for seed in range(scaled(300)):
         case = gen.jsonl_case(seed)
         _check_jsonl(workdir, case)
         judged += case.bad_lines is None
@@ -60,7 +60,7 @@ def test_jsonl_labelled_cases(workdir: Path) -> None:
 
 
 def test_jsonl_byte_mutants(workdir: Path) -> None:
-    for seed in range(scaled(250)):
+    for seed in range(scaled(200)):
         _check_jsonl(workdir, gen.jsonl_mutant(seed))
 
 
@@ -73,12 +73,12 @@ def _check_policy(workdir: Path, case: gen.Case) -> None:
 
 
 def test_policy_labelled_cases(workdir: Path) -> None:
-    for seed in range(scaled(200)):
+    for seed in range(scaled(150)):
         _check_policy(workdir, gen.policy_case(seed))
 
 
 def test_policy_byte_mutants(workdir: Path) -> None:
-    for seed in range(scaled(150)):
+    for seed in range(scaled(100)):
         _check_policy(workdir, gen.policy_mutant(seed))
 
 
@@ -114,7 +114,7 @@ def test_wandb_labelled_cases(workdir: Path) -> None:
     pytest.importorskip("wandb")
     from tests.fuzz.wandb_gen import wandb_case
 
-    for seed in range(scaled(100)):
+    for seed in range(scaled(80)):
         _check_wandb(workdir, wandb_case(seed)[0])
 
 
@@ -122,5 +122,5 @@ def test_wandb_mutants(workdir: Path) -> None:
     pytest.importorskip("wandb")
     from tests.fuzz.wandb_gen import wandb_mutant
 
-    for seed in range(scaled(150)):
+    for seed in range(scaled(120)):
         _check_wandb(workdir, wandb_mutant(seed))

@@ -123,4 +123,4 @@ def wandb_mutant(seed: int) -> Case:
         data = frame(raw)
     else:
         data = mutate(rng, case.data, rng.randrange(1, 4))
-    return Case(f"wandb-mutant-{seed}", data, None)
+    return Case(f"wandb-mutant-{seed}", data, None, False)
