@@ -185,7 +185,10 @@ REPORT_BUGS = "the gatekeeper issue tracker, with the --debug output"
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # --debug is read here, wherever it stands (before or after the command): it must
+    # work even when building the parser is what fails
     debug = "--debug" in argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
     try:
         with _quiet_numpy():
             args = build_parser().parse_args(argv)
