@@ -33,9 +33,10 @@ class _Parser(argparse.ArgumentParser):
 def _yaml_scalar(text: str) -> Any:
     from ruamel.yaml import YAML
 
-    from gatekeeper.policy.loader import plain
+    from gatekeeper.policy.loader import check_flow_depth, plain
 
     try:
+        check_flow_depth(text.encode(), "--config")  # ruamel is quadratic in deep brackets
         return plain(YAML(typ="rt").load(text)) if text else ""
     except Exception:
         return text

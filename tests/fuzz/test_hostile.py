@@ -108,7 +108,18 @@ def test_deep_lines_are_errors(tmp_path, policy, line):
 def test_deep_yaml_is_an_error_naming_its_line(tmp_path):
     path = tmp_path / "deep.yaml"
     path.write_text("version: 1\nname: p\nrules: " + "[" * 600 + "]" * 600 + "\n")
-    assert_refused(run_cli(["validate", str(path)]), "deep.yaml:3", "depth")
+    assert_refused(run_cli(["validate", str(path)]), "deep.yaml:3", "deeper than 64")
+
+
+@pytest.mark.parametrize("head", ["", "# " + "]" * 100_000 + "\n"])
+def test_deep_flow_yaml_is_refused_before_the_quadratic_scanner(tmp_path, head):
+    # ruamel's scanner checks every open flow level per token: 100k brackets never ended
+    path = tmp_path / "flow.yaml"
+    path.write_text("version: 1\nname: p\n" + head + "rules: " + "[" * 100_000 + "\n")
+    start = time.perf_counter()
+    result = run_cli(["validate", str(path)])
+    assert time.perf_counter() - start < 5
+    assert_refused(result, f"flow.yaml:{4 if head else 3}", "deeper than 64")
 
 
 @pytest.mark.parametrize(
