@@ -84,7 +84,9 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
         help="GitHub annotations and step summary (auto: when GITHUB_ACTIONS=true)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print only the one-line verdict")
-    p.add_argument("--hide-skipped", action="store_true", help="leave skipped rules out of the table")
+    p.add_argument(
+        "--hide-skipped", action="store_true", help="leave skipped rules out of the table"
+    )
 
 
 def report_options(args: argparse.Namespace) -> Any:
@@ -125,7 +127,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{p.file}: policy {p.name}, {len(p.rules)} rules, mode {p.mode.value}{base}")
         if args.verbose:
             for r in p.rules:
-                when = " when " + " and ".join(c.describe() for c in r.conditions) if r.conditions else ""
+                conditions = " and ".join(c.describe() for c in r.conditions)
+                when = f" when {conditions}" if r.conditions else ""
                 print(f"  {r.id}: {r.metric} steps={r.steps.describe()} {r.describe_expected()}"
                       f" [{r.severity.value}]{when} ({r.source})")
     print(f"ok: {len(policies)} policies, {sum(len(p.rules) for p in policies)} rules")
@@ -175,9 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Other command modules add their subcommands here (watch, run, serve, history).
 EXTENSIONS: list[Callable[[Any], None]] = []
-import gatekeeper.commands.serve  # noqa: E402,F401 - registers `serve` in EXTENSIONS
-import gatekeeper.commands.history  # noqa: E402,F401 - `history`, check --history
-import gatekeeper.commands.live  # noqa: E402,F401 - `watch`, `run`
+import gatekeeper.commands.serve  # noqa: E402,F401,I001 - registers `serve` in EXTENSIONS
+import gatekeeper.commands.history  # noqa: E402,F401,I001 - `history`, check --history
+import gatekeeper.commands.live  # noqa: E402,F401,I001 - `watch`, `run`
 
 
 # Where the one-line internal-error message sends people.
