@@ -244,7 +244,7 @@ class _quiet_numpy:
         self._warn.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         import numpy as np
 
         self._warn.__exit__(*exc)

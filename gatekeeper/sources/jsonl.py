@@ -173,8 +173,8 @@ def _only_marker_strings(values: Any) -> bool:
 
 
 def _as_steps(
-    col: np.ndarray, originals: Callable[[], Sequence[Any]], path: str, lines: Sequence[int],
-    what: Callable[[int], str],
+    col: np.ndarray, originals: Callable[[], Sequence[Any]], path: str,
+    lines: Sequence[int] | _Same, what: Callable[[int], str],
 ) -> np.ndarray:
     """A float64 step column as int64 — exactly. Where the floats cannot be trusted (0 and
     1 may have been true/false; beyond 2**53 a float may stand for another whole number;

@@ -208,11 +208,11 @@ def _update_config(config: dict[str, Any], rec: Any) -> None:
         cur[keys[-1]] = value
     for item in rec.remove:
         keys = list(item.nested_key) or [item.key]
-        cur: Any = config
+        node: Any = config
         for k in keys[:-1]:
-            cur = cur.get(k, {}) if isinstance(cur, dict) else {}
-        if isinstance(cur, dict):
-            cur.pop(keys[-1], None)
+            node = node.get(k, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(keys[-1], None)
 
 
 def _find_log(run_dir: str) -> str | None:
