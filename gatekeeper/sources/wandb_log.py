@@ -72,8 +72,10 @@ class LogReader:
         starts at or after byte `stop`; `resync` (with `offset` on a block boundary) skips
         the tail chunks of a record that began before `offset`.
         """
+        from gatekeeper.sources.jsonl import open_regular
+
         try:
-            fh = open(self.path, "rb")
+            fh = open_regular(self.path)  # a FIFO named run-x.wandb: an error, not a hang
         except FileNotFoundError:
             raise SourceNotFound(f"{self.path}: no such file") from None
         except OSError as exc:

@@ -166,7 +166,9 @@ def test_a_hung_source_and_a_failing_notifier_do_not_stop_the_loop(tmp_path: Pat
     config.write_text(json.dumps(cfg))
     runs = tmp_path / "runs"
     (runs / "stuck").mkdir()
-    os.mkfifo(runs / "stuck" / "rank0.jsonl")  # opening a FIFO nobody writes blocks, like NFS
+    # A FIFO used to block the poll like a hung NFS mount; since issue 11 only regular files
+    # are read, so it fails at once — the loop must carry on either way.
+    os.mkfifo(runs / "stuck" / "rank0.jsonl")
     daemon = DaemonProcess(config).start()
     kid = writer(runs / "bad.jsonl", "--steps", "6", "--bad-at", "2", "--end")
     try:
@@ -181,12 +183,11 @@ def test_a_hung_source_and_a_failing_notifier_do_not_stop_the_loop(tmp_path: Pat
         )
         assert hook.requests == 3  # first try and two retries, then counted as failed
         stuck = daemon.run("stuck")
-        assert stuck["errors"] >= 1 and "timed out" in stuck["last_error"]
-        assert daemon.metric('gatekeeper_poll_errors_total{kind="timeout"}') >= 1
+        assert stuck["errors"] >= 1 and "not a regular file" in stuck["last_error"]
         log = daemon.api("/api/alerts")["alerts"]
         assert [(a["outcome"], a["payload"]["run"]) for a in log] == [("failed", "bad")]
         assert "500" in log[0]["detail"]
     finally:
         kid.kill()
-        assert daemon.stop() == 0  # exits although a poll thread is stuck in open()
+        assert daemon.stop() == 0
         hook.close()
