@@ -22,7 +22,8 @@ def sidecar_for(path: str) -> str | None:
         stem = path[: -len(".jsonl")] if path.endswith(".jsonl") else path
         directory = os.path.dirname(path) or "."
         candidates = [f"{stem}.meta.json"] + [os.path.join(directory, n) for n in SIDECAR_NAMES]
-    return next((c for c in candidates if os.path.isfile(c)), None)
+    # exists, not isfile: a FIFO named run.json is refused when read, not silently skipped
+    return next((c for c in candidates if os.path.exists(c) and not os.path.isdir(c)), None)
 
 
 MAX_SIDECAR_BYTES = 16 << 20  # metadata, not metrics: anything larger is not a sidecar

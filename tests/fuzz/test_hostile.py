@@ -263,6 +263,18 @@ def test_a_fifo_in_a_run_directory_is_an_error_not_a_hang(tmp_path, policy):
     assert_refused(result, "a.jsonl", "FIFO")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_fifo_policies_and_sidecars_are_errors_not_hangs(tmp_path, policy):
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    os.mkfifo(policies / "x.yaml")
+    run = tmp_path / "r.jsonl"
+    run.write_text('{"step": 0, "a": 0.5}\n')
+    assert_refused(run_cli(["check", str(run), "-p", str(policies)]), "x.yaml", "FIFO")
+    os.mkfifo(tmp_path / "run.json")
+    assert_refused(run_cli(["check", str(run), "-p", str(policy)]), "run.json", "FIFO")
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
 def test_a_link_to_a_device_is_not_read(tmp_path, policy):
     run = tmp_path / "run"
