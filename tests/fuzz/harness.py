@@ -20,8 +20,17 @@ TIME_BOUND = float(os.environ.get("GATEKEEPER_FUZZ_TIME_BOUND", "10"))
 SCALE = float(os.environ.get("GATEKEEPER_FUZZ_SCALE", "1"))
 
 
+# Where the seeds start: GATEKEEPER_FUZZ_SEED=100000 explores cases CI has not run.
+FIRST_SEED = int(os.environ.get("GATEKEEPER_FUZZ_SEED", "0"))
+
+
 def scaled(n: int) -> int:
     return max(1, int(n * SCALE))
+
+
+def seeds(n: int) -> range:
+    """The seeds of a test that runs `n` cases at scale 1."""
+    return range(FIRST_SEED, FIRST_SEED + scaled(n))
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str, float]:

@@ -1,7 +1,8 @@
 """Seeded fuzzing of every reader: JSONL records, policies, expressions, .wandb logs.
 
 Each test runs a few hundred generated cases in-process (see harness.py for what every
-case must satisfy); `GATEKEEPER_FUZZ_SCALE=10` runs ten times as many.
+case must satisfy); `GATEKEEPER_FUZZ_SCALE=10` runs ten times as many, and
+`GATEKEEPER_FUZZ_SEED=N` starts the seeds at N (cases CI has not run).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 from gatekeeper.expr import ExprError, parse_expr
 from tests.fuzz import gen
-from tests.fuzz.harness import check_outcome, run_cli, scaled
+from tests.fuzz.harness import check_outcome, run_cli, scaled, seeds
 
 POLICY = """version: 1
 name: fuzz
@@ -51,7 +52,7 @@ def _check_jsonl(workdir: Path, case: gen.Case) -> None:
 
 def test_jsonl_labelled_cases(workdir: Path) -> None:
     judged = refused = 0
-    for seed in range(scaled(300)):
+    for seed in seeds(300):
         case = gen.jsonl_case(seed)
         _check_jsonl(workdir, case)
         judged += case.bad_lines is None
@@ -60,7 +61,7 @@ def test_jsonl_labelled_cases(workdir: Path) -> None:
 
 
 def test_jsonl_byte_mutants(workdir: Path) -> None:
-    for seed in range(scaled(200)):
+    for seed in seeds(200):
         _check_jsonl(workdir, gen.jsonl_mutant(seed))
 
 
@@ -73,18 +74,18 @@ def _check_policy(workdir: Path, case: gen.Case) -> None:
 
 
 def test_policy_labelled_cases(workdir: Path) -> None:
-    for seed in range(scaled(150)):
+    for seed in seeds(150):
         _check_policy(workdir, gen.policy_case(seed))
 
 
 def test_policy_byte_mutants(workdir: Path) -> None:
-    for seed in range(scaled(100)):
+    for seed in seeds(100):
         _check_policy(workdir, gen.policy_mutant(seed))
 
 
 def test_expressions_parse_or_say_why() -> None:
     """Random token soup: an Expr or an ExprError, nothing else; valid ones evaluate."""
-    for seed in range(scaled(3000)):
+    for seed in seeds(3000):
         text = gen.expr_text(seed)
         try:
             parse_expr(text)
@@ -114,7 +115,7 @@ def test_wandb_labelled_cases(workdir: Path) -> None:
     pytest.importorskip("wandb")
     from tests.fuzz.wandb_gen import wandb_case
 
-    for seed in range(scaled(80)):
+    for seed in seeds(80):
         _check_wandb(workdir, wandb_case(seed)[0])
 
 
@@ -122,5 +123,5 @@ def test_wandb_mutants(workdir: Path) -> None:
     pytest.importorskip("wandb")
     from tests.fuzz.wandb_gen import wandb_mutant
 
-    for seed in range(scaled(120)):
+    for seed in seeds(120):
         _check_wandb(workdir, wandb_mutant(seed))
