@@ -124,13 +124,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     policies = load_policies(args.paths)
     for p in policies:
         base = f" (extends {p.extends})" if p.extends else ""
-        print(f"{p.file}: policy {p.name}, {len(p.rules)} rules, mode {p.mode.value}{base}")
+        # one_line: a metric name in a policy may hold a newline (a workflow command)
+        head = f"{p.file}: policy {p.name}, {len(p.rules)} rules, mode {p.mode.value}{base}"
+        print(one_line(head))
         if args.verbose:
             for r in p.rules:
                 conditions = " and ".join(c.describe() for c in r.conditions)
                 when = f" when {conditions}" if r.conditions else ""
-                print(f"  {r.id}: {r.metric} steps={r.steps.describe()} {r.describe_expected()}"
-                      f" [{r.severity.value}]{when} ({r.source})")
+                print("  " + one_line(
+                    f"{r.id}: {r.metric} steps={r.steps.describe()} {r.describe_expected()}"
+                    f" [{r.severity.value}]{when} ({r.source})"
+                ))
     print(f"ok: {len(policies)} policies, {sum(len(p.rules) for p in policies)} rules")
     return 0
 
