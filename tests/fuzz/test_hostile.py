@@ -293,6 +293,10 @@ def test_a_newline_in_a_name_cannot_start_a_workflow_command(tmp_path, policy):
     (tmp_path / "run.json").write_text(json.dumps({"name": "n\n::error::pwned"}))
     rc, out, err, _ = check(tmp_path, policy, '{"step": 0, "a": 5}\n')
     assert rc == 1 and not any(line.startswith("::") for line in out.splitlines())
+    named = tmp_path / "named.yaml"
+    named.write_text(POLICY.replace("metric: a", 'metric: "a\\n::warning::pwned"'))
+    rc, out, err, _ = run_cli(["validate", "-v", str(named)])
+    assert rc == 0 and "pwned" in out and not any(ln.startswith("::") for ln in out.splitlines())
 
 
 # -- .wandb ----------------------------------------------------------------------------
