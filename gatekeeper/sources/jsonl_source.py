@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import numpy as np
 
@@ -33,14 +34,18 @@ class JsonlSource(Source):
             if not found:
                 raise SourceNotFound(f"{self.path}: directory holds no *.jsonl record files")
             return found
-        if os.path.isfile(self.path):
-            return [self.path]
-        if os.path.exists(self.path):  # a FIFO or a device: never read (it may not end)
+        try:
+            mode = os.stat(self.path).st_mode  # one stat: no window between two checks
+        except FileNotFoundError:
+            raise SourceNotFound(f"{one_line(self.path)}: no such file or directory") from None
+        except OSError as exc:
+            raise SourceError(f"{one_line(self.path)}: cannot read: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):  # a FIFO or a device: never read (it may not end)
             raise SourceError(
                 f"{one_line(self.path)}: not a regular file or directory; only regular files "
                 "are read"
             )
-        raise SourceNotFound(f"{one_line(self.path)}: no such file or directory")
+        return [self.path]
 
     def _parser(self, path: str) -> JsonlParser:
         if self.step_aliases is None:

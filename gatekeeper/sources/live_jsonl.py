@@ -18,6 +18,7 @@ end marker (`{"event": "end", "state": "finished"}`).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -138,11 +139,19 @@ class LiveJsonlSource(LiveSource):
             except OSError as exc:
                 raise SourceError(f"{self.path}: cannot list directory: {exc.strerror}") from None
             return [os.path.join(self.path, n) for n in names]
-        if os.path.exists(self.path) and not os.path.isfile(self.path):
-            raise SourceError(
-                f"{self.path}: not a regular file or directory; only regular files are read"
-            )
-        return [self.path] if os.path.isfile(self.path) else []
+        try:
+            mode = os.stat(self.path).st_mode  # one stat: a writer may rename over it meanwhile
+        except FileNotFoundError:
+            return []  # not created yet, or between a writer's unlink and rename
+        except OSError as exc:
+            raise SourceError(f"{self.path}: cannot read: {exc.strerror}") from None
+        if stat.S_ISREG(mode):
+            return [self.path]
+        if stat.S_ISDIR(mode):  # appeared since the isdir() above
+            return []
+        raise SourceError(
+            f"{self.path}: not a regular file or directory; only regular files are read"
+        )
 
     def _parser(self, tail: _Tail) -> JsonlParser:
         parser = JsonlParser(tail.path, line=tail.line, step_keys=dict(self.step_keys))
