@@ -1,20 +1,18 @@
 """Load policy files (YAML 1.2, ruamel) into `PolicySpec`s; every error names file:line:field.
 
-Hostile files are bounded, not trusted: at most MAX_POLICY_BYTES, nesting at most
-MAX_DEPTH levels, at most ALIAS_BUDGET nodes produced by alias expansion (a YAML
-"billion laughs" is refused, not expanded), and no NaN or infinite number anywhere
+Hostile files are bounded, not trusted (see policy/bounds.py): at most MAX_POLICY_BYTES,
+nesting at most MAX_DEPTH levels, at most ALIAS_BUDGET nodes produced by alias expansion
+(a YAML "billion laughs" is refused, not expanded), and no NaN or infinite number anywhere
 (a `max: .nan` rule could never fail). Loading time is linear in the file's size.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -23,16 +21,22 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from gatekeeper.checks import registry
 from gatekeeper.errors import PolicyError, one_line, quote
 from gatekeeper.expr import parse_expr
+from gatekeeper.policy.bounds import (
+    ALIAS_BUDGET,
+    MAX_DEPTH,
+    TooBig,
+    check_flow_depth,
+    node_count,
+    out_of_range,
+    plain,
+)
 from gatekeeper.policy.schema import Policy, Rule, RuleOverride
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
+from gatekeeper.safe_open import open_regular
 from gatekeeper.verdict import Mode
 
 POLICY_SUFFIXES = (".yaml", ".yml")
 MAX_POLICY_BYTES = 64 << 20
-MAX_DEPTH = 64  # policies nest a few levels; deeper is an attack or a generator's bug
-ALIAS_BUDGET = 100_000  # nodes copied through aliases (a shared `when:` block is tens)
-
-
 def display_path(path: str) -> str:
     """A path as reports show it: relative to the working directory when inside it."""
     absolute = os.path.abspath(path)
@@ -81,8 +85,6 @@ def load_policies(paths: list[str]) -> list[PolicySpec]:
 
 def read_yaml(path: str) -> Any:
     """Parse one YAML file, keeping line information; errors carry file:line."""
-    from gatekeeper.sources.jsonl import open_regular
-
     shown = display_path(path)
     try:
         with open_regular(path, lambda why: PolicyError(why, file=shown)) as fh:
@@ -122,31 +124,6 @@ def read_yaml(path: str) -> Any:
         raise PolicyError(
             f"invalid YAML value: {one_line(str(exc))[:200]}", file=shown, line=line
         ) from None
-
-
-def check_flow_depth(raw: bytes, shown: str) -> None:
-    """Refuse `[[[[...` / `{{{{...` nested deeper than MAX_DEPTH before ruamel sees it:
-    its scanner looks ahead through a whole flow collection and checks every open level
-    per token — quadratic (2,000 brackets took 4 s; 100,000 would never end), before the
-    composer's max_depth can stop it. Counts every bracket, quoted or not (a text with
-    more than MAX_DEPTH unclosed brackets is refused too), in linear numpy time."""
-    codes = np.frombuffer(raw, dtype=np.uint8)
-    opens = (codes == ord("[")) | (codes == ord("{"))
-    closes = (codes == ord("]")) | (codes == ord("}"))
-    where = np.flatnonzero(opens | closes)
-    if where.size <= MAX_DEPTH:
-        return
-    total = np.cumsum(np.where(opens[where], 1, -1))
-    # depth that never goes below zero: stray closers (in a comment) cannot hide openers
-    depth = total - np.minimum.accumulate(np.minimum(total, 0))
-    deep = np.flatnonzero(depth > MAX_DEPTH)
-    if deep.size:
-        at = int(where[deep[0]])
-        raise PolicyError(
-            f"brackets nested deeper than {MAX_DEPTH} levels (byte {at})",
-            file=shown,
-            line=raw.count(b"\n", 0, at) + 1,
-        )
 
 
 def load_policy(path: str, _chain: tuple[str, ...] = ()) -> PolicySpec:
@@ -290,62 +267,13 @@ def _rule_spec(
     )
 
 
-class _TooBig(Exception):
-    """plain() went past its depth or alias budget; `loc` is where."""
-
-    def __init__(self, why: str, loc: tuple[Any, ...]):
-        super().__init__(why)
-        self.loc = loc
-
-
-def plain(node: Any, budget: list[int] | None = None, _loc: tuple[Any, ...] = ()) -> Any:
-    """ruamel's commented containers and scalar subclasses as plain Python values.
-
-    Containers reached again through an alias are copied again (plain values do not
-    share), so `budget` ([nodes left]) bounds the copying; depth is bounded by MAX_DEPTH
-    (also what stops a self-referencing alias, `&a [*a]`). Keys become strings when they
-    are not (a tagged or complex key): never an unhashable key, never a crash.
-    """
-    if budget is None:
-        budget = [ALIAS_BUDGET * 20]
-    if len(_loc) > MAX_DEPTH:
-        raise _TooBig(f"nested deeper than {MAX_DEPTH} levels (a recursive alias?)", _loc)
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise _TooBig("aliases expand to too many nodes (a YAML 'billion laughs'?)", _loc)
-    if isinstance(node, dict):
-        return {_key(k): plain(v, budget, (*_loc, _key(k))) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return [plain(v, budget, (*_loc, i)) for i, v in enumerate(node)]
-    if isinstance(node, bool) or node is None:
-        return node
-    if isinstance(node, int):
-        return int(node)
-    if isinstance(node, float):
-        return float(node)
-    if isinstance(node, str):
-        return str(node)
-    tag = getattr(getattr(node, "tag", None), "value", None)  # ruamel's TaggedScalar
-    raise _TooBig(f"unsupported YAML tag {quote(tag or type(node).__name__)}", _loc)
-
-
-def _key(k: Any) -> Any:
-    if isinstance(k, (bool, int, float)) or k is None:
-        return plain(k)
-    if isinstance(k, str):
-        return str(k)
-    tag = getattr(getattr(k, "tag", None), "value", None)
-    shown = f"{tag} {getattr(k, 'value', '')}" if tag else type(k).__name__
-    return one_line(shown)[:80]  # a tagged or complex key: shown, then refused as unknown
-
-
 def plain_policy(tree: CommentedMap, shown: str) -> Any:
     """The policy tree as plain values: bounded (see `plain`) and without a non-finite
     number anywhere — a NaN threshold makes a rule that can never fail."""
-    budget = [_node_count(tree) + ALIAS_BUDGET]
+    budget = [node_count(tree) + ALIAS_BUDGET]
     try:
         data = plain(tree, budget)
-    except _TooBig as exc:
+    except TooBig as exc:
         raise PolicyError(
             f"{_dotted(exc.loc) or '(top level)'}: {exc}", file=shown, line=line_of(tree, exc.loc)
         ) from None
@@ -354,44 +282,6 @@ def plain_policy(tree: CommentedMap, shown: str) -> Any:
         loc, why = bad
         raise PolicyError(f"{_dotted(loc)}: {why}", file=shown, line=line_of(tree, loc))
     return data
-
-
-def _node_count(tree: Any) -> int:
-    """Nodes of the tree as written (each anchored node once): the budget's base."""
-    seen: set[int] = set()
-    stack = [tree]
-    n = 0
-    while stack:
-        node = stack.pop()
-        n += 1
-        if isinstance(node, (dict, list)):
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            stack.extend(node.values() if isinstance(node, dict) else node)
-    return n
-
-
-def out_of_range(data: Any) -> tuple[tuple[Any, ...], str] | None:
-    """The first number no policy may hold, with why: a NaN or infinite float (a
-    `max: .nan` rule can never fail), or an integer outside int64 (steps, counts)."""
-    stack: list[tuple[tuple[Any, ...], Any]] = [((), data)]
-    while stack:
-        loc, node = stack.pop()
-        if isinstance(node, float) and not math.isfinite(node):
-            return loc, (
-                f"a policy number must be finite, got {quote(node)}; NaN never compares "
-                "false and infinity is no bound (leave the bound out instead)"
-            )
-        if isinstance(node, int) and not isinstance(node, bool) and not (
-            -(2**63) <= node < 2**63
-        ):
-            return loc, f"a policy number must fit int64, got {quote(node)}"
-        if isinstance(node, dict):
-            stack.extend(((*loc, k), v) for k, v in node.items())
-        elif isinstance(node, list):
-            stack.extend(((*loc, i), v) for i, v in enumerate(node))
-    return None
 
 
 def line_of(tree: Any, loc: tuple[Any, ...]) -> int | None:
@@ -457,3 +347,9 @@ def _policy_error(
         return PolicyError(lines[0])
     # one line: an error must not spill over lines a CI log reads one by one
     return PolicyError(f"{len(lines)} problems in {shown}: " + " | ".join(lines))
+
+
+__all__ = [
+    "ALIAS_BUDGET", "MAX_DEPTH", "apply_override", "check_flow_depth", "line_of",
+    "load_policies", "load_policy", "out_of_range", "plain", "read_yaml",
+]

@@ -21,37 +21,37 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import os
 import re
-import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import orjson
 
 from gatekeeper.errors import RecordError, quote
 from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Series, merge_chunks
+from gatekeeper.safe_open import open_regular
+from gatekeeper.sources.jsonl_values import (
+    Same,
+    as_steps,
+    coerce_value,
+    fast_floats,
+    finite_float,
+    int_text,
+    key_quotes,
+    only_marker_strings,
+    record_quotes,
+    step_of,
+)
 
 BLOCK_SIZE = 8 << 20
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # miles logs perf/* against rollout/step; other namespaces use "<ns>/step".
 DEFAULT_STEP_ALIASES: dict[str, str] = {"perf": "rollout/step"}
 EVENT_KEYS = frozenset({"event", "state", "time", "message", "reason"})
-_MARKERS = {
-    "nan": math.nan,
-    "+nan": math.nan,
-    "-nan": math.nan,
-    "inf": math.inf,
-    "+inf": math.inf,
-    "infinity": math.inf,
-    "+infinity": math.inf,
-    "-inf": -math.inf,
-    "-infinity": -math.inf,
-}
 
 
 def is_step_key(key: str) -> bool:
@@ -67,78 +67,6 @@ def default_step_key(metric: str, aliases: dict[str, str] | None = None) -> str:
     return aliases.get(ns, f"{ns}/step")
 
 
-STEP_MIN, STEP_MAX = -(2**63), 2**63 - 1
-_EXACT = 2.0**53  # beyond this a float64 step may stand for another whole number
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def _coerce(value: Any, path: str, line: int, what: str) -> float:
-    if isinstance(value, float):
-        return value
-    if isinstance(value, int):  # bool is an int: logged flags judge as 0/1
-        try:
-            return float(value)
-        except OverflowError:
-            raise RecordError(
-                f"{what}: number {quote(value)} is out of range of a float64", file=path, line=line
-            ) from None
-    if value is None:
-        return math.nan  # a null point is non-finite: an error at its step, never a pass
-    if isinstance(value, str):
-        marker = _MARKERS.get(value.strip().lower())
-        if marker is not None:
-            return marker
-    raise RecordError(
-        f"{what}: expected a number, null or one of \"NaN\", \"Infinity\", \"-Infinity\", "
-        f"got {quote(value)}"
-        + (" (a number in a string is not a number)" if _numeric(value) else ""),
-        file=path,
-        line=line,
-    )
-
-
-def _numeric(value: Any) -> bool:
-    try:
-        return isinstance(value, str) and math.isfinite(float(value))
-    except ValueError:
-        return False
-
-
-def step_of(value: Any, path: str, line: int, what: str) -> int:
-    """A step as written: a whole number that fits int64 (3 and 3.0; not true, "3", 1e300)."""
-    if isinstance(value, int) and not isinstance(value, bool) and STEP_MIN <= value <= STEP_MAX:
-        return value
-    # A float step must be exact: beyond 2**53 it may stand for another whole number (and
-    # orjson reads an integer below -2**63 as the float -2**63: INT64_MIN, wrongly).
-    if isinstance(value, float) and value.is_integer() and abs(value) <= _EXACT:
-        return int(value)
-    raise RecordError(
-        f"{what} must be a whole number that fits int64 (-2**63 .. 2**63-1; written with a "
-        f"fraction or exponent, within 2**53), got {quote(value)}",
-        file=path,
-        line=line,
-    )
-
-
-def open_regular(path: str, error: Callable[[str], Exception] | None = None) -> IO[bytes]:
-    """Open `path` for reading only if it is a regular file: a FIFO would block forever and
-    a device such as /dev/zero never ends. Non-blocking open, then fstat: no race."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else (
-                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
-                "a directory" if stat.S_ISDIR(mode) else "a socket or special file"
-            )
-            message = f"is {kind}, not a regular file; only regular files are read"
-            raise (error(message) if error else RecordError(message, file=path))
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Parsed JSON holds no reference cycles, but millions of fresh lists make the cyclic
@@ -152,91 +80,11 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _fast_floats(items: list[Any], width: int, *, check_shape: bool = False) -> np.ndarray | None:
-    """All values of `items` (lists of `width` values) as one flat float64 array, or None
-    when anything is not a plain number — the caller then converts value by value, with
-    errors naming the line. numpy turns null into NaN (as it should: a null point is
-    non-finite) but also parses any string ("0.5", "1_000"): callers only come here when
-    the line's bytes show that no string is among the values, or after checking that
-    every string there is a marker."""
-    if check_shape and (set(map(type, items)) != {list} or set(map(len, items)) != {width}):
-        return None
-    try:
-        flat = np.fromiter(chain.from_iterable(items), dtype=np.float64, count=width * len(items))
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return flat
-
-
-def _only_marker_strings(values: Any) -> bool:
-    return all(not isinstance(v, str) or v.strip().lower() in _MARKERS for v in values)
-
-
-def _as_steps(
-    col: np.ndarray, originals: Callable[[], Sequence[Any]], path: str,
-    lines: Sequence[int] | _Same, what: Callable[[int], str],
-) -> np.ndarray:
-    """A float64 step column as int64 — exactly. Where the floats cannot be trusted (0 and
-    1 may have been true/false; beyond 2**53 a float may stand for another whole number;
-    NaN, fractions, out of int64 range), the written values decide, point by point."""
-    if col.dtype.kind in "iu":
-        return col.astype(STEP_DTYPE, copy=False)
-    doubt = (col == 0) | (col == 1) | ~(np.abs(col) < _EXACT) | (col != np.floor(col))
-    if not doubt.any():
-        return col.astype(STEP_DTYPE)
-    out = np.where(doubt, 0.0, col).astype(STEP_DTYPE)
-    raw = originals()
-    for i in np.flatnonzero(doubt).tolist():
-        out[i] = step_of(raw[i], path, lines[i], what(i))
-    return out
-
-
 @dataclass
 class _Group:
     rows: list[Any] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     raws: list[bytes] = field(default_factory=list)  # the lines as read, for their quotes
-
-
-def _key_quotes(keys: Sequence[str]) -> int:
-    """How many '"' bytes the keys of a line take, or -1 when that cannot be told from the
-    text (a quote inside a key may be written `\\"` or `\\u0022`)."""
-    if any('"' in k for k in keys):
-        return -1
-    return 2 * len(keys)
-
-
-def _record_quotes(obj: dict[str, Any]) -> int:
-    """The '"' bytes a record line takes outside its series (-1: cannot tell)."""
-    n = _key_quotes(list(obj))
-    for key, v in obj.items():
-        if key == "series" or v is None or isinstance(v, (int, float)):
-            continue
-        if not isinstance(v, str) or '"' in v:
-            return -1
-        n += 2
-    return n
-
-
-class _Same:
-    """A sequence that is one value at every index (the line of every point of a record)."""
-
-    def __init__(self, value: int):
-        self.value = value
-
-    def __getitem__(self, i: int) -> int:
-        return self.value
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"number {text[:40]} is out of range of a float64")
-    return value
-
-
-def _int(text: str) -> int:
-    return int(text)  # Python refuses > 4300 digits itself (a ValueError, reported)
 
 
 @dataclass
@@ -343,7 +191,7 @@ class JsonlParser:
             text = raw.decode("utf-8")
             if _SURROGATE_ESCAPE.search(raw):
                 raise ValueError("a \\u escape of a lone surrogate is not text")
-            return json.loads(text, parse_float=_finite_float, parse_int=_int)
+            return json.loads(text, parse_float=finite_float, parse_int=int_text)
         except UnicodeDecodeError as err:
             raise self._not_json(raw, line, f"not UTF-8 at byte {err.start} of the line") from None
         except RecursionError:
@@ -407,14 +255,14 @@ class JsonlParser:
         # The series holds a string only if the line has more '"' than its keys and its
         # other fields account for; then only the slow path may judge it.
         flat = None
-        if raw.count(b'"') == _record_quotes(obj) or _only_marker_strings(
+        if raw.count(b'"') == record_quotes(obj) or only_marker_strings(
             v for p in series if isinstance(p, list) for v in p
         ):
-            flat = _fast_floats(series, 2, check_shape=True)
+            flat = fast_floats(series, 2, check_shape=True)
         if flat is not None:
             # copies: a strided view would keep the whole interleaved buffer alive
-            steps = _as_steps(
-                flat[0::2], lambda: [p[0] for p in series], self.path, _Same(line),
+            steps = as_steps(
+                flat[0::2], lambda: [p[0] for p in series], self.path, Same(line),
                 lambda i: f"series point {i} of {quote(metric)}: step",
             )
             values = flat[1::2].copy()
@@ -436,14 +284,14 @@ class JsonlParser:
                 )
             what = f"series point {i} of {quote(metric)}"
             steps_l.append(step_of(point[0], self.path, line, f"{what}: step"))
-            values_l.append(_coerce(point[1], self.path, line, what))
+            values_l.append(coerce_value(point[1], self.path, line, what))
         return np.array(steps_l, dtype=STEP_DTYPE), np.array(values_l, dtype=VALUE_DTYPE)
 
     def _row_group(self, keys: tuple[str, ...], group: _Group) -> None:
         index = {k: i for i, k in enumerate(keys)}
         table = None
         if self._no_strings_but_markers(keys, group):
-            flat = _fast_floats(list(map(dict.values, group.rows)), len(keys))
+            flat = fast_floats(list(map(dict.values, group.rows)), len(keys))
             table = flat.reshape(len(group.rows), len(keys)) if flat is not None else None
         rows = [list(r.values()) for r in group.rows] if table is None else []
         columns: dict[int, np.ndarray] = {}
@@ -454,7 +302,7 @@ class JsonlParser:
             if j not in columns:
                 columns[j] = np.array(
                     [
-                        _coerce(row[j], self.path, ln, f"field {quote(keys[j])}")
+                        coerce_value(row[j], self.path, ln, f"field {quote(keys[j])}")
                         for row, ln in zip(rows, group.lines, strict=True)
                     ],
                     dtype=np.float64,
@@ -483,9 +331,9 @@ class JsonlParser:
     def _no_strings_but_markers(keys: tuple[str, ...], group: _Group) -> bool:
         """Whether every string among the rows' values is a marker: rows whose bytes hold
         no more '"' than their keys take hold none; only the others are looked at."""
-        expected = _key_quotes(keys)
+        expected = key_quotes(keys)
         return all(
-            raw.count(b'"') == expected or _only_marker_strings(row.values())
+            raw.count(b'"') == expected or only_marker_strings(row.values())
             for raw, row in zip(group.raws, group.rows, strict=True)
         )
 
@@ -493,7 +341,7 @@ class JsonlParser:
         self, key: str, j: int, group: _Group, table: np.ndarray | None
     ) -> np.ndarray:
         if table is not None:
-            return _as_steps(
+            return as_steps(
                 table[:, j], lambda: [r[key] for r in group.rows], self.path, group.lines,
                 lambda i: f"step field {quote(key)}",
             )

@@ -26,8 +26,9 @@ import numpy as np
 
 from gatekeeper.errors import SourceError
 from gatekeeper.model import Run, RunState, merge_chunks
+from gatekeeper.safe_open import open_regular
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.sources.jsonl import BLOCK_SIZE, JsonlParser, open_regular
+from gatekeeper.sources.jsonl import BLOCK_SIZE, JsonlParser
 from gatekeeper.sources.jsonl_source import JsonlSource, _end_state
 
 _CURSOR_VERSION = 1

@@ -9,6 +9,7 @@ import orjson
 
 from gatekeeper.errors import RecordError, quote
 from gatekeeper.model import RunState
+from gatekeeper.safe_open import open_regular
 
 SIDECAR_NAMES = ("run.json", "meta.json")
 _FIELDS = {"name", "id", "tags", "config", "state", "url"}
@@ -31,8 +32,6 @@ MAX_SIDECAR_BYTES = 16 << 20  # metadata, not metrics: anything larger is not a 
 
 def read_sidecar(path: str) -> dict[str, Any]:
     """Parse and validate a sidecar: {"name", "id", "tags", "config", "state", "url"}."""
-    from gatekeeper.sources.jsonl import open_regular
-
     try:
         with open_regular(path) as fh:
             raw = fh.read(MAX_SIDECAR_BYTES + 1)
