@@ -1,17 +1,23 @@
 """The command line: parse arguments, call the library, map errors to exit codes.
 
-Exit codes: 0 gate passed (warnings allowed), 1 gate failed, 2 could not evaluate.
+Exit codes: 0 gate passed (warnings allowed), 1 gate failed, 2 could not evaluate (bad
+arguments, invalid policy, unreadable or malformed source), 70 internal error (a bug in
+gatekeeper: CI must never read a crash as a failing gate). Every error is one line on
+stderr; `--debug` or GATEKEEPER_DEBUG=1 adds the traceback of an internal error.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from gatekeeper import __version__
-from gatekeeper.errors import GatekeeperError, UsageError
+from gatekeeper.errors import INTERNAL_ERROR, GatekeeperError, UsageError, one_line
 from gatekeeper.model import RunState
 from gatekeeper.policy.overrides import parse_override
 from gatekeeper.sources import RunOverrides
@@ -27,9 +33,10 @@ class _Parser(argparse.ArgumentParser):
 def _yaml_scalar(text: str) -> Any:
     from ruamel.yaml import YAML
 
-    from gatekeeper.policy.loader import plain
+    from gatekeeper.policy.loader import check_flow_depth, plain
 
     try:
+        check_flow_depth(text.encode(), "--config")  # ruamel is quadratic in deep brackets
         return plain(YAML(typ="rt").load(text)) if text else ""
     except Exception:
         return text
@@ -112,7 +119,9 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
         help="GitHub annotations and step summary (auto: when GITHUB_ACTIONS=true)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print only the one-line verdict")
-    p.add_argument("--hide-skipped", action="store_true", help="leave skipped rules out of the table")
+    p.add_argument(
+        "--hide-skipped", action="store_true", help="leave skipped rules out of the table"
+    )
 
 
 def report_options(args: argparse.Namespace) -> Any:
@@ -160,12 +169,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     policies = load_policies(args.paths)
     for p in policies:
         base = f" (extends {p.extends})" if p.extends else ""
-        print(f"{p.file}: policy {p.name}, {len(p.rules)} rules, mode {p.mode.value}{base}")
+        # one_line: a metric name in a policy may hold a newline (a workflow command)
+        head = f"{p.file}: policy {p.name}, {len(p.rules)} rules, mode {p.mode.value}{base}"
+        print(one_line(head))
         if args.verbose:
             for r in p.rules:
-                when = " when " + " and ".join(c.describe() for c in r.conditions) if r.conditions else ""
-                print(f"  {r.id}: {r.metric} steps={r.steps.describe()} {r.describe_expected()}"
-                      f" [{r.severity.value}]{when} ({r.source})")
+                conditions = " and ".join(c.describe() for c in r.conditions)
+                when = f" when {conditions}" if r.conditions else ""
+                print("  " + one_line(
+                    f"{r.id}: {r.metric} steps={r.steps.describe()} {r.describe_expected()}"
+                    f" [{r.severity.value}]{when} ({r.source})"
+                ))
     print(f"ok: {len(policies)} policies, {sum(len(p.rules) for p in policies)} rules")
     return 0
 
@@ -184,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="gatekeeper", description="Training-run health gate.")
     parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true",
+        help="on an internal error, print the full traceback (also GATEKEEPER_DEBUG=1)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("check", help="judge a finished run against policies (CI gate)")
@@ -214,23 +232,79 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Other command modules add their subcommands here (watch, run, serve, history).
 EXTENSIONS: list[Callable[[Any], None]] = []
-import gatekeeper.commands.serve  # noqa: E402,F401 - registers `serve` in EXTENSIONS
-import gatekeeper.commands.history  # noqa: E402,F401 - `history`, check --history
-import gatekeeper.commands.live  # noqa: E402,F401 - `watch`, `run`
-import gatekeeper.commands.toolkit  # noqa: E402,F401 - test, lint, suggest, import-recipe, export
-import gatekeeper.commands.report  # noqa: E402,F401 - `report`
+import gatekeeper.commands.serve  # noqa: E402,F401,I001 - registers `serve` in EXTENSIONS
+import gatekeeper.commands.history  # noqa: E402,F401,I001 - `history`, check --history
+import gatekeeper.commands.live  # noqa: E402,F401,I001 - `watch`, `run`
+import gatekeeper.commands.toolkit  # noqa: E402,F401,I001 - test, lint, suggest, import-recipe, export
+import gatekeeper.commands.report  # noqa: E402,F401,I001 - `report`
+
+
+# Where the one-line internal-error message sends people.
+REPORT_BUGS = "the gatekeeper issue tracker, with the --debug output"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --debug is read here, wherever it stands (before or after the command): it must
+    # work even when building the parser is what fails
+    debug = "--debug" in argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
     try:
-        args = build_parser().parse_args(argv)
-        return int(args.func(args))
+        with _quiet_numpy():
+            args = build_parser().parse_args(argv)
+            return int(args.func(args))
     except GatekeeperError as exc:
-        print(f"gatekeeper: error: {exc}", file=sys.stderr)
+        print(f"gatekeeper: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gatekeeper: interrupted", file=sys.stderr)
         return 130
+    except SystemExit:
+        raise  # argparse's --help/--version: their own output and code
+    except BaseException as exc:  # noqa: BLE001 - anything else is a bug, never "gate failed"
+        return _internal_error(exc, debug)
+
+
+def _internal_error(exc: BaseException, debug: bool) -> int:
+    """One line saying it is a bug, where it happened and where to report it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "gatekeeper" in f.filename.replace(os.sep, "/")] or frames
+    where = f" at {_short(ours[-1].filename)}:{ours[-1].lineno}" if ours else ""
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    hint = "" if debug else "; rerun with --debug (or GATEKEEPER_DEBUG=1) for the traceback"
+    text = one_line(f"{type(exc).__name__}: {exc}")[:300]
+    print(
+        f"gatekeeper: internal error (a bug in gatekeeper, not a gate result): {text}{where}"
+        f"{hint}; please report it on {REPORT_BUGS}",
+        file=sys.stderr,
+    )
+    return INTERNAL_ERROR
+
+
+def _short(filename: str) -> str:
+    norm = filename.replace(os.sep, "/")
+    cut = norm.rfind("gatekeeper/")
+    return norm[cut:] if cut >= 0 else os.path.basename(norm)
+
+
+class _quiet_numpy:
+    """NaN and Inf are data here (judged as errors by the engine), not a reason for numpy
+    to print RuntimeWarnings ("invalid value encountered") into CI logs."""
+
+    def __enter__(self) -> None:
+        import numpy as np
+
+        self._err = np.seterr(all="ignore")
+        self._warn = warnings.catch_warnings()
+        self._warn.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc: Any) -> None:
+        import numpy as np
+
+        self._warn.__exit__(*exc)
+        np.seterr(**self._err)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from dataclasses import replace
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np

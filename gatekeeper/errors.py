@@ -10,10 +10,83 @@ GatekeeperError                 base; the CLI maps every subclass to exit code 2
 ├── ConfigError                 a daemon/history configuration is invalid
 └── StateError                  persisted state (daemon state, history store) is unusable
 
-A failing gate is not an exception: it is a Verdict whose status is FAIL.
+A failing gate is not an exception: it is a Verdict whose status is FAIL. Any other
+exception is a bug: the CLI exits with INTERNAL_ERROR (70, sysexits' EX_SOFTWARE), never
+with 1 (gate failed) or 2 (could not evaluate).
+
+Messages quote input (metric names, paths, values) through `quote`/`one_line`, so a
+newline or a control character in a name can never end the one error line and start a
+line of its own (a GitHub `::warning` workflow command, say).
 """
 
 from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+INTERNAL_ERROR = 70
+# C0/C1 controls, DEL, the Unicode line/paragraph separators and lone surrogates: anything
+# that could break a line, rewrite a terminal or fail to encode as UTF-8.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    c = ord(m.group(0))
+    return {9: "\\t", 10: "\\n", 13: "\\r"}.get(c) or (
+        f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+    )
+
+
+def one_line(text: str) -> str:
+    """`text` with every line break, control character and lone surrogate escaped."""
+    return _UNSAFE.sub(_escape_char, text)
+
+
+def quote(value: Any, limit: int = 60) -> str:
+    """A value found in input, as an error message shows it: JSON-like, escaped, bounded.
+
+    Never recursive and never fails: a deep or huge value is summarized by type and size.
+    """
+    if isinstance(value, str):
+        text = json.dumps(value[: limit * 2], ensure_ascii=False)
+    elif isinstance(value, bool) or value is None:
+        text = json.dumps(value)
+    elif isinstance(value, int):
+        digits = value.bit_length() * 0.30103
+        text = str(value) if digits < 40 else f"an integer of about {int(digits) + 1} digits"
+    elif isinstance(value, float):
+        text = json.dumps(value)  # NaN, Infinity as JSON spells them
+    elif isinstance(value, (list, tuple)):
+        text = _shallow(value, "[", "]")
+        text = text if len(value) <= 4 else f"a list of {len(value)}: {text}"
+    elif isinstance(value, dict):
+        text = _shallow(value, "{", "}")
+        text = text if len(value) <= 4 else f"an object of {len(value)} fields: {text}"
+    elif isinstance(value, (bytes, bytearray)):
+        text = repr(bytes(value[: limit * 2]))
+    else:
+        text = f"a {type(value).__name__}"
+    text = one_line(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _shallow(value: Any, open_: str, close: str) -> str:
+    """One level of a container: scalars shown, nested containers as [...] / {...}."""
+
+    def item(v: Any) -> str:
+        if isinstance(v, (list, tuple)):
+            return "[...]"
+        if isinstance(v, dict):
+            return "{...}"
+        return quote(v, 24)
+
+    if isinstance(value, dict):
+        parts = [f"{quote(str(k), 24)}: {item(v)}" for k, v in list(value.items())[:4]]
+    else:
+        parts = [item(v) for v in list(value)[:4]]
+    more = ", ..." if len(value) > 4 else ""
+    return open_ + ", ".join(parts) + more + close
 
 
 class GatekeeperError(Exception):

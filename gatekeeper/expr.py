@@ -13,18 +13,25 @@ A METRIC is a name like `train/loss` or `perf/rollout_time` (letters, digits, `_
 and `/` between name parts), or any text in backticks: `` `eval/acc@1` ``. A `/` with
 spaces around it, or before a number, divides: `a / b`, `a/2`.
 FUNC is abs, log, exp (one argument) or min, max (two or more, elementwise).
+
+Bounds, so no expression can exhaust the stack: at most MAX_TOKENS tokens and a tree at
+most MAX_DEPTH deep (parentheses, unary minuses and chains such as a+b+c... all count).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from gatekeeper.errors import quote
 from gatekeeper.model import Series
 
+MAX_TOKENS = 1000
+MAX_DEPTH = 64
 UNARY_FUNCS = {"abs": np.abs, "log": np.log, "exp": np.exp}
 NARY_FUNCS = {"min": np.minimum, "max": np.maximum}
 _BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
@@ -50,6 +57,7 @@ class Node:
     args: tuple[Node, ...] = ()
     value: float = 0.0
     name: str = ""
+    depth: int = 1  # of the tree below: evaluation recurses this deep
 
 
 @dataclass(frozen=True)
@@ -63,9 +71,13 @@ def tokenize(text: str) -> list[Token]:
     out: list[Token] = []
     pos = 0
     while pos < len(text):
+        if len(out) > MAX_TOKENS:
+            raise ExprError(f"expression is longer than {MAX_TOKENS} tokens; split it")
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise ExprError(f"unexpected character {text[pos]!r} at column {pos + 1} in {text!r}")
+            raise ExprError(
+                f"unexpected character {quote(text[pos])} at column {pos + 1} in {quote(text)}"
+            )
         kind = m.lastgroup or ""
         if kind != "ws":
             value = m.group("quoted") if kind == "quoted" else m.group(0)
@@ -80,6 +92,7 @@ class _Parser:
         self.text = text
         self.tokens = tokenize(text)
         self.i = 0
+        self.level = 0  # recursion depth of expr(): parentheses, unary minus, calls
 
     def peek(self) -> Token:
         return self.tokens[self.i]
@@ -90,8 +103,29 @@ class _Parser:
         return tok
 
     def fail(self, tok: Token, expected: str) -> ExprError:
-        seen = "the end" if tok.kind == "end" else repr(tok.text)
-        return ExprError(f"expected {expected} at column {tok.col}, got {seen} in {self.text!r}")
+        seen = "the end" if tok.kind == "end" else repr(tok.text[:40])
+        return ExprError(
+            f"expected {expected} at column {tok.col}, got {seen} in {quote(self.text)}"
+        )
+
+    def node(self, op: str, args: tuple[Node, ...]) -> Node:
+        """A tree node, refused once the tree is deeper than MAX_DEPTH (the parser's own
+        recursion is bounded the same way: it nests once per level it builds)."""
+        depth = 1 + max(a.depth for a in args)
+        if depth > MAX_DEPTH:
+            raise ExprError(
+                f"expression nests deeper than {MAX_DEPTH} levels at column {self.peek().col} "
+                f"in {quote(self.text)}; simplify it"
+            )
+        return Node(op, args, depth=depth)
+
+    def enter(self) -> None:
+        self.level += 1
+        if self.level > MAX_DEPTH:
+            raise ExprError(
+                f"expression nests deeper than {MAX_DEPTH} levels at column {self.peek().col} "
+                f"in {quote(self.text)}; simplify it"
+            )
 
     def expect(self, op: str) -> None:
         tok = self.take()
@@ -105,27 +139,37 @@ class _Parser:
         return node
 
     def expr(self) -> Node:
+        self.enter()
         node = self.term()
         while self.peek().kind == "op" and self.peek().text in "+-":
-            node = Node(self.take().text, (node, self.term()))
+            op = self.take().text
+            node = self.node(op, (node, self.term()))
+        self.level -= 1
         return node
 
     def term(self) -> Node:
         node = self.unary()
         while self.peek().kind == "op" and self.peek().text in "*/":
-            node = Node(self.take().text, (node, self.unary()))
+            op = self.take().text
+            node = self.node(op, (node, self.unary()))
         return node
 
     def unary(self) -> Node:
         if self.peek().kind == "op" and self.peek().text == "-":
             self.take()
-            return Node("neg", (self.unary(),))
+            self.enter()
+            node = self.node("neg", (self.unary(),))
+            self.level -= 1
+            return node
         return self.atom()
 
     def atom(self) -> Node:
         tok = self.take()
         if tok.kind == "num":
-            return Node("num", value=float(tok.text))
+            value = float(tok.text)
+            if not math.isfinite(value):
+                raise ExprError(f"number {quote(tok.text)} at column {tok.col} is out of range")
+            return Node("num", value=value)
         if tok.kind == "op" and tok.text == "(":
             node = self.expr()
             self.expect(")")
@@ -140,7 +184,9 @@ class _Parser:
     def call(self, tok: Token) -> Node:
         if tok.text not in UNARY_FUNCS and tok.text not in NARY_FUNCS:
             known = ", ".join([*UNARY_FUNCS, *NARY_FUNCS])
-            raise ExprError(f"unknown function {tok.text!r} at column {tok.col}; known: {known}")
+            raise ExprError(
+                f"unknown function {tok.text!r} at column {tok.col}; known: {known}"
+            )
         self.expect("(")
         args = [self.expr()]
         while self.peek().kind == "op" and self.peek().text == ",":
@@ -151,7 +197,7 @@ class _Parser:
         if want_one != (len(args) == 1):
             need = "one argument" if want_one else "two or more arguments"
             raise ExprError(f"{tok.text}() takes {need}, got {len(args)} at column {tok.col}")
-        return Node(tok.text, tuple(args))
+        return self.node(tok.text, tuple(args))
 
 
 @dataclass(frozen=True)
@@ -199,7 +245,9 @@ def parse_expr(text: str) -> Expr:
     tree = _Parser(text).parse()
     metrics = tuple(dict.fromkeys(_metrics(tree)))
     if not metrics:
-        raise ExprError(f"expr {text!r} reads no metric; a derived metric needs at least one")
+        raise ExprError(
+            f"expr {quote(text)} reads no metric; a derived metric needs at least one"
+        )
     return Expr(text, tree, metrics)
 
 

@@ -1,8 +1,15 @@
-"""Load policy files (YAML 1.2, ruamel) into `PolicySpec`s; every error names file:line:field."""
+"""Load policy files (YAML 1.2, ruamel) into `PolicySpec`s; every error names file:line:field.
+
+Hostile files are bounded, not trusted (see policy/bounds.py): at most MAX_POLICY_BYTES,
+nesting at most MAX_DEPTH levels, at most ALIAS_BUDGET nodes produced by alias expansion
+(a YAML "billion laughs" is refused, not expanded), and no NaN or infinite number anywhere
+(a `max: .nan` rule could never fail). Loading time is linear in the file's size.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -12,18 +19,27 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from gatekeeper.checks import registry
-from gatekeeper.errors import PolicyError
+from gatekeeper.errors import PolicyError, one_line, quote
 from gatekeeper.expr import parse_expr
+from gatekeeper.policy.bounds import (
+    ALIAS_BUDGET,
+    MAX_DEPTH,
+    TooBig,
+    check_flow_depth,
+    node_count,
+    out_of_range,
+    plain,
+)
 from gatekeeper.policy.schema import Policy, Rule, RuleOverride
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
+from gatekeeper.safe_open import open_regular
 from gatekeeper.verdict import Mode
 
 POLICY_SUFFIXES = (".yaml", ".yml")
 # Policy unit tests live next to their policies (`gatekeeper test`); a directory of
 # policies is not a directory of tests.
 TEST_SUFFIXES = (".test.yaml", ".test.yml")
-
-
+MAX_POLICY_BYTES = 64 << 20
 def display_path(path: str) -> str:
     """A path as reports show it: relative to the working directory when inside it."""
     absolute = os.path.abspath(path)
@@ -73,28 +89,57 @@ def load_policies(paths: list[str]) -> list[PolicySpec]:
 
 def read_yaml(path: str) -> Any:
     """Parse one YAML file, keeping line information; errors carry file:line."""
-    yaml = YAML(typ="rt")
+    shown = display_path(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.load(fh)
+        with open_regular(path, lambda why: PolicyError(why, file=shown)) as fh:
+            raw = fh.read(MAX_POLICY_BYTES + 1)
+        if len(raw) > MAX_POLICY_BYTES:
+            raise PolicyError(
+                f"policy file is larger than {MAX_POLICY_BYTES >> 20} MiB; split it", file=shown
+            )
+        # A whole string, not the file object: ruamel's stream reader re-copies its
+        # buffer per chunk, quadratic on a long scalar (a 10 MB description took 47 s).
+        text = raw.decode("utf-8")
+        check_flow_depth(raw, shown)
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"not UTF-8 text (byte {exc.start})", file=shown) from None
+    except OSError as exc:
+        raise PolicyError(f"cannot read policy: {exc.strerror or exc}", file=shown) from None
+    yaml = YAML(typ="rt")
+    yaml.max_depth = MAX_DEPTH
+    try:
+        return yaml.load(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise PolicyError(f"invalid YAML: {problem}", file=display_path(path), line=line) from None
+        problem = str(exc.problem or exc.context or "invalid YAML").split("\n  in ")[0]
+        problem = one_line(problem)
+        raise PolicyError(f"invalid YAML: {problem}", file=shown, line=line) from None
     except YAMLError as exc:
-        raise PolicyError(f"invalid YAML: {exc}", file=display_path(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(f"cannot read policy: {exc}", file=display_path(path)) from None
+        problem = one_line(str(exc).split("\n  in ")[0])
+        raise PolicyError(f"invalid YAML: {problem}", file=shown) from None
+    except RecursionError:
+        raise PolicyError(f"nested deeper than {MAX_DEPTH} levels", file=shown) from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # ruamel converts tagged and plain scalars with int()/float(): a 5,000-digit
+        # integer or `!!float rules` fails there, without a mark
+        long_number = re.search(r"\d{4000,}", text)
+        line = text.count("\n", 0, long_number.start()) + 1 if long_number else None
+        raise PolicyError(
+            f"invalid YAML value: {one_line(str(exc))[:200]}", file=shown, line=line
+        ) from None
 
 
 def load_policy(path: str, _chain: tuple[str, ...] = ()) -> PolicySpec:
     shown = display_path(path)
     tree = read_yaml(path)
     if not isinstance(tree, CommentedMap):
-        raise PolicyError("a policy file is a YAML mapping (version, name, rules, ...)", file=shown, line=1)
+        raise PolicyError(
+            "a policy file is a YAML mapping (version, name, rules, ...)", file=shown, line=1
+        )
+    data = plain_policy(tree, shown)
     try:
-        policy = Policy.model_validate(plain(tree))
+        policy = Policy.model_validate(data)
     except ValidationError as exc:
         raise _policy_error(exc, tree, shown) from None
     rules = tuple(
@@ -233,21 +278,21 @@ def _rule_spec(
     )
 
 
-def plain(node: Any) -> Any:
-    """ruamel's commented containers and scalar subclasses as plain Python values."""
-    if isinstance(node, dict):
-        return {plain(k): plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [plain(v) for v in node]
-    if isinstance(node, bool) or node is None:
-        return node
-    if isinstance(node, int):
-        return int(node)
-    if isinstance(node, float):
-        return float(node)
-    if isinstance(node, str):
-        return str(node)
-    return node
+def plain_policy(tree: CommentedMap, shown: str) -> Any:
+    """The policy tree as plain values: bounded (see `plain`) and without a non-finite
+    number anywhere — a NaN threshold makes a rule that can never fail."""
+    budget = [node_count(tree) + ALIAS_BUDGET]
+    try:
+        data = plain(tree, budget)
+    except TooBig as exc:
+        raise PolicyError(
+            f"{_dotted(exc.loc) or '(top level)'}: {exc}", file=shown, line=line_of(tree, exc.loc)
+        ) from None
+    bad = out_of_range(data)
+    if bad is not None:
+        loc, why = bad
+        raise PolicyError(f"{_dotted(loc)}: {why}", file=shown, line=line_of(tree, loc))
+    return data
 
 
 def line_of(tree: Any, loc: tuple[Any, ...]) -> int | None:
@@ -257,7 +302,7 @@ def line_of(tree: Any, loc: tuple[Any, ...]) -> int | None:
     if isinstance(node, (CommentedMap, CommentedSeq)):
         line = node.lc.line + 1
     for part in loc:
-        if isinstance(node, CommentedMap) and part in node:
+        if isinstance(node, CommentedMap) and _has_key(node, part):
             line = node.lc.key(part)[0] + 1
             node = node[part]
         elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
@@ -268,13 +313,21 @@ def line_of(tree: Any, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
+def _has_key(node: CommentedMap, part: Any) -> bool:
+    try:
+        return part in node
+    except TypeError:  # an unhashable key from a tagged YAML node
+        return False
+
+
 def _dotted(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            text = one_line(str(part))[:80]
+            out += f".{text}" if out else text
     return out
 
 
@@ -296,10 +349,18 @@ def _policy_error(
         if err["type"] == "missing":
             msg = "is required"
         elif not isinstance(got, (dict, list)) and got is not None and "got" not in msg:
-            msg += f", got {got!r}"
+            msg += f", got {quote(got)}"
+        msg = one_line(msg)
         field = _dotted(loc) or "(top level)"
         location = f"{shown}:{where}: " if where else f"{shown}: "
         lines.append(f"{location}{field}: {msg}")
     if len(lines) == 1:
         return PolicyError(lines[0])
-    return PolicyError(f"{len(lines)} problems in {shown}:\n  " + "\n  ".join(lines))
+    # one line: an error must not spill over lines a CI log reads one by one
+    return PolicyError(f"{len(lines)} problems in {shown}: " + " | ".join(lines))
+
+
+__all__ = [
+    "ALIAS_BUDGET", "MAX_DEPTH", "apply_override", "check_flow_depth", "line_of",
+    "load_policies", "load_policy", "out_of_range", "plain", "read_yaml",
+]

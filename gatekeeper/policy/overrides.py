@@ -19,7 +19,7 @@ from ruamel.yaml.error import YAMLError
 
 from gatekeeper.checks import registry
 from gatekeeper.errors import PolicyError, UsageError
-from gatekeeper.policy.loader import apply_override, plain
+from gatekeeper.policy.loader import apply_override, check_flow_depth, out_of_range, plain
 from gatekeeper.policy.schema import RuleOverride
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.verdict import Severity
@@ -73,9 +73,13 @@ def parse_override(text: str) -> CliOverride:
                 f"--override {text!r}: unknown check {kind!r}; known: {', '.join(registry())}"
             )
         try:
+            check_flow_depth(raw.encode(), "--override")  # ruamel: quadratic in deep brackets
             value = plain(YAML(typ="rt").load(raw))
-        except YAMLError as exc:
+        except (YAMLError, ValueError, PolicyError) as exc:
             raise UsageError(f"--override {text!r}: cannot read value {raw!r}: {exc}") from None
+        bad = out_of_range(value)
+        if bad is not None:
+            raise UsageError(f"--override {text!r}: {bad[1]}")
         fields["check"] = {kind: value}
     else:
         raise UsageError(f"--override {text!r}: unknown action {action!r}; expected {_FORM}")

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gatekeeper.report.html import ordered
+from gatekeeper.errors import one_line
 from gatekeeper.report.text import step_text, summary_line, value_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
 
@@ -48,7 +49,7 @@ def render(verdict: Verdict, stream: TextIO | None = None, *, show_skipped: bool
     console.print(Text(summary_line(verdict), style=style), soft_wrap=True)
     findings = [r for r in ordered(verdict.results) if r.status in FINDINGS]
     for r in findings[:MAX_FINDINGS]:
-        line = Text(f" {r.policy}/{r.rule}: ") + _message(r) + Text(f" ({r.source})")
+        line = Text(one_line(f" {r.policy}/{r.rule}: ")) + _message(r) + Text(f" ({r.source})")
         console.print(Text("  ") + _status(r) + line, soft_wrap=True)
     if len(findings) > MAX_FINDINGS:
         console.print(Text(f"  … {len(findings) - MAX_FINDINGS} more in the table"))
@@ -71,8 +72,9 @@ def _status(r: RuleResult) -> Text:
 
 
 def _message(r: RuleResult) -> Text:
-    # Text(), not str: rule messages may contain "[...]", which rich reads as markup.
-    return Text(r.message + (f" [override: {r.override}]" if r.override else ""))
+    # Text(), not str: rule messages may contain "[...]", which rich reads as markup;
+    # one_line: names from the run may hold control characters or lone surrogates.
+    return Text(one_line(r.message + (f" [override: {r.override}]" if r.override else "")))
 
 
 def _wide(rows: list[RuleResult]) -> Table:
@@ -87,8 +89,9 @@ def _wide(rows: list[RuleResult]) -> Table:
     table.add_column("message", overflow="fold", ratio=7)
     for r in rows:
         table.add_row(
-            _status(r), Text(f"{r.policy}/{r.rule}"), Text(r.metric), Text(step_text(r)),
-            Text(value_text(r)), Text(r.expected), _message(r),
+            _status(r), Text(one_line(f"{r.policy}/{r.rule}")), Text(one_line(r.metric)),
+            Text(one_line(step_text(r))), Text(value_text(r)), Text(one_line(r.expected)),
+            _message(r),
         )
     return table
 
@@ -99,7 +102,7 @@ def _narrow(rows: list[RuleResult]) -> Table:
     table.add_column("rule", overflow="fold", ratio=2)
     table.add_column("message", overflow="fold", ratio=5)
     for r in rows:
-        detail = Text(f"\n{r.metric} · {step_text(r)} · {value_text(r)} · {r.expected}",
-                      style="dim")
-        table.add_row(_status(r), Text(f"{r.policy}/{r.rule}"), _message(r) + detail)
+        facts = one_line(f"{r.metric} · {step_text(r)} · {value_text(r)} · {r.expected}")
+        detail = Text("\n" + facts, style="dim")
+        table.add_row(_status(r), Text(one_line(f"{r.policy}/{r.rule}")), _message(r) + detail)
     return table

@@ -15,6 +15,7 @@ from gatekeeper.model import Run
 from gatekeeper.report.html import ordered
 from gatekeeper.report.html_series import figure, series_for
 from gatekeeper.report.mermaid import xychart
+from gatekeeper.errors import one_line
 from gatekeeper.report.text import result_line, step_text, summary_line, value_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
 
@@ -23,6 +24,7 @@ SUMMARY_LIMIT = 1024 * 1024
 
 
 def _escape_data(text: str) -> str:
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
@@ -67,6 +69,7 @@ def annotation_lines(verdict: Verdict) -> list[str]:
 def _cell(text: str) -> str:
     """Input text as inert Markdown in a table cell: GitHub renders some raw HTML (`<img>`),
     so markup characters become entities; `|` would end the cell."""
+    text = one_line(text)
     text = re.sub(r"([\\`*_\[\]])", r"\\\1", text)  # emphasis, links, code
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return text.replace("|", "\\|").replace("\n", " ").replace("\r", " ")
@@ -75,7 +78,7 @@ def _cell(text: str) -> str:
 def _code(text: str) -> str:
     """Input text as a code span: fenced by more backticks than it contains (entities are
     not decoded inside code, so only `|` and newlines need care)."""
-    text = text.replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+    text = one_line(text).replace("|", "\\|").replace("\n", " ").replace("\r", " ")
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""

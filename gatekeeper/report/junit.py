@@ -5,11 +5,19 @@ with their message in system-out. Only elements and attributes of the common JUn
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 from gatekeeper.report.files import write_atomic
 from gatekeeper.report.text import result_line, stopped_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
+
+# XML 1.0 cannot carry these at all (not even escaped): written as \xNN / \uNNNN text.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _x(text: str) -> str:
+    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
 def _detail(r: RuleResult) -> str:
@@ -26,7 +34,7 @@ def _detail(r: RuleResult) -> str:
         lines.append("mode:     shadow (reported, never fails the gate)")
     if r.description:
         lines.append(f"why:      {r.description}")
-    return "\n".join(lines)
+    return _x("\n".join(lines))
 
 
 def to_xml(verdict: Verdict) -> bytes:
@@ -37,17 +45,17 @@ def to_xml(verdict: Verdict) -> bytes:
     for r in verdict.results:
         suite = suites.get(r.policy)
         if suite is None:
-            suite = suites[r.policy] = ET.SubElement(root, "testsuite", name=r.policy)
+            suite = suites[r.policy] = ET.SubElement(root, "testsuite", name=_x(r.policy))
             per_suite[r.policy] = dict.fromkeys(totals, 0)
         counts = per_suite[r.policy]
-        case = ET.SubElement(suite, "testcase", name=r.rule, classname=r.policy, time="0")
+        case = ET.SubElement(suite, "testcase", name=_x(r.rule), classname=_x(r.policy), time="0")
         counts["tests"] += 1
-        message = result_line(r)
+        message = _x(result_line(r))
         # A shadow-mode or warn-severity failure does not fail the gate: report, don't fail CI.
         gating_kind = r.gating or r.status in (Status.SKIP, Status.PENDING)
         detail = _detail(r)
         if verdict.stopped and verdict.stopped.get("rule") == f"{r.policy}/{r.rule}":
-            detail += f"\nstopped:  {stopped_text(verdict.stopped)}"
+            detail += _x(f"\nstopped:  {stopped_text(verdict.stopped)}")
         if r.status is Status.FAIL and gating_kind:
             ET.SubElement(case, "failure", message=message, type="fail").text = detail
             counts["failures"] += 1

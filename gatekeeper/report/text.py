@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gatekeeper.checks import fmt
+from gatekeeper.errors import one_line
 from gatekeeper.verdict import RuleResult, Verdict
 
 
@@ -43,7 +44,8 @@ def summary_line(v: Verdict) -> str:
         more = f" +{len(failing) - 3} more" if len(failing) > 3 else ""
         why = f" — failing: {shown}{more}"
     stopped = f" — {stopped_text(v.stopped)}" if v.stopped else ""
-    return f"gate {head}: {name}: {parts or 'no rules'}{why}{stopped}"
+    # one line whatever the run's name holds: a newline could start a workflow command
+    return one_line(f"gate {head}: {name}: {parts or 'no rules'}{why}{stopped}")
 
 
 def _error_kinds(v: Verdict) -> str:

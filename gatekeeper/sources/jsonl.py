@@ -7,43 +7,51 @@ Two line shapes, detected per line, so files and directories may mix them:
 - event:   {"event": "end", "state": "finished"}  (optional end-of-run marker)
 
 Non-finite values may be the strings "NaN", "Infinity", "-Infinity" or the bare tokens
-Python's json module writes. Lines are parsed with orjson; rows that share one key set
-are converted to numpy together, so no Python object per point outlives its line.
+Python's json module writes; a null value is a non-finite point too (DESIGN: a null where
+a metric has numbers elsewhere). Lines are parsed with orjson; rows that share one key
+set are converted to numpy together, so no Python object per point outlives its line.
+
+What is refused, always and on every path (fast and slow), with file:line: a step that is
+not a whole number fitting int64 (a bool, a string, 1e300, 2**63); a value that is neither
+a number, null nor a marker (a numeric string such as "0.5" included); a number too large
+for a float; a line nested deeper than orjson's 1024 levels; text that is not UTF-8.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import math
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from itertools import chain
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import orjson
 
-from gatekeeper.errors import RecordError
+from gatekeeper.errors import RecordError, quote
 from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Series, merge_chunks
+from gatekeeper.safe_open import open_regular
+from gatekeeper.sources.jsonl_values import (
+    Same,
+    as_steps,
+    coerce_value,
+    fast_floats,
+    finite_float,
+    int_text,
+    key_quotes,
+    only_marker_strings,
+    record_quotes,
+    step_of,
+)
 
 BLOCK_SIZE = 8 << 20
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # miles logs perf/* against rollout/step; other namespaces use "<ns>/step".
 DEFAULT_STEP_ALIASES: dict[str, str] = {"perf": "rollout/step"}
 EVENT_KEYS = frozenset({"event", "state", "time", "message", "reason"})
-_MARKERS = {
-    "nan": math.nan,
-    "+nan": math.nan,
-    "-nan": math.nan,
-    "inf": math.inf,
-    "+inf": math.inf,
-    "infinity": math.inf,
-    "+infinity": math.inf,
-    "-inf": -math.inf,
-    "-infinity": -math.inf,
-}
 
 
 def is_step_key(key: str) -> bool:
@@ -59,21 +67,6 @@ def default_step_key(metric: str, aliases: dict[str, str] | None = None) -> str:
     return aliases.get(ns, f"{ns}/step")
 
 
-def _coerce(value: Any, path: str, line: int, what: str) -> float:
-    if isinstance(value, (int, float)):  # bool is an int: logged flags judge as 0/1
-        return float(value)
-    if isinstance(value, str):
-        marker = _MARKERS.get(value.strip().lower())
-        if marker is not None:
-            return marker
-    raise RecordError(
-        f"{what}: expected a number or one of \"NaN\", \"Infinity\", \"-Infinity\", "
-        f"got {_show(value)}",
-        file=path,
-        line=line,
-    )
-
-
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Parsed JSON holds no reference cycles, but millions of fresh lists make the cyclic
@@ -87,46 +80,11 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _fast_floats(items: list[Any], width: int, *, check_shape: bool = False) -> np.ndarray | None:
-    """All values of `items` (lists of `width` values) as one flat float64 array, or None
-    when anything is not a plain number — the caller then converts value by value, with
-    errors naming the line. numpy's C loop parses the marker strings ("NaN", "Infinity")
-    itself; a NaN in the result is checked against the input, because numpy also turns a
-    JSON null into NaN, and null is not a value."""
-    if check_shape and (set(map(type, items)) != {list} or set(map(len, items)) != {width}):
-        return None
-    try:
-        flat = np.fromiter(chain.from_iterable(items), dtype=np.float64, count=width * len(items))
-    except (TypeError, ValueError, OverflowError):
-        return None
-    for i in np.flatnonzero(np.isnan(flat)).tolist():
-        v = list(items[i // width])[i % width]
-        if not (isinstance(v, float) or (isinstance(v, str) and v.strip().lower() in _MARKERS)):
-            return None
-    return flat
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, bytes) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _as_steps(col: np.ndarray, path: str, lines: list[int], key: str) -> np.ndarray:
-    if col.dtype.kind in "iu":
-        return col.astype(STEP_DTYPE, copy=False)
-    bad = ~np.isfinite(col) | (col != np.floor(col))
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise RecordError(
-            f"step field {key!r} must be a whole number, got {col[i]!r}", file=path, line=lines[i]
-        )
-    return col.astype(STEP_DTYPE)
-
-
 @dataclass
 class _Group:
     rows: list[Any] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
+    raws: list[bytes] = field(default_factory=list)  # the lines as read, for their quotes
 
 
 @dataclass
@@ -161,7 +119,7 @@ class JsonlParser:
     def _truncated(self, tail: bytes, line: int) -> None:
         raise RecordError(
             f"last line is truncated (no trailing newline; {len(tail)} bytes: "
-            f"{_show(tail[:40].decode('utf-8', 'replace'))}); the file was cut off "
+            f"{quote(tail[:40].decode('utf-8', 'replace'))}); the file was cut off "
             "mid-write — it is not judged as whole",
             file=self.path,
             line=line,
@@ -183,19 +141,21 @@ class JsonlParser:
         for raw in pieces:
             try:
                 append(loads(raw))
-            except orjson.JSONDecodeError:
+            except orjson.JSONDecodeError as exc:
                 line = start + len(objs) + len(blanks)
                 if raw.strip():
-                    append(self._fallback_loads(raw, line))
+                    append(self._fallback_loads(raw, line, exc))
                 else:
                     blanks.append(line)
         self.line += len(pieces)
         if not objs:
             return
         lines: Sequence[int] = range(start, start + len(objs))
+        raws: Sequence[bytes] = pieces
         if blanks:
             skip = set(blanks)
             lines = [n for n in range(start, start + len(pieces)) if n not in skip]
+            raws = [pieces[n - start] for n in lines]
         if set(map(type, objs)) != {dict}:
             i = next(i for i, o in enumerate(objs) if type(o) is not dict)
             raise RecordError(
@@ -205,34 +165,56 @@ class JsonlParser:
             )
         keys = list(map(tuple, objs))
         if len(set(keys)) == 1:
-            self._dispatch(keys[0], _Group(objs, list(lines)))
+            self._dispatch(keys[0], _Group(objs, list(lines), list(raws)))
             return
         groups: dict[tuple[str, ...], _Group] = {}
-        for key, obj, line in zip(keys, objs, lines):
+        for key, obj, line, raw in zip(keys, objs, lines, raws, strict=True):
             group = groups.get(key)
             if group is None:
                 group = groups[key] = _Group()
             group.rows.append(obj)
             group.lines.append(line)
+            group.raws.append(raw)
         for key, group in groups.items():
             self._dispatch(key, group)
 
-    def _fallback_loads(self, raw: bytes, line: int) -> Any:
+    def _fallback_loads(self, raw: bytes, line: int, exc: orjson.JSONDecodeError) -> Any:
+        """Python's json writes bare NaN/Infinity, which orjson rejects; only such lines
+        are re-read with `json` (strict UTF-8, no lone surrogates, no out-of-range number,
+        no unbounded recursion). Any other orjson error is the line's error."""
+        if b"NaN" not in raw and b"Infinity" not in raw:
+            # orjson counts lines and columns within this one line: say "byte" instead
+            why = re.sub(r": line 1 column \d+ \(char (\d+)\)$", r" at byte \1 of the line",
+                         str(exc))
+            why = why.replace(
+                "number is infinity when parsed as double", "a number out of range of a float64"
+            )
+            raise self._not_json(raw, line, why)
         try:
-            return json.loads(raw)  # Python's json writes bare NaN/Infinity, orjson rejects them
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RecordError(
-                f"not valid JSON ({exc}): {_show(raw[:60].decode('utf-8', 'replace'))}",
-                file=self.path,
-                line=line,
-            ) from None
+            text = raw.decode("utf-8")
+            if _SURROGATE_ESCAPE.search(raw):
+                raise ValueError("a \\u escape of a lone surrogate is not text")
+            return json.loads(text, parse_float=finite_float, parse_int=int_text)
+        except UnicodeDecodeError as err:
+            raise self._not_json(raw, line, f"not UTF-8 at byte {err.start} of the line") from None
+        except RecursionError:
+            raise self._not_json(raw, line, "nested too deeply") from None
+        except ValueError as err:
+            raise self._not_json(raw, line, str(err)) from None
+
+    def _not_json(self, raw: bytes, line: int, why: str) -> RecordError:
+        return RecordError(
+            f"not valid JSON ({why}): {quote(raw[:60].decode('utf-8', 'replace'))}",
+            file=self.path,
+            line=line,
+        )
 
     def _dispatch(self, keys: tuple[str, ...], group: _Group) -> None:
         if "metric" in keys and "series" in keys:
-            for obj, line in zip(group.rows, group.lines):
-                self._record_line(obj, line)
+            for obj, line, raw in zip(group.rows, group.lines, group.raws, strict=True):
+                self._record_line(obj, line, raw)
         elif "event" in keys and set(keys) <= EVENT_KEYS:
-            for obj, line in zip(group.rows, group.lines):
+            for obj, line in zip(group.rows, group.lines, strict=True):
                 self.events.append({**obj, "line": line})
         else:
             self._row_group(keys, group)
@@ -241,44 +223,68 @@ class JsonlParser:
         known = self.step_keys.setdefault(metric, step_key)
         if known != step_key:
             raise RecordError(
-                f"metric {metric!r} is logged against step field {step_key!r} here but "
-                f"against {known!r} earlier; a metric must stay on one step axis",
+                f"metric {quote(metric)} is logged against step field {quote(step_key)} here "
+                f"but against {quote(known)} earlier; a metric must stay on one step axis",
                 file=self.path,
                 line=self.line,
             )
         self.chunks.setdefault(metric, []).append((steps, values))
 
-    def _record_line(self, obj: dict[str, Any], line: int) -> None:
+    def _record_line(self, obj: dict[str, Any], line: int, raw: bytes) -> None:
         metric, series = obj["metric"], obj["series"]
         if not isinstance(metric, str) or not metric:
             raise RecordError(
-                f'"metric" must be a non-empty string, got {_show(metric)}', file=self.path, line=line
-            )
-        if not isinstance(series, list):
-            raise RecordError(
-                f'"series" of {metric!r} must be a list of [step, value] pairs, got '
-                f"{_show(series)}",
+                f'"metric" must be a non-empty string, got {quote(metric)}',
                 file=self.path,
                 line=line,
             )
-        step_key = obj.get("step_key") or default_step_key(metric, self.step_aliases)
+        if not isinstance(series, list):
+            raise RecordError(
+                f'"series" of {quote(metric)} must be a list of [step, value] pairs, got '
+                f"{quote(series)}",
+                file=self.path,
+                line=line,
+            )
+        step_key = obj.get("step_key", None)
+        if step_key is None:
+            step_key = default_step_key(metric, self.step_aliases)
+        elif not isinstance(step_key, str) or not step_key:
+            raise RecordError(
+                f'"step_key" of {quote(metric)} must be a non-empty string (the step axis, e.g. '
+                f'"train/step"), got {quote(step_key)}',
+                file=self.path,
+                line=line,
+            )
         self.record_metrics.add(metric)
-        flat = _fast_floats(series, 2, check_shape=True)
+        # The series holds a string only if the line has more '"' than its keys and its
+        # other fields account for; then only the slow path may judge it.
+        flat = None
+        if raw.count(b'"') == record_quotes(obj) or only_marker_strings(
+            v for p in series if isinstance(p, list) for v in p
+        ):
+            flat = fast_floats(series, 2, check_shape=True)
+        if flat is not None and np.isnan(flat[0::2]).any():
+            flat = None  # a null step: the slow path makes it an error on this metric only
         if flat is not None:
             # copies: a strided view would keep the whole interleaved buffer alive
-            steps_f, values = flat[0::2], flat[1::2].copy()
+            steps = as_steps(
+                flat[0::2], lambda: [p[0] for p in series], self.path, Same(line),
+                lambda i: f"series point {i} of {quote(metric)}: step",
+            )
+            values = flat[1::2].copy()
         else:
-            steps_f, values = self._slow_series(metric, series, line)
-        steps = _as_steps(steps_f, self.path, [line] * len(steps_f), f"series of {metric}")
+            steps, values = self._slow_series(metric, series, line)
         self._add(metric, step_key, steps, values)
 
-    def _slow_series(self, metric: str, series: list[Any], line: int) -> tuple[np.ndarray, np.ndarray]:
+    def _slow_series(
+        self, metric: str, series: list[Any], line: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Point-by-point conversion, for series with markers or malformed points."""
         steps_l, values_l = [], []
         for i, point in enumerate(series):
             if not isinstance(point, list) or len(point) != 2:
                 raise RecordError(
-                    f"series point {i} of {metric!r} is not [step, value]: got {_show(point)}",
+                    f"series point {i} of {quote(metric)} is not [step, value]: got {quote(point)}",
                     file=self.path,
                     line=line,
                 )
@@ -291,20 +297,17 @@ class JsonlParser:
                     "a point without a step cannot be judged",
                 )
                 continue
-            if not isinstance(point[0], (int, float)) or isinstance(point[0], bool):
-                raise RecordError(
-                    f"series point {i} of {metric!r}: step must be a number, got {_show(point[0])}",
-                    file=self.path,
-                    line=line,
-                )
-            steps_l.append(point[0])
-            values_l.append(_coerce(point[1], self.path, line, f"series point {i} of {metric!r}"))
-        return np.array(steps_l, dtype=np.float64), np.array(values_l, dtype=VALUE_DTYPE)
+            what = f"series point {i} of {quote(metric)}"
+            steps_l.append(step_of(point[0], self.path, line, f"{what}: step"))
+            values_l.append(coerce_value(point[1], self.path, line, what))
+        return np.array(steps_l, dtype=STEP_DTYPE), np.array(values_l, dtype=VALUE_DTYPE)
 
     def _row_group(self, keys: tuple[str, ...], group: _Group) -> None:
         index = {k: i for i, k in enumerate(keys)}
-        flat = _fast_floats(list(map(dict.values, group.rows)), len(keys))
-        table = flat.reshape(len(group.rows), len(keys)) if flat is not None else None
+        table = None
+        if self._no_strings_but_markers(keys, group):
+            flat = fast_floats(list(map(dict.values, group.rows)), len(keys))
+            table = flat.reshape(len(group.rows), len(keys)) if flat is not None else None
         rows = [list(r.values()) for r in group.rows] if table is None else []
         columns: dict[int, np.ndarray] = {}
 
@@ -314,8 +317,8 @@ class JsonlParser:
             if j not in columns:
                 columns[j] = np.array(
                     [
-                        _coerce(row[j], self.path, ln, f"field {keys[j]!r}")
-                        for row, ln in zip(rows, group.lines)
+                        coerce_value(row[j], self.path, ln, f"field {quote(keys[j])}")
+                        for row, ln in zip(rows, group.lines, strict=True)
                     ],
                     dtype=np.float64,
                 )
@@ -328,16 +331,40 @@ class JsonlParser:
             step_key = self._row_step_key(key, index)
             if step_key is None:
                 raise RecordError(
-                    f"no step field for metric {key!r}: a row needs \"step\", \"_step\" or "
-                    f"\"{default_step_key(key, self.step_aliases)}\"",
+                    f"no step field for metric {quote(key)}: a row needs \"step\", \"_step\" or "
+                    f"{quote(default_step_key(key, self.step_aliases))}",
                     file=self.path,
                     line=group.lines[0],
                 )
             steps = step_columns.get(step_key)
             if steps is None:
-                steps = _as_steps(column(index[step_key]), self.path, group.lines, step_key)
+                steps = self._row_steps(step_key, index[step_key], group, table)
                 step_columns[step_key] = steps
             self._add(key, step_key, steps, np.array(column(j), dtype=VALUE_DTYPE))
+
+    @staticmethod
+    def _no_strings_but_markers(keys: tuple[str, ...], group: _Group) -> bool:
+        """Whether every string among the rows' values is a marker: rows whose bytes hold
+        no more '"' than their keys take hold none; only the others are looked at."""
+        expected = key_quotes(keys)
+        return all(
+            raw.count(b'"') == expected or only_marker_strings(row.values())
+            for raw, row in zip(group.raws, group.rows, strict=True)
+        )
+
+    def _row_steps(
+        self, key: str, j: int, group: _Group, table: np.ndarray | None
+    ) -> np.ndarray:
+        if table is not None:
+            return as_steps(
+                table[:, j], lambda: [r[key] for r in group.rows], self.path, group.lines,
+                lambda i: f"step field {quote(key)}",
+            )
+        return np.array(
+            [step_of(r[key], self.path, ln, f"step field {quote(key)}")
+             for r, ln in zip(group.rows, group.lines, strict=True)],
+            dtype=STEP_DTYPE,
+        )
 
     def _row_step_key(self, key: str, index: dict[str, int]) -> str | None:
         ns, sep, _ = key.partition("/")
@@ -363,7 +390,7 @@ def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
     """Feed a file from byte `offset` to `parser`; return the offset after the last whole
     line. With `final`, a last line without its newline is a truncation error."""
     pos = offset
-    with open(parser.path, "rb") as fh:
+    with open_regular(parser.path) as fh:
         fh.seek(offset)
         while True:
             lines = fh.readlines(BLOCK_SIZE)  # whole lines, read and split in C
@@ -385,6 +412,7 @@ def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
 
 
 def jsonl_files(directory: str) -> list[str]:
-    """The record files of a run directory, in a stable order."""
+    """The record files of a run directory, in a stable order (each one is checked to be a
+    regular file when it is opened: a FIFO named `a.jsonl` is an error, not a hang)."""
     names = sorted(n for n in os.listdir(directory) if n.endswith(".jsonl"))
     return [os.path.join(directory, n) for n in names]

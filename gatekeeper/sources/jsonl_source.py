@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 import numpy as np
 
-from gatekeeper.errors import SourceError, SourceNotFound
+from gatekeeper.errors import SourceError, SourceNotFound, one_line, quote
 from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import Source
 from gatekeeper.sources.jsonl import JsonlParser, jsonl_files, parse_file
@@ -34,9 +35,18 @@ class JsonlSource(Source):
             if not found:
                 raise SourceNotFound(f"{self.path}: directory holds no *.jsonl record files")
             return found
-        if os.path.isfile(self.path):
-            return [self.path]
-        raise SourceNotFound(f"{self.path}: no such file or directory")
+        try:
+            mode = os.stat(self.path).st_mode  # one stat: no window between two checks
+        except FileNotFoundError:
+            raise SourceNotFound(f"{one_line(self.path)}: no such file or directory") from None
+        except OSError as exc:
+            raise SourceError(f"{one_line(self.path)}: cannot read: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):  # a FIFO or a device: never read (it may not end)
+            raise SourceError(
+                f"{one_line(self.path)}: not a regular file or directory; only regular files "
+                "are read"
+            )
+        return [self.path]
 
     def _parser(self, path: str) -> JsonlParser:
         if self.step_aliases is None:
@@ -54,13 +64,13 @@ class JsonlSource(Source):
             try:
                 parse_file(parser, final=True)
             except OSError as exc:
-                raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+                raise SourceError(f"{one_line(path)}: cannot read: {exc.strerror}") from None
             for metric, parts in parser.chunks.items():
                 key = parser.step_keys[metric]
                 if step_keys.setdefault(metric, key) != key:
                     raise SourceError(
-                        f"{path}: metric {metric!r} is on step axis {key!r} here but on "
-                        f"{step_keys[metric]!r} in another file of this run"
+                        f"{one_line(path)}: metric {quote(metric)} is on step axis {quote(key)} "
+                        f"here but on {quote(step_keys[metric])} in another file of this run"
                     )
                 chunks.setdefault(metric, []).extend(parts)
             for metric, reason in parser.metric_errors.items():

@@ -18,6 +18,7 @@ end marker (`{"event": "end", "state": "finished"}`).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from gatekeeper.errors import SourceError
 from gatekeeper.model import Run, RunState, merge_chunks
+from gatekeeper.safe_open import open_regular
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.jsonl import BLOCK_SIZE, JsonlParser
 from gatekeeper.sources.jsonl_source import JsonlSource, _end_state
@@ -140,7 +142,19 @@ class LiveJsonlSource(LiveSource):
             except OSError as exc:
                 raise SourceError(f"{self.path}: cannot list directory: {exc.strerror}") from None
             return [os.path.join(self.path, n) for n in names]
-        return [self.path] if os.path.isfile(self.path) else []
+        try:
+            mode = os.stat(self.path).st_mode  # one stat: a writer may rename over it meanwhile
+        except FileNotFoundError:
+            return []  # not created yet, or between a writer's unlink and rename
+        except OSError as exc:
+            raise SourceError(f"{self.path}: cannot read: {exc.strerror}") from None
+        if stat.S_ISREG(mode):
+            return [self.path]
+        if stat.S_ISDIR(mode):  # appeared since the isdir() above
+            return []
+        raise SourceError(
+            f"{self.path}: not a regular file or directory; only regular files are read"
+        )
 
     def _parser(self, tail: _Tail) -> JsonlParser:
         parser = JsonlParser(tail.path, line=tail.line, step_keys=dict(self.step_keys))
@@ -150,7 +164,7 @@ class LiveJsonlSource(LiveSource):
 
     def _poll_file(self, tail: _Tail, out: dict[str, list[tuple[np.ndarray, np.ndarray]]]) -> None:
         try:
-            fh = open(tail.path, "rb")
+            fh = open_regular(tail.path)  # a FIFO is an error, never a poll that hangs
         except FileNotFoundError:
             return  # renamed away between listing and opening: the next poll sees the new one
         except OSError as exc:

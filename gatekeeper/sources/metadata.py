@@ -7,8 +7,9 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.errors import RecordError
+from gatekeeper.errors import RecordError, quote
 from gatekeeper.model import RunState
+from gatekeeper.safe_open import open_regular
 
 SIDECAR_NAMES = ("run.json", "meta.json")
 _FIELDS = {"name", "id", "tags", "config", "state", "url"}
@@ -22,14 +23,25 @@ def sidecar_for(path: str) -> str | None:
         stem = path[: -len(".jsonl")] if path.endswith(".jsonl") else path
         directory = os.path.dirname(path) or "."
         candidates = [f"{stem}.meta.json"] + [os.path.join(directory, n) for n in SIDECAR_NAMES]
-    return next((c for c in candidates if os.path.isfile(c)), None)
+    # exists, not isfile: a FIFO named run.json is refused when read, not silently skipped
+    return next((c for c in candidates if os.path.exists(c) and not os.path.isdir(c)), None)
+
+
+MAX_SIDECAR_BYTES = 16 << 20  # metadata, not metrics: anything larger is not a sidecar
 
 
 def read_sidecar(path: str) -> dict[str, Any]:
     """Parse and validate a sidecar: {"name", "id", "tags", "config", "state", "url"}."""
     try:
-        with open(path, "rb") as fh:
-            data = orjson.loads(fh.read())
+        with open_regular(path) as fh:
+            raw = fh.read(MAX_SIDECAR_BYTES + 1)
+        if len(raw) > MAX_SIDECAR_BYTES:
+            raise RecordError(
+                f"run metadata is larger than {MAX_SIDECAR_BYTES >> 20} MiB; a sidecar holds "
+                "name, id, tags, config, state and url only",
+                file=path,
+            )
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise RecordError(f"run metadata is not valid JSON: {exc}", file=path) from None
     except OSError as exc:
@@ -39,20 +51,25 @@ def read_sidecar(path: str) -> dict[str, Any]:
     unknown = set(data) - _FIELDS
     if unknown:
         raise RecordError(
-            f"unknown run metadata field(s) {sorted(unknown)}; expected some of {sorted(_FIELDS)}",
+            f"unknown run metadata field(s) {quote(sorted(unknown))}; expected some of "
+            f"{sorted(_FIELDS)}",
             file=path,
         )
+    for key in ("name", "id", "url"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise RecordError(f'"{key}" must be a string, got {quote(data[key])}', file=path)
     tags = data.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise RecordError(f'"tags" must be a list of strings, got {tags!r}', file=path)
+        raise RecordError(f'"tags" must be a list of strings, got {quote(tags)}', file=path)
     if not isinstance(data.get("config", {}), dict):
-        raise RecordError('"config" must be an object', file=path)
+        raise RecordError(f'"config" must be an object, got {quote(data["config"])}', file=path)
     state = data.get("state")
     if state is not None:
         try:
             data["state"] = RunState(state)
         except ValueError:
             raise RecordError(
-                f'"state" must be one of {[s.value for s in RunState]}, got {state!r}', file=path
+                f'"state" must be one of {[s.value for s in RunState]}, got {quote(state)}',
+                file=path,
             ) from None
     return data

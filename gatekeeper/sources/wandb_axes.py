@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.errors import RecordError
+from gatekeeper.errors import RecordError, quote
 from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Series, merge_chunks
 
 DEFAULT_AXIS = "_step"
@@ -153,12 +153,14 @@ class Columns:
     def _whole_steps(self, key: str, axis: str, steps: np.ndarray) -> None:
         """Steps are integers: a step metric with fractional values (an epoch of 0.25 used
         as `step_metric`) is refused, never truncated onto the wrong step."""
-        frac = steps != np.floor(steps)
+        # beyond 2**53 float64 no longer holds every integer: 1e300 would be cast to INT64_MIN
+        frac = ~(np.abs(steps) <= 2.0**53) | (steps != np.floor(steps))
         if frac.any():
             bad = float(steps[int(np.argmax(frac))])
             raise RecordError(
-                f"metric {key} is on step metric {axis} (define_metric), whose value "
-                f"{bad:g} is not a whole number; gatekeeper steps are integers. Use an "
+                f"metric {quote(key)} is on step metric {quote(axis)} (define_metric), whose "
+                f"value {bad:g} is not a whole number within 2**53; gatekeeper steps are "
+                "integers. Use an "
                 f"integer step metric (e.g. global_step) for {key}, or log {axis} as a "
                 "metric rather than a step",
                 file=self.where,

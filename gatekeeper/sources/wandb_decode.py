@@ -9,6 +9,7 @@ can resynchronise) and decoded by forked worker processes; the parts are joined 
 from __future__ import annotations
 
 import functools
+import math
 import multiprocessing
 import os
 import threading
@@ -20,7 +21,7 @@ import numpy as np
 import orjson
 from google.protobuf.message import DecodeError
 
-from gatekeeper.errors import RecordError, SourceError
+from gatekeeper.errors import RecordError, SourceError, quote
 from gatekeeper.sources.wandb_axes import NESTED, to_floats
 from gatekeeper.sources.wandb_log import BLOCK_LEN, LogReader
 
@@ -29,6 +30,12 @@ Column = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # row indices, valu
 # Below this many new bytes, forking workers costs more than it saves.
 PARALLEL_MIN_BYTES = 16 << 20
 FLUSH_ROWS = 2048  # history rows whose JSON texts are held before converting to floats
+EXACT_STEP = 2**53  # steps travel as float64 here: beyond this one may become another
+
+
+class BadRecord(ValueError):
+    """A record that parsed but holds what no run can (a `_step` that is not a step);
+    `decode_range` adds the byte offset."""
 
 
 @dataclass
@@ -115,6 +122,9 @@ def decode_range(path: str, start: int, stop: int | None, resync: bool) -> Part:
             "the file is damaged or of an unknown format",
             file=path,
         ) from None
+    except BadRecord as exc:
+        where = f"history record ending at byte {reader.offset}"
+        raise RecordError(f"{where}: {exc}", file=path) from None
     done.append(_converted(entries))
     part.keys = _concat_keys(done)
     part.end, part.pending = reader.offset, reader.pending_bytes
@@ -142,9 +152,15 @@ def texts_to_floats(texts: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
             return to_floats(texts)
         if not any(c in joined for c in ('"', "{", "[", "null")):
             try:
-                return np.array(orjson.loads(f"[{joined}]"), dtype=np.float64), None
+                parsed = orjson.loads(f"[{joined}]")
             except orjson.JSONDecodeError:
-                pass  # NaN/Infinity are not JSON to orjson; the general path reads them
+                parsed = None  # NaN/Infinity are not JSON to orjson; the general path reads them
+            # a text holding a comma ("1,2") would shift every later value: count them
+            if parsed is not None and len(parsed) == len(texts):
+                try:
+                    return np.array(parsed, dtype=np.float64), None
+                except (TypeError, ValueError, OverflowError):
+                    pass
     return to_floats(texts)
 
 
@@ -225,6 +241,8 @@ def add_history(
     if not h.HasField("step"):
         _add_history_stepless(h, row, steps, entries)
         return
+    if not -EXACT_STEP <= h.step.num <= EXACT_STEP:
+        raise BadRecord(f"step {h.step.num} is beyond 2**53, where steps lose their identity")
     steps.append(float(h.step.num))
     for it in h.item:
         nk = it.nested_key
@@ -246,13 +264,28 @@ def _add_history_stepless(
         key = nk[0] if len(nk) == 1 else (NESTED.join(nk) if nk else it.key)
         value = it.value_json or _typed_value(it)
         if key == "_step" and value is not None:
-            step = float(value)
+            step = _step_value(value)
         entry = entries.get(key)
         if entry is None:
             entry = entries[key] = ([], [])
         entry[0].append(row)
         entry[1].append(value)
     steps.append(step if step == step else float(row))
+
+
+def _step_value(value: Any) -> float:
+    """A `_step` item (JSON text or a typed value) as a whole number within 2**53."""
+    if isinstance(value, str):
+        try:
+            number = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            number = value
+    else:
+        number = value
+    ok = isinstance(number, (int, float)) and not isinstance(number, bool)
+    if ok and math.isfinite(number) and number == int(number) and abs(number) <= EXACT_STEP:
+        return float(number)
+    raise BadRecord(f"_step must be a whole number within 2**53, got {quote(value)}")
 
 
 def _typed_value(it: Any) -> Any:

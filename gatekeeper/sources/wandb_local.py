@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any
 
-from gatekeeper.errors import RecordError, SourceNotFound
+from gatekeeper.errors import RecordError, SourceError, SourceNotFound
 from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.wandb_axes import Columns, StepAxes
@@ -232,7 +232,10 @@ class WandbLocalSource(LiveSource):
         for key, (rows, values, mask) in part.keys.items():
             cols.rows[key] = rows
             cols.vals[key] = (values, mask)
-        return dict(sorted(cols.finish(self._axes).items()))
+        try:
+            return dict(sorted(cols.finish(self._axes).items()))
+        except SourceError as exc:
+            raise RecordError(str(exc), file=reader.path) from None
 
     def _apply(self, kind: str, rec: Any) -> None:
         if kind == "metric":
@@ -289,19 +292,24 @@ def _update_config(config: dict[str, Any], rec: Any) -> None:
             continue
         try:
             value = json.loads(item.value_json)
-        except ValueError:
-            value = item.value_json
+        except (ValueError, RecursionError):
+            value = item.value_json  # not JSON (or absurdly deep): kept as the text
         cur = config
         for k in keys[:-1]:
-            cur = cur.setdefault(k, {})
+            nxt = cur.get(k)
+            if not isinstance(nxt, dict):
+                # a key set under what was a scalar: the later, nested value wins (as a
+                # wandb config update of a nested dict replaces a scalar)
+                nxt = cur[k] = {}
+            cur = nxt
         cur[keys[-1]] = value
     for item in rec.remove:
         keys = list(item.nested_key) or [item.key]
-        cur = config
+        node: Any = config
         for k in keys[:-1]:
-            cur = cur.get(k, {})
-        if isinstance(cur, dict):
-            cur.pop(keys[-1], None)
+            node = node.get(k, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(keys[-1], None)
 
 
 def earlier_segments(run_dir: str) -> list[str]:

@@ -19,9 +19,10 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import IO
 
 from gatekeeper.errors import RecordError, SourceNotFound
+from gatekeeper.safe_open import open_regular
 
 IDENT = b":W&B"
 MAGIC = 0xBEE1
@@ -73,7 +74,7 @@ class LogReader:
         the tail chunks of a record that began before `offset`.
         """
         try:
-            fh = open(self.path, "rb")
+            fh = open_regular(self.path)  # a FIFO named run-x.wandb: an error, not a hang
         except FileNotFoundError:
             raise SourceNotFound(f"{self.path}: no such file") from None
         except OSError as exc:
@@ -89,7 +90,7 @@ class LogReader:
             fh.seek(self.offset)
             yield from self._scan(fh, stop, resync)
 
-    def _scan(self, fh: BinaryIO, stop: int | None, resync: bool) -> Iterator[bytes]:
+    def _scan(self, fh: IO[bytes], stop: int | None, resync: bool) -> Iterator[bytes]:
         buf = fh.read(READ_SIZE)
         base = self.offset  # file offset of buf[0]
         pos = 0  # next chunk header, relative to buf

@@ -166,7 +166,9 @@ def test_a_hung_source_and_a_failing_notifier_do_not_stop_the_loop(tmp_path: Pat
     config.write_text(json.dumps(cfg))
     runs = tmp_path / "runs"
     (runs / "stuck").mkdir()
-    os.mkfifo(runs / "stuck" / "rank0.jsonl")  # opening a FIFO nobody writes blocks, like NFS
+    # A FIFO used to block the poll like a hung NFS mount; since issue 11 only regular files
+    # are read, so it fails at once — the loop must carry on either way.
+    os.mkfifo(runs / "stuck" / "rank0.jsonl")
     daemon = DaemonProcess(config).start()
     kid = writer(runs / "bad.jsonl", "--steps", "6", "--bad-at", "2", "--end")
     try:
@@ -183,16 +185,14 @@ def test_a_hung_source_and_a_failing_notifier_do_not_stop_the_loop(tmp_path: Pat
         assert hook.requests >= 3  # retried with backoff until retry_for, then expired
         assert daemon.metric('gatekeeper_notification_retries_total{channel="hook"}') >= 2
         stuck = daemon.run("stuck")
-        assert stuck["status"] == "error" and "timed out" in stuck["last_error"]
-        assert stuck["errors"] >= 3
-        assert daemon.metric('gatekeeper_poll_errors_total{kind="timeout"}') >= 3
+        assert stuck["errors"] >= 1 and "not a regular file" in stuck["last_error"]
         log = daemon.api("/api/alerts")["alerts"]
         got = {(a["outcome"], a["payload"]["run"], a["payload"]["rule"]) for a in log}
         assert got == {("expired", "bad", "kl-small"), ("expired", "stuck", "source-readable")}
         assert all("500" in a["detail"] for a in log)
     finally:
         kid.kill()
-        assert daemon.stop() == 0  # exits although a poll thread is stuck in open()
+        assert daemon.stop() == 0
         hook.close()
 
 

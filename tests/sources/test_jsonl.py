@@ -73,9 +73,9 @@ def test_many_rows_convert_in_bulk(tmp_path):
     [
         (['{"step": 0, "loss": 1}', '{"step": 1, "loss": oops}'], 2, "not valid JSON"),
         (['{"step": 0, "loss": "high"}'], 1, "expected a number"),
-        (['{"metric": "train/x", "series": [[0, 1], [1]]}'], 1, "series point 1 of 'train/x' is not [step, value]"),
+        (['{"metric": "train/x", "series": [[0, 1], [1]]}'], 1, "series point 1 of \"train/x\" is not [step, value]"),
         (['{"metric": "train/x", "series": [[0, "bad"]]}'], 1, "series point 0"),
-        (['{"loss": 1}'], 1, "no step field for metric 'loss'"),
+        (['{"loss": 1}'], 1, "no step field for metric \"loss\""),
         (['{"step": 0.5, "loss": 1}'], 1, "whole number"),
         (['[1, 2]'], 1, "expected a JSON object"),
     ],
