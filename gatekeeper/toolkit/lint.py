@@ -13,14 +13,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gatekeeper.checks.abs_lt import AbsLt
 from gatekeeper.checks.abs_max import AbsMax
 from gatekeeper.checks.approx import Approx
 from gatekeeper.checks.base import fmt
 from gatekeeper.checks.between import Between
 from gatekeeper.checks.fraction import Fraction
+from gatekeeper.checks.gt import Gt
+from gatekeeper.checks.lt import Lt
 from gatekeeper.checks.max import Max
 from gatekeeper.checks.min import Min
 from gatekeeper.checks.reach import Reach
+from gatekeeper.checks.rise import Rise
+from gatekeeper.checks.strictly_between import StrictlyBetween
 from gatekeeper.model import Run
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import Severity
@@ -39,19 +44,54 @@ class Finding:
         return f"{self.source}: {self.rule}: [{self.kind}] {self.message}"
 
 
-def interval(rule: RuleSpec) -> tuple[float, float] | None:
-    """The values a point-by-point bound check passes, as [lo, hi]; None for other kinds."""
+@dataclass(frozen=True)
+class Span:
+    """The values a point-by-point bound check passes: lo..hi, each end open (strict:
+    `lt`, `gt`, `abs_lt`, `strictly_between`) or closed."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def empty(self) -> bool:
+        return self.lo > self.hi or (self.lo == self.hi and (self.lo_open or self.hi_open))
+
+    def within(self, other: Span) -> bool:
+        """Every value this span passes, `other` passes too."""
+        lo_ok = self.lo > other.lo or (self.lo == other.lo and (self.lo_open or not other.lo_open))
+        hi_ok = self.hi < other.hi or (self.hi == other.hi and (self.hi_open or not other.hi_open))
+        return lo_ok and hi_ok
+
+    def below(self, x: float) -> bool:
+        """Every value this span passes is below x (x itself fails)."""
+        return self.hi < x or (self.hi == x and self.hi_open)
+
+    def above(self, x: float) -> bool:
+        return self.lo > x or (self.lo == x and self.lo_open)
+
+
+def interval(rule: RuleSpec) -> Span | None:
+    """The values a point-by-point bound check passes; None for other kinds."""
     c = rule.check
     if isinstance(c, Max):
-        return (-math.inf, c.value)
+        return Span(-math.inf, c.value)
     if isinstance(c, Min):
-        return (c.value, math.inf)
+        return Span(c.value, math.inf)
     if isinstance(c, AbsMax):
-        return (-c.value, c.value)
+        return Span(-c.value, c.value)
     if isinstance(c, Between):
-        return (c.lo, c.hi)
+        return Span(c.lo, c.hi)
     if isinstance(c, Approx):
-        return (c.value - c.tolerance, c.value + c.tolerance)
+        return Span(c.value - c.tolerance, c.value + c.tolerance)
+    if isinstance(c, Lt):
+        return Span(-math.inf, c.value, hi_open=True)
+    if isinstance(c, Gt):
+        return Span(c.value, math.inf, lo_open=True)
+    if isinstance(c, AbsLt):
+        return Span(-c.value, c.value, lo_open=True, hi_open=True)
+    if isinstance(c, StrictlyBetween):
+        return Span(c.lo, c.hi, lo_open=True, hi_open=True)
     return None
 
 
@@ -61,16 +101,22 @@ def _first_step(rule: RuleSpec) -> int | None:
         return min(sel.steps)
     if sel.kind == "range":
         return sel.start
+    if sel.kind == "every":
+        return sel.offset  # step % n == offset: the first such step is the offset itself
     return None
 
 
 def static_findings(rule: RuleSpec) -> Iterator[tuple[str, str]]:
     """(kind, message) for what the rule itself says, without any run."""
     span = interval(rule)
-    if span is not None and span[0] == -math.inf and span[1] == math.inf:
+    if span is not None and span.lo == -math.inf and span.hi == math.inf:
         yield "never-fails", f"{rule.check.describe()} holds for every finite value"
-    if span is not None and span[0] == span[1]:
-        yield "never-passes", f"{rule.check.describe()} passes only x == {fmt(span[0])} exactly"
+    if span is not None and span.empty():
+        yield "never-passes", f"{rule.check.describe()} holds for no value"
+    elif span is not None and span.lo == span.hi and span.lo != 0:
+        # Exactly 0 is a value a metric reaches: a rate or count of no events (miles' TITO
+        # mismatch rates `== 0`). Exactly 0.3 is not, for a measured float.
+        yield "never-passes", f"{rule.check.describe()} passes only x == {fmt(span.lo)} exactly"
     c = rule.check
     if isinstance(c, Fraction) and (c.max is None or c.max >= 1) and (c.min is None or c.min <= 0):
         yield "never-fails", f"{c.describe()}: every share is within that"
@@ -82,6 +128,16 @@ def static_findings(rule: RuleSpec) -> Iterator[tuple[str, str]]:
                 (
                     f"reach deadline step {c.by_step} is before the first selected step {first} "
                     f"(steps {rule.steps.describe()})"
+                ),
+            )
+    if isinstance(c, Rise):
+        first = _first_step(rule)
+        if first is not None and first > c.from_step:
+            yield (
+                "never-passes",
+                (
+                    f"rise from step {c.from_step}, which steps {rule.steps.describe()} do not "
+                    "select: there is never a value to rise from"
                 ),
             )
     if rule.for_ > 1 and rule.reduce.value == "none":
@@ -132,14 +188,18 @@ def shadowed(rules: list[RuleSpec], policies: dict[str, PolicySpec]) -> Iterator
     """A rule whose every failure is also a failure of a stricter rule on the same points."""
 
     def key(r: RuleSpec) -> tuple[object, ...]:
-        return (r.metric, r.steps, r.reduce, r.for_, r.conditions, policies[r.policy].match)
+        p = policies[r.policy]
+        # requires_config too: a policy that errors without config keys is not "failing
+        # whenever" one that is judged without them.
+        required = tuple(sorted(p.requires_config))
+        return (r.metric, r.steps, r.reduce, r.for_, r.conditions, p.match, required)
 
     bounded = [(r, interval(r)) for r in rules if interval(r) is not None and not r.off]
     for r, span in bounded:
         for other, o in bounded:
             if other is r or key(other) != key(r) or span is None or o is None:
                 continue
-            inside = span[0] <= o[0] and o[1] <= span[1]  # other passes less than r
+            inside = o.within(span)  # other passes less than r
             same = span == o
             if inside and _rank(other) >= _rank(r) and not (same and other.source > r.source):
                 what = "duplicates" if same else "is shadowed by"
@@ -163,11 +223,16 @@ def against_runs(rule: RuleSpec, runs: list[Run]) -> Iterator[tuple[str, str]]:
     absent = [m for m in inputs if not any(m in run.series and len(run.series[m]) for run in runs)]
     if absent:
         if rule.severity is Severity.WARN:
+            outcome = (
+                "it would only ever be skipped (if_logged)"
+                if rule.if_logged
+                else "it would only ever show as an error nobody gates on"
+            )
             yield (
                 "not-logged",
                 (
                     f"warn rule on {', '.join(absent)}, which none of the {len(runs)} example runs "
-                    "logged: it would only ever show as an error nobody gates on"
+                    f"logged: {outcome}"
                 ),
             )
         return
@@ -183,13 +248,13 @@ def against_runs(rule: RuleSpec, runs: list[Run]) -> Iterator[tuple[str, str]]:
 
 
 def _far(
-    rule: RuleSpec, span: tuple[float, float], lo: float, hi: float, scale: float, n: int
+    rule: RuleSpec, span: Span, lo: float, hi: float, scale: float, n: int
 ) -> Iterator[tuple[str, str]]:
     logged = f"the {n} example runs logged {fmt(lo)}..{fmt(hi)}"
-    if span[1] < lo or span[0] > hi:
+    if span.below(lo) or span.above(hi):
         yield "fails-examples", f"{rule.check.describe()} fails every point; {logged}"
         return
-    for bound in span:
+    for bound in (span.lo, span.hi):
         if math.isfinite(bound) and scale > 0 and abs(bound) > FAR * scale:
             yield (
                 "far-threshold",

@@ -12,13 +12,14 @@ import numpy as np
 
 from gatekeeper.engine import Evaluation
 from gatekeeper.errors import PolicyError, UsageError
+from gatekeeper.history.base import Baselines
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.policy.overrides import apply_cli_overrides, parse_override
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.sources.jsonl import default_step_key
 from gatekeeper.toolkit.notation import expand
-from gatekeeper.toolkit.testfile import Case, Expectation, LoadedTests, load_tests
+from gatekeeper.toolkit.testfile import Case, Expectation, LoadedTests, SeriesInput, load_tests
 from gatekeeper.verdict import RuleResult, Status, Verdict
 
 
@@ -36,8 +37,12 @@ class CaseResult:
 
 def build_series(case: Case) -> dict[str, Series]:
     """The test's inputs as engine series: gaps dropped, position i at start + i*every."""
+    return _series(case.series)
+
+
+def _series(inputs: dict[str, SeriesInput]) -> dict[str, Series]:
     out: dict[str, Series] = {}
-    for metric, spec in case.series.items():
+    for metric, spec in inputs.items():
         values = expand(spec.values)
         pairs = [(spec.start + i * spec.every, v) for i, v in enumerate(values) if v is not None]
         out[metric] = Series.from_lists(
@@ -52,6 +57,16 @@ def build_series(case: Case) -> dict[str, Series]:
 def make_run(case: Case, source: str, series: dict[str, Series]) -> Run:
     r = case.run
     return Run(r.name, source, tuple(r.tags), dict(r.config), r.state, series=series)
+
+
+def make_references(case: Case, source: str) -> dict[str, Run] | None:
+    """The test's earlier runs by reference name (None: none given, as without --reference)."""
+    if not case.references:
+        return None
+    return {
+        name: Run(ref.name, f"{source} (references.{name})", series=_series(ref.series))
+        for name, ref in case.references.items()
+    }
 
 
 def _window(series: dict[str, Series], lo: int | None, hi: int | None) -> dict[str, Series]:
@@ -121,20 +136,26 @@ class CaseRunner:
         run = make_run(case, self.loaded.path, series)
         now = case.clock.now if case.clock else None
         arrivals = case.clock.arrivals if case.clock else None
+        refs = make_references(case, self.loaded.path)
+        history = Baselines({}, "empty test store") if case.history == "empty" else None
         problems: list[str] = []
         done: int | None = None
         for j, poll in enumerate(case.polls):
             for part in _chunks(_window(series, done, poll.until), chunk):
                 evaluation.feed(part)
             done = poll.until
-            verdict = evaluation.verdict(run, final=False, now=now, arrivals=arrivals)
+            verdict = evaluation.verdict(
+                run, final=False, now=now, arrivals=arrivals, references=refs, history=history
+            )
             where = ("polls", j)
             problems += self._compare(
                 verdict, poll.expect, poll.others, where, f"after poll until step {poll.until}"
             )
         for part in _chunks(_window(series, done, None), chunk):
             evaluation.feed(part)
-        verdict = evaluation.verdict(run, final=not case.live, now=now, arrivals=arrivals)
+        verdict = evaluation.verdict(
+            run, final=not case.live, now=now, arrivals=arrivals, references=refs, history=history
+        )
         problems += self._compare(verdict, case.expect, case.others, (), "")
         return problems
 

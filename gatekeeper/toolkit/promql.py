@@ -2,7 +2,9 @@
 
 Prometheus sees one latest value per series, not a run's step history, so only rules
 that judge every point as it arrives translate: `max`, `min`, `abs_max`, `between`,
-`approx`, `finite` (and `for: N`, `steps: {from, to}`, derived `expr` ratios, `stale`).
+`approx`, `finite`, the strict `lt`, `gt`, `abs_lt`, `strictly_between` (and `for: N`,
+`steps: {from, to}`, derived `expr` ratios, `stale`). An `if_logged` rule needs nothing
+more: an alert never fires for a metric that is absent, which is its skip.
 Every exported expression also fires on NaN/±Inf, as gatekeeper errors on them.
 """
 
@@ -13,13 +15,20 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gatekeeper.checks.abs_lt import AbsLt
 from gatekeeper.checks.abs_max import AbsMax
 from gatekeeper.checks.approx import Approx
 from gatekeeper.checks.between import Between
 from gatekeeper.checks.finite import Finite
+from gatekeeper.checks.gt import Gt
+from gatekeeper.checks.history import History
+from gatekeeper.checks.isclose import IsClose
+from gatekeeper.checks.lt import Lt
 from gatekeeper.checks.max import Max
 from gatekeeper.checks.min import Min
+from gatekeeper.checks.rise import Rise
 from gatekeeper.checks.stale import Stale
+from gatekeeper.checks.strictly_between import StrictlyBetween
 from gatekeeper.expr import Node
 from gatekeeper.policy.loader import _policy_error, display_path, plain, read_yaml
 from gatekeeper.policy.schema import Reduce
@@ -109,6 +118,27 @@ def rule_expr(rule: RuleSpec, naming: Naming) -> str:
         good = f"abs({v} - {_num(check.value)}) <= {_num(check.tolerance)}"
     elif isinstance(check, Finite):
         good = f"abs({v}) < +Inf"
+    # The strict checks are PromQL's own strict comparisons.
+    elif isinstance(check, Lt):
+        good = f"{v} < {_num(check.value)} and {v} > -Inf"
+    elif isinstance(check, Gt):
+        good = f"{v} > {_num(check.value)} and {v} < +Inf"
+    elif isinstance(check, AbsLt):
+        good = f"abs({v}) < {_num(check.value)}"
+    elif isinstance(check, StrictlyBetween):
+        good = f"{v} > {_num(check.lo)} and {v} < {_num(check.hi)}"
+    elif isinstance(check, IsClose):
+        raise NotExportable(
+            f"isclose compares with the same step of an earlier run (--reference "
+            f"{check.reference}=RUN), which Prometheus does not have"
+        )
+    elif isinstance(check, Rise):
+        raise NotExportable(
+            f"rise compares with the value at step {check.from_step}, which an alert on the "
+            "latest value no longer sees"
+        )
+    elif isinstance(check, History):
+        raise NotExportable("history judges against baselines of trusted past runs in a store")
     else:
         raise NotExportable(
             f"check `{check.kind}` judges a window or history of points; Prometheus "
@@ -124,6 +154,11 @@ def _applicable(rule: RuleSpec) -> None:
         raise NotExportable(f"switched off by an override ({rule.override})")
     if rule.reduce is not Reduce.NONE:
         raise NotExportable(f"reduce: {rule.reduce.value} needs the whole selection")
+    if rule.steps.kind == "every" and rule.steps.period_from:
+        raise NotExportable(
+            f"steps: {rule.steps.describe()} takes its period from run config, which "
+            "Prometheus does not have"
+        )
     if rule.steps.kind not in ("all", "range"):
         raise NotExportable(
             f"steps: {rule.steps.describe()} needs particular steps to be present; an alert "
@@ -212,6 +247,11 @@ def translate(policies: list[PolicySpec], naming: Naming) -> Translation:
     for policy in policies:
         for rule in policy.rules:
             try:
+                if policy.requires_config:
+                    raise NotExportable(
+                        f"the policy requires config ({', '.join(policy.requires_config)}) to "
+                        "pick its variants; run config is not in Prometheus"
+                    )
                 if policy.match is not None and not naming.selector:
                     raise NotExportable(
                         "the policy's `match:` reads run metadata; give --selector to say "

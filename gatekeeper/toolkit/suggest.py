@@ -6,7 +6,9 @@ Per metric, three selections, each judged the way the runs were:
 - `all`: every point within the pooled q_lo..q_hi quantiles, widened by `frac` of that
   width, then stretched to every run's extremes: no input run can fail it;
 - `late`: the mean of the last n points, between the runs' lowest and highest mean,
-  widened by `k` robust sigmas across runs.
+  widened by `k` robust sigmas across runs, or `k` standard errors of that mean (the runs'
+  median within-run std / sqrt(n)) when those are wider: a few runs' means can cluster
+  by chance.
 Bounds are rounded outward to 3 significant digits. A metric whose band would be wider
 than `noise` times its median level is too noisy to band and is listed instead; so is a
 metric some run lacks or logs NaN/Inf for (a gate would error on that run).
@@ -136,7 +138,12 @@ def _metric_bands(metric: str, runs: list[Run], s: Settings, out: Suggestion) ->
             )
         )
     if min(len(x) for x in series) >= 2 * s.late:
-        vals = np.array([float(np.mean(x.values[-s.late :])) for x in series])
+        tails = [x.values[-s.late :] for x in series]
+        vals = np.array([float(np.mean(t)) for t in tails])
+        # Five runs' MAD can understate how far a run's mean of n noisy points moves (by
+        # chance their means cluster): never band tighter than the standard error of that
+        # mean the runs' own point-to-point noise implies (median over runs).
+        floor = float(np.median([np.std(t, ddof=1) / math.sqrt(t.size) for t in tails]))
         _across(
             out,
             s,
@@ -147,6 +154,7 @@ def _metric_bands(metric: str, runs: list[Run], s: Settings, out: Suggestion) ->
             vals,
             runs,
             f"mean of the last {s.late} points",
+            floor=floor,
         )
 
 
@@ -160,13 +168,19 @@ def _across(
     vals: np.ndarray,
     runs: list[Run],
     what: str,
+    floor: float = 0.0,
 ) -> None:
-    sigma = _sigma(vals)
+    sigma = max(_sigma(vals), floor)
     lo, hi = float(vals.min()) - s.k * sigma, float(vals.max()) + s.k * sigma
     if _too_noisy(metric, what, lo, hi, float(np.median(vals)), s, out):
         return
     i, j = int(np.argmin(vals)), int(np.argmax(vals))
     spread = f"{_g(s.k)} x robust sigma {_g(sigma)} across {len(runs)} runs"
+    if floor and sigma == floor:
+        spread = (
+            f"{_g(s.k)} x {_g(sigma)}, the median standard error of that mean within a run "
+            f"(wider than the robust sigma {_g(_sigma(vals))} across {len(runs)} runs)"
+        )
     out.bands.append(
         Band(
             rule_id,
@@ -192,7 +206,9 @@ def render(sug: Suggestion, name: str, sources: list[str], s: Settings) -> str:
         f"# first step: run range +- {_g(s.k)} robust sigmas across runs; every point: pooled "
         f"q{s.quantiles[0]:g}..q{s.quantiles[1]:g} +- {_g(s.frac)} x their width, stretched to",
         f"# every run's extremes; late: mean of the last {s.late} points, run range +- {_g(s.k)} "
-        "robust sigmas. Bounds rounded outward; every input run passes every rule.",
+        "robust sigmas",
+        "# (at least that many standard errors of a run's mean). Bounds rounded outward; every "
+        "input run passes every rule.",
     ]
     head += [f"# too noisy to band: {_line(x)}" for x in sug.noisy]
     head += [f"# not banded: {_line(x)}" for x in sug.unusable]

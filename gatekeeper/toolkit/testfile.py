@@ -12,6 +12,9 @@ tests:
     polls:                             # feed up to a step, judge live, compare
       - {until: 2, expect: {pg-clipfrac-high: pending}}
     clock: {now: 100, arrivals: {train/loss: 10}}   # for stale rules
+    references:                        # earlier runs for isclose rules, as --reference NAME=RUN
+      grad-norm: {series: {train/grad_norm: "0.2x5"}}
+    history: empty                     # a history store with no trusted run yet (cold start)
     expect:
       pg-clipfrac-high: {status: warn, step: 3, message: "> 0.5"}
       loss-finite: pass                # a bare status
@@ -21,7 +24,7 @@ tests:
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from ruamel.yaml.comments import CommentedMap
@@ -95,6 +98,15 @@ class RunInput(BaseModel):
     state: RunState = RunState.FINISHED
 
 
+class ReferenceInput(BaseModel):
+    """An earlier run an `isclose` rule compares with (as `check --reference NAME=SOURCE`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "reference-run"
+    series: dict[str, SeriesInput] = Field(default_factory=dict)
+
+
 class Case(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -105,6 +117,10 @@ class Case(BaseModel):
     chunk: int | None = Field(default=None, ge=1)
     polls: list[Poll] = Field(default_factory=list)
     clock: Clock | None = None
+    references: dict[str, ReferenceInput] = Field(default_factory=dict)  # isclose's earlier runs
+    # `empty`: judge with a history store that holds no trusted run yet (miles' cold start),
+    # as `check --history URL` on a fresh store; without it, history rules see no store.
+    history: Literal["empty"] | None = None
     overrides: list[str] = Field(default_factory=list)  # as --override: POLICY/RULE=ACTION:REASON
     expect: dict[str, Expectation] = Field(default_factory=dict)
     others: Status | None = None

@@ -196,3 +196,88 @@ def test_a_mapping_file_renames_series_and_bad_ones_exit_2(tmp_path):
     )
     assert out.returncode == 2
     assert f"{bad}:2: metricz" in out.stderr
+
+
+STRICT = """
+version: 1
+name: strict
+rules:
+  - id: mtp-below
+    metric: train/mtp_loss
+    check: {lt: 1.0}
+    if_logged: true
+  - id: kl-floor
+    metric: train/ppo_kl
+    check: {gt: -1.0e-3}
+  - id: kl-tiny
+    metric: train/kl
+    check: {abs_lt: 0.1}
+  - id: entropy-open
+    metric: rollout/entropy
+    check: {strictly_between: [0, 0.7]}
+  - id: kl-every-rollout
+    metric: train/ppo_kl
+    steps: {every: config.num_steps_per_rollout, default: 1}
+    check: {abs_lt: 1.0e-9}
+  - id: grad-replay
+    metric: train/grad_norm
+    check: {isclose: {reference: grad-norm, rel_tol: 0.03, abs_tol: 0.03}}
+  - id: aime-rises
+    metric: eval/aime
+    check: {rise: {from_step: 0, by_step: 9, min: 0.06}}
+"""
+
+STRICT_TESTS = """
+tests:
+  - name: the strict ends fail exactly at the bound
+    series:
+      train/mtp_loss: "0.5 1 0.5"
+      train/ppo_kl: "0 -0.001 0"
+      train/kl: "0 -0.1 0"
+      rollout/entropy: "0.5 0.5 0"
+    expect:
+      mtp-below: {status: fail, step: 1}
+      kl-floor: {status: fail, step: 1}
+      kl-tiny: {status: fail, step: 1}
+      entropy-open: {status: fail, step: 2}
+  - name: just inside passes
+    series:
+      train/mtp_loss: "0.999x3"
+      train/ppo_kl: "-0.0009x3"
+      train/kl: "0.0999 -0.0999"
+      rollout/entropy: "0.0001 0.6999"
+    expect: {mtp-below: pass, kl-floor: pass, kl-tiny: pass, entropy-open: pass}
+"""
+
+
+def test_strict_checks_export_as_strict_comparisons_and_the_rest_say_why_not(tmp_path):
+    write_policy(tmp_path / "strict.yaml", STRICT)
+    write_policy(tmp_path / "strict.test.yaml", STRICT_TESTS)
+    assert gatekeeper("test", str(tmp_path / "strict.test.yaml")).returncode == 0
+    out = export(tmp_path, str(tmp_path / "strict.yaml"), "--tests-from", str(tmp_path))
+    text = (tmp_path / "rules.yml").read_text()
+    v = 'gatekeeper_metric_value{metric="train/mtp_loss"}'
+    assert f"{v} unless ({v} < 1.0 and {v} > -Inf)" in text
+    assert 'gatekeeper_metric_value{metric="train/ppo_kl"} > -0.001 and' in text
+    assert 'abs(gatekeeper_metric_value{metric="train/kl"}) < 0.1)' in text
+    assert "> 0.0 and" in text and "< 0.7)" in text
+    assert "strict/kl-every-rollout" in out.stdout and "period from run config" in out.stdout
+    assert "(--reference grad-norm=RUN), which Prometheus does not have" in out.stdout
+    assert "rise compares with the value at step 0" in out.stdout
+    assert promtool("check", "rules", "rules.yml", cwd=tmp_path).returncode == 0
+    tested = promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    # a strict bound loosened to an inclusive one no longer fires at exactly the bound
+    rules = tmp_path / "rules.yml"
+    rules.write_text(rules.read_text().replace("< 1.0 and", "<= 1.0 and"))
+    drifted = promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert drifted.returncode == 1 and "GatekeeperStrictMtpBelow" in drifted.stdout + drifted.stderr
+
+
+def test_a_policy_that_requires_config_is_not_exportable_with_the_reason(tmp_path):
+    policy = REPO / "policies/miles/ci-consistency.yaml"
+    out = export(
+        tmp_path, str(policy), "--tests-from", str(policy.with_name("ci-consistency.test.yaml"))
+    )
+    assert "not exportable: miles-ci-consistency/ppo-kl-rollout-start" in out.stdout
+    assert "the policy requires config (lora_rank, multi_latent_attention" in out.stdout

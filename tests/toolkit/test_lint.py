@@ -88,3 +88,63 @@ def test_an_invalid_policy_is_a_load_error_not_a_finding(tmp_path):
     )
     out = gatekeeper("lint", str(policy))
     assert out.returncode == 2 and f"{policy}:6" in out.stderr
+
+
+STRICT = """
+version: 1
+name: strict
+rules:
+  - id: kl-inclusive
+    metric: train/ppo_kl
+    check: {abs_max: 1.0e-9}
+  - id: kl-strict
+    metric: train/ppo_kl
+    check: {abs_lt: 1.0e-9}
+  - id: mtp-below
+    metric: train/mtp_loss
+    check: {lt: 1.0}
+  - id: mtp-at-most
+    metric: train/mtp_loss
+    check: {max: 1.0}
+    severity: warn
+  - id: mismatch-zero
+    metric: rollout/mismatch_rate
+    check: {abs_max: 0}
+  - id: entropy-open
+    metric: rollout/entropy
+    check: {strictly_between: [0, 0.7]}
+  - id: entropy-closed
+    metric: rollout/entropy
+    check: {between: [0, 0.7]}
+  - id: floor-open-ended
+    metric: train/x
+    check: {lt: .inf}
+  - id: aime-rise-unselected
+    metric: eval/aime
+    steps: {from: 1}
+    check: {rise: {from_step: 0, by_step: 9, min: 0.06}}
+  - id: reach-before-rollout-start
+    metric: rollout/raw_reward
+    steps: {every: 4, offset: 3}
+    check: {reach: {value: 0.75, by_step: 2}}
+"""
+
+
+def test_strict_checks_shadow_by_their_open_ends_and_exact_zero_is_a_real_bound(tmp_path):
+    policy = write_policy(tmp_path / "strict.yaml", STRICT)
+    out = gatekeeper("lint", str(policy))
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    found = {x.split(": ", 2)[1]: x for x in lines if ": [" in x}
+    # |x| < v fails wherever |x| <= v does (and at exactly v): the inclusive twin is shadowed
+    assert "[shadowed] is shadowed by strict/kl-strict" in found["strict/kl-inclusive"]
+    assert "strict/kl-strict" not in found
+    assert "is shadowed by strict/mtp-below" in found["strict/mtp-at-most"]
+    assert "is shadowed by strict/entropy-open" in found["strict/entropy-closed"]
+    assert "strict/entropy-open" not in found and "strict/mtp-below" not in found
+    # a rate of no events is exactly 0: `abs_max: 0` is miles' `== 0`, not a typo
+    assert "strict/mismatch-zero" not in found
+    assert "[never-fails]" in found["strict/floor-open-ended"]
+    assert "never a value to rise from" in found["strict/aime-rise-unselected"]
+    assert "before the first selected step 3" in found["strict/reach-before-rollout-start"]
+    assert "6 finding(s)" in lines[-1]

@@ -106,6 +106,15 @@ def test_passing_tests_exit_0(tmp_path):
         ('    series: {loss: "1"}\n    expect: {nope: pass}\n', "names no rule"),
         ('    series: {loss: "1"}\n    expect: {small: passed}\n', "tests[0].expect.small.status"),
         ('    series: {loss: "1"}\n', "a test that asserts nothing"),
+        (
+            '    series: {loss: "1"}\n    history: full\n    expect: {small: pass}\n',
+            "tests[0].history",
+        ),
+        (
+            '    series: {loss: "1"}\n    references: {r: {series: {loss: "1 x"}}}\n'
+            "    expect: {small: pass}\n",
+            "tests[0].references.r.series.loss.values",
+        ),
     ],
 )
 def test_bad_test_files_exit_2_naming_file_line_and_field(tmp_path, body, message):
@@ -157,13 +166,16 @@ def test_a_clock_drives_stale_rules_while_live(tmp_path):
 
 def test_an_override_naming_no_rule_is_an_error_at_its_line(tmp_path):
     write_policy(tmp_path / "p.yaml", POLICY)
-    tests = write_policy(tmp_path / "p.test.yaml", """
+    tests = write_policy(
+        tmp_path / "p.test.yaml",
+        """
         tests:
           - name: t
             series: {loss: "1"}
             overrides: ["p/nope=off:why"]
             expect: {small: skip}
-    """)
+    """,
+    )
     out = gatekeeper("test", str(tests))
     assert out.returncode == 2, out.stdout + out.stderr
     assert f"{tests}:4: tests[0].overrides" in out.stderr and "p/nope" in out.stderr
