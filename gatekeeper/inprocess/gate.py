@@ -58,7 +58,9 @@ class GateFailed(Exception):
 
 @dataclass(frozen=True)
 class Observation:
-    """What one `observe` call concluded."""
+    """What one `observe` call concluded: the live gate `status`, the rules whose
+    status `changes`d, the `failing` rules, `stop` (the gate failed and on_fail is not
+    "report": end the loop) and how many `points` the call added."""
 
     status: GateStatus  # pass | pending | fail | error, judged live
     changes: list[Change] = field(default_factory=list)  # rules whose status changed
@@ -91,7 +93,8 @@ class Gate:
       carry their own (`train/step`, `rollout/step`), as in JSONL.
     - `on_fail`: "stop" (default), "raise" or "report"; see `OnFail`.
     - `reports`: what `finalize()` writes (console table, JSON, JUnit, GitHub), as
-      `check` does; `echo`: where status changes are printed as they happen (None: off).
+      `check` does; `echo`: where status changes are printed as they happen (True:
+      standard error, a stream, or False/None: off).
     """
 
     def __init__(
@@ -105,7 +108,7 @@ class Gate:
         axis: str = "step",
         on_fail: OnFail | str = OnFail.STOP,
         reports: ReportOptions | None = None,
-        echo: TextIO | None = sys.stderr,
+        echo: TextIO | bool | None = True,
         clock: Callable[[], float] = time.time,
     ):
         self.on_fail = OnFail(on_fail)
@@ -220,14 +223,18 @@ class Gate:
 
     # ---- helpers -----------------------------------------------------------------------
     def _say(self, changes: list[Change]) -> None:
-        if self.echo is None:
-            return
+        if self.echo is None or isinstance(self.echo, bool):
+            if not self.echo:
+                return
+            stream: TextIO = sys.stderr
+        else:
+            stream = self.echo
         elapsed = self._clock() - self._started
         for change in changes:
             # Rules starting out pending are the normal state of a fresh run: not news.
             if change.before is None and change.result.status is Status.PENDING:
                 continue
-            print(change_line(change, elapsed), file=self.echo, flush=True)
+            print(change_line(change, elapsed), file=stream, flush=True)
 
     def _failure_info(self, r: RuleResult) -> dict[str, Any]:
         """When and why the gate failed, in the shape `gatekeeper run` reports."""

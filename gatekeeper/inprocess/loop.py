@@ -27,6 +27,9 @@ class GateLogger:
         self.forward = forward
 
     def __call__(self, metrics: Mapping[str, Any], *args: Any, **kwargs: Any) -> Observation:
+        """Forward `(metrics, *args, **kwargs)` to `forward`, then observe `metrics` at
+        `kwargs["step"]` (as `wandb.log(data, step=...)` takes it) or at the dict's own
+        step fields."""
         if self.forward is not None:
             self.forward(metrics, *args, **kwargs)
         return self.log(metrics, kwargs.get("step"))
@@ -41,4 +44,5 @@ class GateLogger:
 
     @property
     def should_stop(self) -> bool:
+        """The gate's `should_stop`: end the loop."""
         return self.gate.should_stop

@@ -44,7 +44,9 @@ def _logged(trainer: pl.Trainer) -> dict[str, Any]:
     connector = trainer._logger_connector
     if trainer._results is None:
         return {}
-    metrics = {k: v for k, v in connector.metrics["log"].items() if is_scalar(v)}
+    metrics: dict[str, Any] = {
+        k: v for k, v in connector.metrics["log"].items() if is_scalar(v)
+    }
     if metrics:
         metrics.setdefault("epoch", trainer.current_epoch)
     return metrics

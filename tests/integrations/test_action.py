@@ -28,14 +28,14 @@ SCHEMA = json.loads((REPO / "tests" / "data" / "github-action.schema.json").read
 VENV_BIN = str(Path(sys.executable).parent)  # the gatekeeper the tests run
 
 
-def run_action(tmp: Path, **inputs: str) -> ActionRun:
+def run_action(tmp: Path, env_extra: dict[str, str] | None = None, **inputs: str) -> ActionRun:
     workspace = tmp / "workspace"
     if not workspace.exists():
         shutil.copytree(REPO / "examples", workspace / "examples")
         shutil.copytree(REPO / "policies", workspace / "policies")
     inputs.setdefault("install", "false")
     env = {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp),
-           "LANG": "C.UTF-8"}
+           "LANG": "C.UTF-8", **(env_extra or {})}
     return Runner(REPO, workspace, inputs, env).run()
 
 
@@ -162,13 +162,52 @@ def test_run_stops_a_training_command_that_goes_nan(tmp_path: Path) -> None:
     assert report["stopped"]["step"] == 3
 
 
-def test_install_step_installs_the_actions_checkout(tmp_path: Path) -> None:
-    """The real install step: a virtualenv under RUNNER_TEMP, put on PATH for the gate."""
-    result = run_action(tmp_path, install="true", python=sys.executable,
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stands in for python3 in the install step: `-m venv DIR` makes DIR/bin/python (this
+# script again) and DIR/bin/gatekeeper (the real CLI); `-m pip install ...` is logged.
+set -euo pipefail
+if [ "$1 $2" = "-m venv" ]; then
+  mkdir -p "$3/bin"
+  cp "$0" "$3/bin/python"
+  printf '#!/usr/bin/env bash\\necho "venv gatekeeper $*" >&2\\nexec %s -m gatekeeper "$@"\\n' \\
+    "$REAL_PYTHON" > "$3/bin/gatekeeper"
+  chmod +x "$3/bin/gatekeeper"
+elif [ "$1 $2 $3" = "-m pip install" ]; then
+  echo "$@" >> "$PIP_LOG"
+fi
+"""
+
+
+@pytest.mark.parametrize("version", ["", "gatekeeper==0.1.0"])
+def test_install_step_puts_a_fresh_venv_on_path(tmp_path: Path, version: str) -> None:
+    """The real install step with a stand-in interpreter (a real install takes minutes):
+    a virtualenv under RUNNER_TEMP, the action's checkout (or `version`) pip-installed
+    into it, its bin/ on GITHUB_PATH, and the gate step running that gatekeeper."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    pip_log = tmp_path / "pip.log"
+    result = run_action(tmp_path, {"REAL_PYTHON": sys.executable, "PIP_LOG": str(pip_log)},
+                        install="true", python=str(fake), version=version,
                         source="examples/runs/healthy", policies="policies", reports="json")
     install = result.step("Install gatekeeper")
-    assert install.code == 0, install.stderr
-    assert "installed gatekeeper" in install.stdout
+    assert install.code == 0, install.stdout + install.stderr
+    venv = tmp_path / "workspace/_runner_temp/gatekeeper-venv"
+    assert f"installed gatekeeper 0.1.0 into {venv}" in install.stdout
+    installed = pip_log.read_text().split()[-1]
+    assert installed == (version or str(REPO))
+    assert "venv gatekeeper check" in result.step("Gate the run").stderr
     assert result.outputs["status"] == "pass"
-    venv = tmp_path / "workspace/_runner_temp/gatekeeper-venv/bin/gatekeeper"
-    assert venv.exists()
+
+
+def test_install_false_needs_a_gatekeeper_on_path(tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    meta = load_action(REPO / "action.yml")
+    assert meta["inputs"]["install"]["default"] == "true"
+    result = Runner(REPO, workspace, {"install": "false", "policies": "p", "source": "s"},
+                    {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}).run()
+    install = result.step("Install gatekeeper")
+    assert install.code == 2
+    assert "no gatekeeper on PATH" in install.stdout
+    assert result.step("Gate the run").skipped
