@@ -169,3 +169,13 @@ def test_integrations_name_their_extra_when_missing(tmp_path: Path) -> None:
                          check=True)
     assert "pip install 'gatekeeper[hf]'" in out.stdout
     assert "pip install 'gatekeeper[lightning]'" in out.stdout
+
+
+def test_context_manager_finalizes_and_records_a_crash(pol: Path) -> None:
+    with pytest.raises(RuntimeError):
+        with Gate(pol, **quiet()) as gate:
+            gate.observe(0, {"train/ppo_kl": 0.0})
+            raise RuntimeError("trainer crashed")
+    final = gate.verdict()
+    assert final.final and final.run["state"] == "crashed"
+    assert {r.rule: r.status for r in final.results}["kl-step0"] is Status.PASS
