@@ -135,7 +135,8 @@ class Gate:
 
     def observe_rows(self, rows: Iterable[Mapping[str, Any]]) -> Observation:
         """Judge a batch of rows (each as in JSONL: step fields plus metrics) at once.
-        Steps of a metric must not go back; a rejected row raises `UsageError`."""
+        Steps of a metric must not go back; a rejected row raises `UsageError` (the rows
+        before it are kept and judged with the next call)."""
         with self._lock:
             if self._final is not None:
                 raise UsageError("this gate was finalized; start a new Gate for a new run")
@@ -151,7 +152,7 @@ class Gate:
                 status=tick.verdict.status,
                 changes=tick.changes,
                 failing=failing,
-                stop=bool(failing) and self.on_fail is not OnFail.REPORT,
+                stop=self._failed_at is not None and self.on_fail is not OnFail.REPORT,
                 points=points,
             )
         if newly and self.on_fail is OnFail.RAISE:

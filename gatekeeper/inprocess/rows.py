@@ -152,7 +152,6 @@ class MemorySource(LiveSource):
         super().__init__(run.source)
         self.run = run
         self.rows = RowBuffer(axis)
-        self.ended = False
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -167,7 +166,8 @@ class MemorySource(LiveSource):
     def poll(self) -> Poll:
         series = self.rows.take()
         points = sum(len(s) for s in series.values())
-        return Poll(series=series, run=self.run, ended=self.ended, points=points)
+        # Never "ended": the caller says when the run ends (Gate.finalize).
+        return Poll(series=series, run=self.run, ended=False, points=points)
 
     def cursor(self) -> dict[str, Any]:
         return {}
