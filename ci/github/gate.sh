@@ -41,9 +41,9 @@ rm -f "$json"  # a report left from an earlier run must not speak for this one
 
 # `args` is shell-quoted text (like a command line); split it without evaluating it.
 if [ -n "${GK_ARGS:-}" ]; then
-  mapfile -d '' -t extra < <(python3 -c 'import shlex, sys
-sys.stdout.write("".join(a + "\0" for a in shlex.split(sys.argv[1])))' "$GK_ARGS") \
-    || fail "cannot split the args input: $GK_ARGS"
+  split='import shlex, sys; sys.stdout.write("".join(a + "\0" for a in shlex.split(sys.argv[1])))'
+  python3 -c "$split" "$GK_ARGS" >/dev/null 2>&1 || fail "cannot split the args input: $GK_ARGS"
+  mapfile -d '' -t extra < <(python3 -c "$split" "$GK_ARGS")
   args+=("${extra[@]}")
 fi
 

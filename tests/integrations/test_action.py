@@ -119,6 +119,8 @@ def test_html_report_only_when_the_cli_has_it(tmp_path: Path) -> None:
          "unknown report 'pdf'"),
         ({"source": "examples/runs/healthy", "policies": "no/such/dir"}, "no/such/dir"),
         ({"policies": "policies"}, "command check needs the source input"),
+        ({"source": "examples/runs/healthy", "policies": "policies", "args": "--name 'open"},
+         "cannot split the args input"),
     ],
 )
 def test_could_not_evaluate_is_invalid_not_a_failing_gate(
