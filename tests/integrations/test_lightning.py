@@ -162,3 +162,20 @@ def test_a_nan_between_logging_steps_still_stops_at_its_step(tmp_path: Path) -> 
     trainer.fit(Regressor(), data(160, 0))
     assert trainer.global_step == 8
     assert json.loads((tmp_path / "gate.json").read_text())["stopped"]["step"] == 7
+
+
+def test_report_mode_trains_on_and_raise_mode_raises(tmp_path: Path) -> None:
+    from gatekeeper.inprocess import GateFailed
+
+    reporting = GatekeeperCallback(gate_policy(tmp_path), on_fail="report",
+                                   reports=reports(tmp_path))
+    trainer = fit(25, [Poison(at=5), reporting], RecordLogger(), tmp_path)
+    assert trainer.global_step == 25  # reported, not stopped
+    report = json.loads((tmp_path / "gate.json").read_text())
+    assert report["status"] == "error" and report["stopped"] is None
+
+    raising = GatekeeperCallback(gate_policy(tmp_path), on_fail="raise",
+                                 reports=reports(tmp_path / "raise"))
+    with pytest.raises(GateFailed):
+        fit(25, [Poison(at=5), raising], RecordLogger(), tmp_path)
+    assert json.loads((tmp_path / "raise/gate.json").read_text())["stopped"]["step"] == 5
