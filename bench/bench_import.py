@@ -10,7 +10,9 @@ timed inside the child around the import statement, median of N runs:
 - `import gatekeeper.integrations.lightning`
 
 and which heavy modules `import gatekeeper` pulled in (must be none of torch,
-transformers, lightning, wandb, httpx, apscheduler, prometheus_client).
+transformers, lightning, wandb, httpx, apscheduler, prometheus_client); then what one
+`Gate.observe` call costs the training step (the shipped policies/, 5 metrics a step,
+median over 2,000 steps).
 Usage: python bench/bench_import.py [--runs N] [--json FILE]
 """
 
@@ -66,6 +68,30 @@ def measure(runs: int) -> dict[str, dict[str, object]]:
     return out
 
 
+def observe_cost(steps: int = 2000) -> dict[str, float]:
+    """Milliseconds per `Gate.observe` call with the shipped policies."""
+    import os
+    import time
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from gatekeeper import Gate
+    from gatekeeper.gate import ReportOptions
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    gate = Gate(os.path.join(repo, "policies"), echo=False, reports=ReportOptions(quiet=True))
+    rules = len(gate.verdict().results)
+    times = []
+    for step in range(steps):
+        row = {"train/step": step, "rollout/step": step, "train/ppo_kl": 0.0,
+               "train/loss": 1.0 / (step + 1), "train/grad_norm": 0.5,
+               "rollout/raw_reward": 0.5, "train/pg_clipfrac": 0.0}
+        t = time.perf_counter()
+        gate.observe(None, row)
+        times.append((time.perf_counter() - t) * 1000)
+    return {"rules": rules, "median_ms": round(statistics.median(times), 3),
+            "p99_ms": round(sorted(times)[int(len(times) * 0.99)], 3)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
@@ -78,6 +104,10 @@ def main() -> int:
             continue
         print(f"{label:45} median {r['median_ms']:8.2f} ms  (min {r['min_ms']}, "
               f"max {r['max_ms']})  heavy: {', '.join(r['heavy_modules']) or 'none'}")
+    cost = observe_cost()
+    print(f"{'Gate.observe, one step':45} median {cost['median_ms']:8.3f} ms  "
+          f"(p99 {cost['p99_ms']} ms, {cost['rules']} rules)")
+    results["observe"] = cost  # type: ignore[assignment]
     base = results["import gatekeeper"]
     ok = float(base["median_ms"]) < TARGET_MS and not base["heavy_modules"]
     print(f"target: import gatekeeper < {TARGET_MS:g} ms, no heavy modules: "
