@@ -2,4 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
+
+# The in-process API is imported on first use, so `import gatekeeper` stays light
+# (no numpy, pydantic or YAML until a gate is built; measured in bench/bench_import.py).
+_LAZY = {
+    "Gate": "gatekeeper.inprocess",
+    "GateFailed": "gatekeeper.inprocess",
+    "GateLogger": "gatekeeper.inprocess",
+    "Observation": "gatekeeper.inprocess",
+    "OnFail": "gatekeeper.inprocess",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gatekeeper' has no attribute {name!r}")
+
+
+__all__ = ["Gate", "GateFailed", "GateLogger", "Observation", "OnFail", "__version__"]

@@ -1,0 +1,258 @@
+"""`Gate`: the policies of `gatekeeper check`, judged inside the training process.
+
+Load policies once, `observe()` each step's metrics (or a batch of rows), and the gate
+says at once when a rule fails: no file, no logger flush, no poll interval between the
+bad step and the decision. The judging is the live engine's (`LiveGate` over an
+in-memory source), so verdicts and messages are those of `watch`, `run` and `check`.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from gatekeeper.errors import UsageError
+from gatekeeper.gate import ReportOptions, write_reports
+from gatekeeper.inprocess.rows import MemorySource
+from gatekeeper.live.gate import Change, LiveGate
+from gatekeeper.live.progress import change_line
+from gatekeeper.model import Run, RunState
+from gatekeeper.policy.loader import load_policies
+from gatekeeper.policy.overrides import apply_cli_overrides, parse_override
+from gatekeeper.policy.spec import PolicySpec
+from gatekeeper.verdict import GateStatus, RuleResult, Status, Verdict
+
+PolicyInput = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Sequence[PolicySpec]
+
+
+class OnFail(str, enum.Enum):
+    """What `observe` does when the gate fails (an enforce-mode, fail-severity rule is
+    `fail` or `error`)."""
+
+    RAISE = "raise"  # raise GateFailed from the observe call that saw it fail
+    STOP = "stop"  # return Observation.stop = True; the caller stops its loop
+    REPORT = "report"  # only report: the run goes on, the final verdict still fails
+
+
+class GateFailed(Exception):
+    """Raised by `observe` under `on_fail="raise"`: the gate failed at this step.
+
+    Not a `GatekeeperError` (those mean "could not evaluate", exit 2): a failing gate
+    is a result, carried in `verdict`; `exit_code` is 1, as for `gatekeeper check`.
+    """
+
+    exit_code = 1
+
+    def __init__(self, verdict: Verdict):
+        self.verdict = verdict
+        first = verdict.failing()[0]
+        super().__init__(f"gate failed: {first.policy}/{first.rule}: {first.message}")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one `observe` call concluded: the live gate `status`, the rules whose
+    status `changes`d, the `failing` rules, `stop` (the gate failed and on_fail is not
+    "report": end the loop) and how many `points` the call added."""
+
+    status: GateStatus  # pass | pending | fail | error, judged live
+    changes: list[Change] = field(default_factory=list)  # rules whose status changed
+    failing: list[RuleResult] = field(default_factory=list)  # the rules failing the gate
+    stop: bool = False  # the gate failed and on_fail is "stop" (or "raise"): stop the run
+    points: int = 0  # points this call added
+
+
+def _load(policies: PolicyInput, overrides: Sequence[str]) -> list[PolicySpec]:
+    if isinstance(policies, (str, os.PathLike)):
+        policies = [policies]
+    items = list(policies)
+    if items and all(isinstance(p, PolicySpec) for p in items):
+        specs = [p for p in items if isinstance(p, PolicySpec)]
+    elif any(isinstance(p, PolicySpec) for p in items):
+        raise UsageError("policies: give paths or loaded PolicySpec objects, not both")
+    else:
+        specs = load_policies([os.fspath(p) for p in items])  # type: ignore[arg-type]
+    return apply_cli_overrides(specs, [parse_override(o) for o in overrides])
+
+
+class Gate:
+    """Judge one run in-process. Thread-safe: a logger thread may observe while the
+    training thread asks `should_stop`.
+
+    - `policies`: policy files/directories (as `-p`) or already loaded `PolicySpec`s;
+      errors are raised here (`PolicyError`), before the first training step.
+    - `overrides`: `POLICY/RULE=ACTION:REASON` strings, as `--override`.
+    - `axis`: the step axis of metrics that name none (`observe(step, ...)`); rows may
+      carry their own (`train/step`, `rollout/step`), as in JSONL.
+    - `on_fail`: "stop" (default), "raise" or "report"; see `OnFail`.
+    - `reports`: what `finalize()` writes (console table, JSON, JUnit, GitHub), as
+      `check` does; `echo`: where status changes are printed as they happen (True:
+      standard error, a stream, or False/None: off).
+    """
+
+    def __init__(
+        self,
+        policies: PolicyInput,
+        *,
+        overrides: Sequence[str] = (),
+        name: str = "run",
+        tags: Iterable[str] = (),
+        config: Mapping[str, Any] | None = None,
+        axis: str = "step",
+        on_fail: OnFail | str = OnFail.STOP,
+        reports: ReportOptions | None = None,
+        echo: TextIO | bool | None = True,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.on_fail = OnFail(on_fail)
+        self.reports = reports if reports is not None else ReportOptions()
+        self.echo = echo
+        self._clock = clock
+        self._lock = threading.RLock()
+        run = Run(name=name, source=f"in-process:{os.getpid()}", tags=tuple(tags),
+                  config=dict(config or {}), state=RunState.RUNNING)
+        self._source = MemorySource(run, axis)
+        self._started = clock()
+        self._live = LiveGate(self._source, _load(policies, overrides), started=self._started)
+        self._verdict = self._live.judge(self._started, final=False)
+        self._failed_at: dict[str, Any] | None = None
+        self._final: Verdict | None = None
+
+    # ---- feeding -----------------------------------------------------------------------
+    def observe(self, step: int | None, metrics: Mapping[str, Any]) -> Observation:
+        """Judge one step's metrics. `step` is on the gate's axis; None: the metrics
+        carry their steps (`{"train/step": 3, "train/loss": 0.4}`). A None or NaN value
+        is a non-finite point: an error at once, never skipped."""
+        row = dict(metrics) if step is None else {self._source.rows.axis: step, **metrics}
+        return self.observe_rows([row])
+
+    def observe_rows(self, rows: Iterable[Mapping[str, Any]]) -> Observation:
+        """Judge a batch of rows (each as in JSONL: step fields plus metrics) at once.
+        Steps of a metric must not go back; a rejected row raises `UsageError` (the rows
+        before it are kept and judged with the next call)."""
+        with self._lock:
+            if self._final is not None:
+                raise UsageError("this gate was finalized; start a new Gate for a new run")
+            points = self._source.add_rows(rows)
+            tick = self._live.poll(self._clock())
+            self._verdict = tick.verdict
+            self._say(tick.changes)
+            failing = tick.verdict.failing()
+            newly = bool(failing) and self._failed_at is None
+            if newly:
+                self._failed_at = self._failure_info(failing[0])
+            obs = Observation(
+                status=tick.verdict.status,
+                changes=tick.changes,
+                failing=failing,
+                stop=self._failed_at is not None and self.on_fail is not OnFail.REPORT,
+                points=points,
+            )
+        if newly and self.on_fail is OnFail.RAISE:
+            raise GateFailed(tick.verdict)
+        return obs
+
+    def update_run(
+        self,
+        *,
+        name: str | None = None,
+        tags: Iterable[str] | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Set run metadata known only once training starts (`when:`/`match:` read it)."""
+        with self._lock:
+            run = self._source.run
+            run.name = name if name is not None else run.name
+            run.tags = tuple(tags) if tags is not None else run.tags
+            if config is not None:
+                run.config = {**run.config, **config}
+
+    # ---- asking ------------------------------------------------------------------------
+    @property
+    def should_stop(self) -> bool:
+        """True once the gate failed, unless on_fail is "report"."""
+        with self._lock:
+            return self._failed_at is not None and self.on_fail is not OnFail.REPORT
+
+    @property
+    def failed(self) -> bool:
+        """True once the gate failed (whatever on_fail says)."""
+        with self._lock:
+            return self._failed_at is not None
+
+    def verdict(self) -> Verdict:
+        """The verdict on everything observed so far (live: missing data is pending),
+        or the final verdict once finalized."""
+        with self._lock:
+            return self._final if self._final is not None else self._verdict
+
+    # ---- ending ------------------------------------------------------------------------
+    def finalize(
+        self, *, state: RunState | str = RunState.FINISHED, stopped: bool | None = None,
+        write: bool = True,
+    ) -> Verdict:
+        """Judge the run as ended (pending becomes error, exactly as `check` judges the
+        same points) and write the reports. `stopped`: the run was cut short because the
+        gate failed (default: it failed and on_fail is not "report"); the reports then
+        say at which step and why. Idempotent: later calls return the same verdict."""
+        with self._lock:
+            if self._final is not None:
+                return self._final
+            self._source.run.state = RunState(state)
+            verdict = self._live.judge(self._clock(), final=True)
+            cut = self.should_stop if stopped is None else stopped
+            if cut and self._failed_at is not None:
+                verdict.stopped = dict(self._failed_at)
+            self._final = verdict
+        if write:
+            write_reports(verdict, self.reports, sys.stdout)
+        return verdict
+
+    def __enter__(self) -> Gate:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        crashed = exc_type is not None and not issubclass(exc_type, GateFailed)
+        self.finalize(state=RunState.CRASHED if crashed else RunState.FINISHED)
+
+    # ---- helpers -----------------------------------------------------------------------
+    def _say(self, changes: list[Change]) -> None:
+        if self.echo is None or isinstance(self.echo, bool):
+            if not self.echo:
+                return
+            stream: TextIO = sys.stderr
+        else:
+            stream = self.echo
+        elapsed = self._clock() - self._started
+        for change in changes:
+            # Rules starting out pending are the normal state of a fresh run: not news.
+            if change.before is None and change.result.status is Status.PENDING:
+                continue
+            print(change_line(change, elapsed), file=stream, flush=True)
+
+    def _failure_info(self, r: RuleResult) -> dict[str, Any]:
+        """When and why the gate failed, in the shape `gatekeeper run` reports."""
+        now = self._clock()
+        value = r.value if r.value is None or r.value == r.value else "NaN"
+        return {
+            "reason": "gate failed",
+            "rule": f"{r.policy}/{r.rule}",
+            "metric": r.metric,
+            "step": r.step,
+            "step_key": r.step_key,
+            "value": value,
+            "message": r.message,
+            "time": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "unix_time": round(now, 3),
+            "elapsed_seconds": round(now - self._started, 1),
+            "pid": os.getpid(),
+            "signals": [],
+            "exit_code": None,
+        }

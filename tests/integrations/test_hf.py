@@ -1,0 +1,147 @@
+"""The Hugging Face callback on the real `transformers.Trainer` (CPU, a randomly
+initialized one-layer GPT-2, a synthetic dataset, a few dozen steps).
+
+Mirrors transformers 5.24: `TrainerCallback`/`TrainerControl.should_training_stop`,
+`WandbCallback.on_log` naming (`train/loss` on `train/global_step`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from gatekeeper.gate import ReportOptions  # noqa: E402
+from gatekeeper.inprocess import GateFailed  # noqa: E402
+from gatekeeper.integrations.hf import GatekeeperCallback, rewrite_logs  # noqa: E402
+from tests.integrations.trainers import Recorder, check_results, comparable, policy  # noqa: E402
+
+VOCAB, SEQ = 64, 16
+
+
+class Tokens(torch.utils.data.Dataset):
+    """Deterministic random token sequences; labels = inputs (language modelling)."""
+
+    def __init__(self, n: int, seed: int = 0):
+        self.n, self.seed = n, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        g = torch.Generator().manual_seed(self.seed * 10_000 + i)
+        ids = torch.randint(0, VOCAB, (SEQ,), generator=g)
+        return {"input_ids": ids, "labels": ids}
+
+
+class Poison(transformers.TrainerCallback):
+    """Turns the embedding weights NaN before step `at` runs: the loss of that step (and
+    its grad norm) is NaN, as in a run that diverged."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step + 1 == self.at:
+            with torch.no_grad():
+                model.transformer.wte.weight.fill_(float("nan"))
+
+
+class Record(transformers.TrainerCallback):
+    """The test's own JSONL logger, with WandbCallback's names."""
+
+    def __init__(self):
+        self.recorder = Recorder("train/global_step")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        skip = {"train_runtime", "train_samples_per_second", "train_steps_per_second",
+                "train_loss", "total_flos"}
+        kept = {k: v for k, v in (logs or {}).items() if k not in skip}
+        self.recorder.add(state.global_step, rewrite_logs(kept))
+
+
+def train(tmp: Path, steps: int, callbacks: list[Any]) -> transformers.Trainer:
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=1, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=SEQ,
+        bos_token_id=0, eos_token_id=0,
+    )
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp / "hf"), max_steps=steps, per_device_train_batch_size=4,
+        logging_steps=1, logging_nan_inf_filter=False, eval_strategy="steps", eval_steps=10,
+        per_device_eval_batch_size=8, report_to=[], save_strategy="no", use_cpu=True,
+        disable_tqdm=True, learning_rate=1e-3, run_name="tiny-gpt2",
+    )
+    trainer = transformers.Trainer(
+        model=transformers.GPT2LMHeadModel(config), args=args,
+        train_dataset=Tokens(256), eval_dataset=Tokens(8, seed=1), callbacks=callbacks,
+    )
+    trainer.train()
+    return trainer
+
+
+def gate_policy(tmp: Path) -> Path:
+    return policy(tmp / "policy.yaml", "train/loss", "train/grad_norm", extra="""
+          - id: eval-loss-finite
+            metric: eval/loss
+            check: {finite: true}
+    """)
+
+
+def test_healthy_run_passes_and_matches_check(tmp_path: Path) -> None:
+    pol = gate_policy(tmp_path)
+    record = Record()
+    gate = GatekeeperCallback(pol, reports=ReportOptions(json_path=str(tmp_path / "gate.json"),
+                                                         quiet=True))
+    trainer = train(tmp_path, 24, [record, gate])
+    assert trainer.state.global_step == 24
+    report = json.loads((tmp_path / "gate.json").read_text())
+    assert report["status"] == "pass"
+    assert report["stopped"] is None
+    by_rule = {r["rule"]: r for r in report["results"]}
+    evals = [s for s, _ in record.recorder.series["eval/loss"]]
+    assert evals[:2] == [10, 20]  # and at the last step
+    assert by_rule["eval-loss-finite"]["judged"] == len(evals)
+    assert by_rule["loss-finite"]["judged"] == 24
+    cli = check_results(record.recorder.write(tmp_path / "run.jsonl"), pol, tmp_path / "c.json")
+    assert cli["status"] == "pass"
+    assert comparable(report) == comparable(cli)
+
+
+def test_nan_run_stops_at_the_offending_step(tmp_path: Path) -> None:
+    pol = gate_policy(tmp_path)
+    record = Record()
+    gate = GatekeeperCallback(pol, reports=ReportOptions(json_path=str(tmp_path / "gate.json"),
+                                                         junit_path=str(tmp_path / "gate.xml"),
+                                                         quiet=True))
+    trainer = train(tmp_path, 40, [Poison(at=13), record, gate])
+    assert trainer.state.global_step == 13  # the NaN step is the last one trained
+    report = json.loads((tmp_path / "gate.json").read_text())
+    assert report["status"] == "error"
+    assert report["stopped"]["rule"] == "trainer-health/loss-finite"
+    assert report["stopped"]["step"] == 13
+    assert report["stopped"]["step_key"] == "train/global_step"
+    assert report["stopped"]["value"] == "NaN"
+    failing = {r["rule"] for r in report["results"] if r["status"] == "error"}
+    assert failing == {"loss-finite", "grad-norm-finite", "loss-sane"}  # NaN: error in all
+    assert "train/global_step 13" in {r["rule"]: r for r in report["results"]}["loss-finite"][
+        "message"]
+    assert "loss-finite" in (tmp_path / "gate.xml").read_text()
+    cli = check_results(record.recorder.write(tmp_path / "run.jsonl"), pol, tmp_path / "c.json")
+    assert cli["status"] == "error"
+    assert comparable(report) == comparable(cli)
+
+
+def test_raise_mode_raises_after_writing_the_reports(tmp_path: Path) -> None:
+    gate = GatekeeperCallback(gate_policy(tmp_path), on_fail="raise",
+                              reports=ReportOptions(json_path=str(tmp_path / "gate.json"),
+                                                    quiet=True))
+    with pytest.raises(GateFailed) as info:
+        train(tmp_path, 40, [Poison(at=3), gate])
+    assert info.value.verdict.failing()[0].step == 3
+    assert json.loads((tmp_path / "gate.json").read_text())["stopped"]["step"] == 3
