@@ -27,9 +27,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     # torch first, the CPU build pinned, so nothing resolves the multi-GB CUDA build:
     # from a configured wheel directory/index, else from PyTorch's CPU index.
     torch_spec="torch==${GATEKEEPER_TORCH:-2.13.0}+cpu"
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check "$torch_spec" \
-      || .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-           --index-url https://download.pytorch.org/whl/cpu "$torch_spec"
+    # The CPU build first and pinned: a bare `torch` from PyPI is a multi-GB CUDA build.
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check "$torch_spec"
   fi
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
   touch "$stamp"
