@@ -45,7 +45,17 @@ CASES: dict[str, tuple[str, list[np.ndarray], list[np.ndarray]]] = {
     "fraction": ("{fraction: {above: 0.9, max: 0.2}}", [EARLY_HIGH], [LATE_HIGH]),
     "history": ("{history: {rel_up: 0.2, rel_down: 0.2}}", [STEADY], []),  # no store: skip
     "stale": ("{stale: {max_seconds: 60}}", [STEADY], []),  # wall-clock only: live kind
+    "lt": ("{lt: 0.6}", [STEADY], [EARLY_HIGH]),
+    "gt": ("{gt: 0.4}", [STEADY], [RISING]),
+    "abs_lt": ("{abs_lt: 0.6}", [STEADY], [EARLY_HIGH]),
+    "strictly_between": ("{strictly_between: [0.4, 0.6]}", [STEADY], [RISING]),
+    "rise": ("{rise: {from_step: 0, by_step: 100, min: 0.3}}", [RISING], [STEADY]),
+    # compared with REFERENCE (the STEADY run) at every step
+    "isclose": ("{isclose: {reference: ref, rel_tol: 0.1, abs_tol: 0.05}}", [STEADY + 0.01],
+                [LATE_HIGH]),
 }
+REFERENCE = {"ref": Run(name="ref", source="mem", series={
+    "m": Series("m", np.arange(N, dtype=np.int64), STEADY.copy(), "train/step")})}
 
 
 def test_every_shipped_kind_is_covered() -> None:
@@ -71,16 +81,16 @@ def test_live_never_stops_what_the_whole_run_passes(kind: str, tmp_path: Path) -
     text = f"version: 1\nname: p\nrules:\n  - {{id: r, metric: m, check: {check}}}\n"
     policies = load_policies([str(write_policy(tmp_path / "p.yaml", text))])
     for values, expect_fail in [(v, False) for v in passing] + [(v, True) for v in failing]:
-        whole = evaluate(policies, _run(values), final=True).results[0]
+        whole = evaluate(policies, _run(values), final=True, references=REFERENCE).results[0]
         assert whole.gating is expect_fail, (kind, whole.message)
         ev = Evaluation(policies)
         for lo, hi in _chunks(values.size):
             part = Series("m", np.arange(lo, hi, dtype=np.int64), values[lo:hi], "train/step")
             ev.feed({"m": part})
-            live = ev.verdict(_run(values[:hi]), final=False).results[0]
+            live = ev.verdict(_run(values[:hi]), final=False, references=REFERENCE).results[0]
             if live.gating:  # a live failure would stop the run: the whole run must fail
                 assert whole.gating, f"{kind}: live {live.status} at {hi}: {live.message}"
             if not expect_fail:
                 assert live.status is not Status.FAIL, (kind, hi, live.message)
-        fed = ev.verdict(_run(values), final=True).results[0]
+        fed = ev.verdict(_run(values), final=True, references=REFERENCE).results[0]
         assert (fed.status, fed.message) == (whole.status, whole.message)
