@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.errors import RecordError, quote
+from gatekeeper.errors import RecordError, one_line
 from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Series, merge_chunks
 
 DEFAULT_AXIS = "_step"
@@ -158,7 +158,7 @@ class Columns:
         if frac.any():
             bad = float(steps[int(np.argmax(frac))])
             raise RecordError(
-                f"metric {quote(key)} is on step metric {quote(axis)} (define_metric), whose "
+                f"metric {one_line(key)} is on step metric {one_line(axis)} (define_metric), whose "
                 f"value {bad:g} is not a whole number within 2**53; gatekeeper steps are "
                 "integers. Use an "
                 f"integer step metric (e.g. global_step) for {key}, or log {axis} as a "

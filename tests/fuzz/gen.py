@@ -83,12 +83,14 @@ class Case:
     labelled: bool = True  # False for mutants: nobody knows whether they are well formed
 
 
-def _point(rng: random.Random, bad: bool) -> tuple[str, str]:
-    """A [step, value] pair as JSON texts; when `bad`, exactly one of them is invalid."""
+def _point(rng: random.Random, bad: bool, record: bool = False) -> tuple[str, str]:
+    """A [step, value] pair as JSON texts; when `bad`, exactly one of them is invalid.
+    In a miles record a null step is not refused: it makes that metric an error and the
+    rest is judged (miles' semantics, tests/miles), so it is not a "bad" token there."""
     step, value = rng.choice(STEPS_OK), rng.choice(VALUES_OK)
     if bad:
         if rng.random() < 0.5:
-            step = rng.choice(STEPS_BAD)
+            step = rng.choice([s for s in STEPS_BAD if not (record and s == "null")])
         else:
             value = rng.choice(VALUES_BAD)
     return step, value
@@ -110,7 +112,7 @@ def jsonl_case(seed: int) -> Case:
             # a record line: metric names are r-prefixed so no row shares one (one axis)
             n = rng.randrange(1, 6)
             which = rng.randrange(n)
-            pts = [_point(rng, bad and k == which) for k in range(n)]
+            pts = [_point(rng, bad and k == which, record=True) for k in range(n)]
             # steps must not repeat oddly across lines? repeats are allowed (stable merge)
             series = ", ".join(f"[{s}, {v}]" for s, v in pts)
             lines.append(f'{{"metric": "r/{name}{i}", "series": [{series}]}}')
