@@ -62,7 +62,7 @@ def test_check_of_a_broken_run_fails_with_outputs_reports_and_summary(tmp_path: 
     gate = result.step("Gate the run")
     assert gate.code == 1, gate.stdout + gate.stderr
     assert result.outputs["status"] == "fail"
-    assert "miles-ci-consistency/ppo-kl-step0" in result.outputs["failing"].split(",")
+    assert "miles-ci-consistency/ppo-kl-rollout-start" in result.outputs["failing"].split(",")
     assert result.outputs["exit-code"] == "1"
     reports = tmp_path / "workspace" / result.outputs["report-dir"]
     assert json.loads((reports / "gatekeeper.json").read_text())["status"] == "fail"
@@ -87,7 +87,7 @@ def test_overrides_args_and_fail_on_gate(tmp_path: Path) -> None:
         tmp_path, source="examples/runs/broken-kl",
         policies="policies/miles\npolicies/rl-health.yaml",
         overrides="miles-ci-consistency/kl-loss-step0=off:routing replay, tracked in #1\n"
-                  "miles-ci-consistency/pg-clipfrac-step0=warn:noisy, see #2",
+                  "miles-ci-consistency/pg-clipfrac-rollout-start=warn:noisy, see #2",
         args="--name 'broken kl run' --tag nightly", **{"fail-on-gate": "false"},
     )
     report = json.loads((tmp_path / "workspace/gatekeeper-reports/gatekeeper.json").read_text())
@@ -95,7 +95,7 @@ def test_overrides_args_and_fail_on_gate(tmp_path: Path) -> None:
     by_rule = {r["rule"]: r for r in report["results"]}
     assert by_rule["kl-loss-step0"]["status"] == "skip"
     assert by_rule["kl-loss-step0"]["override"] == "routing replay, tracked in #1"
-    assert by_rule["pg-clipfrac-step0"]["override"] == "noisy, see #2"
+    assert by_rule["pg-clipfrac-rollout-start"]["override"] == "noisy, see #2"
     assert result.step("Gate the run").code == 0  # fail-on-gate: false
     assert result.outputs["status"] == "fail"
     assert "::warning title=gatekeeper::the gate failed" in result.step("Gate the run").stdout

@@ -52,7 +52,7 @@ def test_gitlab_template_gates_and_publishes_junit(tmp_path: Path) -> None:
     relaxed = gitlab_job(
         tmp_path, GATEKEEPER_INSTALL="", GATEKEEPER_SOURCE="examples/runs/broken-kl",
         GATEKEEPER_POLICIES="policies/miles",
-        GATEKEEPER_OVERRIDES="miles-ci-consistency/ppo-kl-step0=off:MLA kernels, see #123\n",
+        GATEKEEPER_OVERRIDES="miles-ci-consistency/ppo-kl-rollout-start=off:MLA kernels, see #123\n",
     )
     assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
     assert "MLA kernels, see #123" in (tmp_path / "gatekeeper-reports/gatekeeper.xml").read_text()
