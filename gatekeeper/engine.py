@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome, fmt
+from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome
+from gatekeeper.fmt import fmt
 from gatekeeper.expr import Aligner, missing_inputs
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.conditions import first_failing, parse_conditions

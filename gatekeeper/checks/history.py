@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt, plural
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.fmt import fmt, plural
 from gatekeeper.history.base import RuleBaseline
 from gatekeeper.verdict import Status
 

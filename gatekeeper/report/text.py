@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gatekeeper.checks import fmt
+from gatekeeper.fmt import fmt
 from gatekeeper.errors import one_line
 from gatekeeper.verdict import RuleResult, Verdict
 

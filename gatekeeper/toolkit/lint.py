@@ -16,7 +16,7 @@ import numpy as np
 from gatekeeper.checks.abs_lt import AbsLt
 from gatekeeper.checks.abs_max import AbsMax
 from gatekeeper.checks.approx import Approx
-from gatekeeper.checks.base import fmt
+from gatekeeper.fmt import fmt
 from gatekeeper.checks.between import Between
 from gatekeeper.checks.fraction import Fraction
 from gatekeeper.checks.gt import Gt
