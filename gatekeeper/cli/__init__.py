@@ -1,2 +1,3 @@
-"""Subcommands beyond `check`/`validate`/`checks`: each module registers its own through
-`gatekeeper.cli.EXTENSIONS` (serve, history, watch/run)."""
+"""The command line: `main.py` builds the parser from every command's `register` and maps
+errors to exit codes; `args.py` holds the shared option groups and the typed options they
+become; one module per command (`check.py`, `watch.py`, `history.py`, ...)."""

@@ -18,11 +18,7 @@ from typing import Any
 
 from gatekeeper import __version__
 from gatekeeper.errors import INTERNAL_ERROR, GatekeeperError, UsageError, one_line
-from gatekeeper.model import RunState
-from gatekeeper.policy.overrides import parse_override
-from gatekeeper.sources import RunOverrides
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+from gatekeeper.registry import Registry
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,172 +26,38 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def _yaml_scalar(text: str) -> Any:
-    from ruamel.yaml import YAML
-
-    from gatekeeper.policy.loader import check_flow_depth, plain
-
-    try:
-        check_flow_depth(text.encode(), "--config")  # ruamel is quadratic in deep brackets
-        return plain(YAML(typ="rt").load(text)) if text else ""
-    except Exception:
-        return text
-
-
-def run_overrides(args: argparse.Namespace) -> RunOverrides:
-    config: dict[str, Any] = {}
-    for item in args.config or []:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise UsageError(f"--config {item!r}: expected KEY=VALUE, e.g. --config lora_rank=8")
-        config[key.removeprefix("config.")] = _yaml_scalar(value)
-    state = None
-    if getattr(args, "state", None):
-        state = RunState(args.state)
-    from gatekeeper.run_state import parse_allow_state
-
-    allowed: dict[str, str] = {}
-    for item in getattr(args, "allow_state", None) or []:
-        try:
-            key, reason = parse_allow_state(item)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        allowed[key] = reason
-    return RunOverrides(
-        name=args.name, tags=tuple(args.tag or ()), config=config, state=state,
-        allowed_states=allowed,
+def _builtin_commands() -> dict[str, Callable[[Any], None]]:
+    """Every command's `register`, in `--help` order. Each command module imports only
+    argparse-level things at the top, so building the parser stays cheap."""
+    from gatekeeper.cli import (
+        check,
+        checks,
+        export,
+        history,
+        import_recipe,
+        lint,
+        report,
+        run,
+        serve,
+        suggest,
+        test,
+        validate,
+        watch,
     )
 
-
-def parse_references(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        name, eq, source = item.partition("=")
-        if not eq or not name or not source:
-            raise UsageError(
-                f"--reference {item!r}: expected NAME=SOURCE, e.g. --reference grad-norm=ref.jsonl"
-            )
-        if name in out:
-            raise UsageError(f"--reference {name!r} is given twice")
-        out[name] = source
-    return out
+    modules = [
+        check, validate, checks, serve, history, watch, run, test, export, suggest,
+        import_recipe, lint, report,
+    ]
+    return {m.__name__.rsplit(".", 1)[1].replace("_", "-"): m.register for m in modules}
 
 
-def add_policy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-p", "--policy", action="append", required=True, metavar="POLICY",
-        help="policy file or directory of *.yaml (repeatable)",
-    )
-    p.add_argument(
-        "--override", action="append", default=[], metavar="POLICY/RULE=ACTION:REASON",
-        help="relax one rule with a recorded reason: =off:REASON, =warn:REASON, "
-        "=abs_max=1e-8:REASON (repeatable)",
-    )
-
-
-def add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--name", help="run name (default: from the sidecar or the file name)")
-    p.add_argument("--tag", action="append", metavar="TAG", help="add a run tag (repeatable)")
-    p.add_argument(
-        "--config", action="append", metavar="KEY=VALUE",
-        help="set a run config key, dotted for nesting; VALUE is read as YAML (8, true, x)",
-    )
-    p.add_argument(
-        "--allow-state", action="append", metavar="STATE:REASON",
-        help="let a failed/crashed/killed/incomplete run pass on its data, with a reason "
-        "every report shows (repeatable)",
-    )
-
-
-def add_report_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", dest="json_path", metavar="FILE", help="write the verdict as JSON")
-    p.add_argument("--junit", dest="junit_path", metavar="FILE", help="write JUnit XML")
-    p.add_argument(
-        "--html", dest="html_path", metavar="FILE",
-        help="write a self-contained HTML report with a plot per rule (opens offline)",
-    )
-    p.add_argument(
-        "--github", choices=("auto", "always", "never"), default="auto",
-        help="GitHub annotations and step summary (auto: when GITHUB_ACTIONS=true)",
-    )
-    p.add_argument("-q", "--quiet", action="store_true", help="print only the one-line verdict")
-    p.add_argument(
-        "--hide-skipped", action="store_true", help="leave skipped rules out of the table"
-    )
-
-
-def report_options(args: argparse.Namespace) -> Any:
-    from gatekeeper.gate import ReportOptions
-
-    return ReportOptions(
-        json_path=args.json_path,
-        junit_path=args.junit_path,
-        github=args.github,
-        quiet=args.quiet,
-        show_skipped=not args.hide_skipped,
-    )
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    from gatekeeper import gate
-    from gatekeeper.annotate import annotate_from_args
-    from gatekeeper.report.text import summary_line
-
-    policies = gate.load(args.policy, [parse_override(o) for o in args.override])
-    from gatekeeper.commands.history import history_options, print_summary
-
-    references = gate.read_references(parse_references(args.reference))
-    from gatekeeper.commands.report import read_run, wants_run, write_plot_reports
-
-    # Plotting reports need the series: read the run once and judge that.
-    run = read_run(args.source, run_overrides(args), policies) if wants_run(args) else None
-    overrides = None if run is not None else run_overrides(args)
-    verdict = gate.check(
-        run or args.source, policies, overrides, history=history_options(args),
-        references=references,
-    )
-    gate.write_reports(verdict, report_options(args))
-    write_plot_reports(verdict, args, run)
-    print_summary(verdict, args)
-    annotate_from_args(args, verdict)
-    if args.quiet:
-        print(summary_line(verdict))
-    return verdict.exit_code
-
-
-def cmd_validate(args: argparse.Namespace) -> int:
-    from gatekeeper.policy.loader import load_policies
-
-    policies = load_policies(args.paths)
-    for p in policies:
-        base = f" (extends {p.extends})" if p.extends else ""
-        # one_line: a metric name in a policy may hold a newline (a workflow command)
-        head = f"{p.file}: policy {p.name}, {len(p.rules)} rules, mode {p.mode.value}{base}"
-        print(one_line(head))
-        if args.verbose:
-            for r in p.rules:
-                conditions = " and ".join(c.describe() for c in r.conditions)
-                when = f" when {conditions}" if r.conditions else ""
-                print("  " + one_line(
-                    f"{r.id}: {r.metric} steps={r.steps.describe()} {r.describe_expected()}"
-                    f" [{r.severity.value}]{when} ({r.source})"
-                ))
-    print(f"ok: {len(policies)} policies, {sum(len(p.rules) for p in policies)} rules")
-    return 0
-
-
-def cmd_checks(args: argparse.Namespace) -> int:
-    from gatekeeper.checks import registry
-
-    for kind, cls in registry().items():
-        doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
-        print(f"{kind:10} {doc}")
-    return 0
+# Every command by name; a third-party package adds one through the `gatekeeper.commands`
+# entry point (a `register(subparsers)` function).
+COMMANDS: Registry[Callable[[Any], None]] = Registry("command", _builtin_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gatekeeper.annotate import add_annotate_arg
-
     parser = _Parser(prog="gatekeeper", description="Training-run health gate.")
     parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
     parser.add_argument(
@@ -203,40 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="on an internal error, print the full traceback (also GATEKEEPER_DEBUG=1)",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    p = sub.add_parser("check", help="judge a finished run against policies (CI gate)")
-    p.add_argument("source", metavar="SOURCE", help="JSONL record file or run directory")
-    add_policy_args(p)
-    add_run_args(p)
-    add_report_args(p)
-    add_annotate_arg(p)
-    p.add_argument(
-        "--reference", action="append", default=[], metavar="NAME=SOURCE",
-        help="an earlier run (record file, run directory, wandb run) that isclose rules "
-        "with reference: NAME compare against, step by step (repeatable)",
-    )
-    p.set_defaults(func=cmd_check)
-
-    p = sub.add_parser("validate", help="load policies and report problems (exit 2 if any)")
-    p.add_argument("paths", nargs="+", metavar="POLICY")
-    p.add_argument("-v", "--verbose", action="store_true", help="list every rule")
-    p.set_defaults(func=cmd_validate)
-
-    p = sub.add_parser("checks", help="list the check kinds policies can use")
-    p.set_defaults(func=cmd_checks)
-
-    for register in EXTENSIONS:
+    for register in COMMANDS.all().values():
         register(sub)
     return parser
-
-
-# Other command modules add their subcommands here (watch, run, serve, history).
-EXTENSIONS: list[Callable[[Any], None]] = []
-import gatekeeper.commands.serve  # noqa: E402,F401,I001 - registers `serve` in EXTENSIONS
-import gatekeeper.commands.history  # noqa: E402,F401,I001 - `history`, check --history
-import gatekeeper.commands.live  # noqa: E402,F401,I001 - `watch`, `run`
-import gatekeeper.commands.toolkit  # noqa: E402,F401,I001 - test, lint, suggest, import-recipe, export
-import gatekeeper.commands.report  # noqa: E402,F401,I001 - `report`
 
 
 # Where the one-line internal-error message sends people.
@@ -250,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
     try:
-        with _quiet_numpy():
-            args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(argv)
+        with _quiet_numpy():  # numpy is imported only for a command, never for --version
             return int(args.func(args))
     except GatekeeperError as exc:
         print(f"gatekeeper: error: {one_line(str(exc))}", file=sys.stderr)

@@ -12,8 +12,6 @@ import logging
 import os
 from typing import Any
 
-from gatekeeper.cli import EXTENSIONS
-
 
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="watch runs as a daemon: metrics, state, chat alerts")
@@ -109,5 +107,3 @@ def _check(config: Any) -> int:
     print(f"ok: {config.file}")
     return 0
 
-
-EXTENSIONS.append(register)
