@@ -1,6 +1,9 @@
-"""Bounds on what a YAML tree may hold, so a hostile policy is refused, not obeyed.
+"""YAML files with line marks, for every config gatekeeper reads (policies, policy tests,
+the daemon config, export naming): `read_yaml`, `line_of`, and the one error format
+(`file:line: field: problem, got value`).
 
-Depth, alias expansion and numbers: `check_flow_depth` before parsing (ruamel's scanner
+Bounds on what a YAML tree may hold, so a hostile file is refused, not obeyed: at most
+MAX_BYTES; depth, alias expansion and numbers: `check_flow_depth` before parsing (ruamel's scanner
 is quadratic in nested flow brackets), `plain` while converting (a budget of nodes, a
 depth limit, no custom tags), `out_of_range` after (no NaN or infinite number, integers
 within int64).
@@ -9,12 +12,20 @@ within int64).
 from __future__ import annotations
 
 import math
+import os
+import re
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from gatekeeper.errors import PolicyError, one_line, quote
+from gatekeeper.safe_open import open_regular
 
+MAX_BYTES = 64 << 20
 MAX_DEPTH = 64  # policies nest a few levels; deeper is an attack or a generator's bug
 ALIAS_BUDGET = 100_000  # nodes copied through aliases (a shared `when:` block is tens)
 
@@ -129,3 +140,120 @@ def out_of_range(data: Any) -> tuple[tuple[Any, ...], str] | None:
         elif isinstance(node, list):
             stack.extend(((*loc, i), v) for i, v in enumerate(node))
     return None
+
+
+def display_path(path: str) -> str:
+    """A path as reports show it: relative to the working directory when inside it."""
+    absolute = os.path.abspath(path)
+    rel = os.path.relpath(absolute)
+    return absolute if rel.startswith("..") else rel
+
+
+def read_yaml(path: str) -> Any:
+    """Parse one YAML file, keeping line information; errors carry file:line."""
+    shown = display_path(path)
+    try:
+        with open_regular(path, lambda why: PolicyError(why, file=shown)) as fh:
+            raw = fh.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise PolicyError(
+                f"policy file is larger than {MAX_BYTES >> 20} MiB; split it", file=shown
+            )
+        # A whole string, not the file object: ruamel's stream reader re-copies its
+        # buffer per chunk, quadratic on a long scalar (a 10 MB description took 47 s).
+        text = raw.decode("utf-8")
+        check_flow_depth(raw, shown)
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"not UTF-8 text (byte {exc.start})", file=shown) from None
+    except OSError as exc:
+        raise PolicyError(f"cannot read policy: {exc.strerror or exc}", file=shown) from None
+    yaml = YAML(typ="rt")
+    yaml.max_depth = MAX_DEPTH
+    try:
+        return yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = str(exc.problem or exc.context or "invalid YAML").split("\n  in ")[0]
+        problem = one_line(problem)
+        raise PolicyError(f"invalid YAML: {problem}", file=shown, line=line) from None
+    except YAMLError as exc:
+        problem = one_line(str(exc).split("\n  in ")[0])
+        raise PolicyError(f"invalid YAML: {problem}", file=shown) from None
+    except RecursionError:
+        raise PolicyError(f"nested deeper than {MAX_DEPTH} levels", file=shown) from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # ruamel converts tagged and plain scalars with int()/float(): a 5,000-digit
+        # integer or `!!float rules` fails there, without a mark
+        long_number = re.search(r"\d{4000,}", text)
+        line = text.count("\n", 0, long_number.start()) + 1 if long_number else None
+        raise PolicyError(
+            f"invalid YAML value: {one_line(str(exc))[:200]}", file=shown, line=line
+        ) from None
+
+
+def line_of(tree: Any, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the deepest node on `loc` that exists in the YAML tree."""
+    line: int | None = None
+    node = tree
+    if isinstance(node, (CommentedMap, CommentedSeq)):
+        line = node.lc.line + 1
+    for part in loc:
+        if isinstance(node, CommentedMap) and _has_key(node, part):
+            line = node.lc.key(part)[0] + 1
+            node = node[part]
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+            line = node.lc.item(part)[0] + 1
+            node = node[part]
+        else:
+            break
+    return line
+
+
+def _has_key(node: CommentedMap, part: Any) -> bool:
+    try:
+        return part in node
+    except TypeError:  # an unhashable key from a tagged YAML node
+        return False
+
+
+def dotted(loc: tuple[Any, ...]) -> str:
+    """`rules[2].check.abs_max`: a location as a person finds it in the file."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+        else:
+            text = one_line(str(part))[:80]
+            out += f".{text}" if out else text
+    return out
+
+
+def validation_error(
+    exc: ValidationError, tree: Any, shown: str, prefix: tuple[Any, ...] = ()
+) -> PolicyError:
+    """Pydantic's errors as one line of `file:line: field: problem, got value` each."""
+    lines: list[str] = []
+    first_line: int | None = None
+    for err in exc.errors(include_url=False):
+        loc = tuple(
+            p
+            for p in (*prefix, *err["loc"])
+            if not (isinstance(p, str) and p.startswith(("function-", "literal[")))
+        )
+        where = line_of(tree, loc) if tree is not None else None
+        first_line = first_line or where
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        if err["type"] == "missing":
+            msg = "is required"
+        elif not isinstance(got, (dict, list)) and got is not None and "got" not in msg:
+            msg += f", got {quote(got)}"
+        msg = one_line(msg)
+        field = dotted(loc) or "(top level)"
+        location = f"{shown}:{where}: " if where else f"{shown}: "
+        lines.append(f"{location}{field}: {msg}")
+    if len(lines) == 1:
+        return PolicyError(lines[0])
+    # one line: an error must not spill over lines a CI log reads one by one
+    return PolicyError(f"{len(lines)} problems in {shown}: " + " | ".join(lines))

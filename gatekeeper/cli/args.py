@@ -75,7 +75,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 def _yaml_scalar(text: str) -> Any:
     from ruamel.yaml import YAML
 
-    from gatekeeper.policy.bounds import check_flow_depth, plain
+    from gatekeeper.yamlfile import check_flow_depth, plain
 
     try:
         check_flow_depth(text.encode(), "--config")  # ruamel is quadratic in deep brackets

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gatekeeper.fmt import fmt
 from gatekeeper.errors import one_line
+from gatekeeper.fmt import fmt
 from gatekeeper.verdict import RuleResult, Verdict
 
 
