@@ -18,10 +18,13 @@ A plug-in that fails to load is a ConfigError naming the distribution, never a c
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import entry_points
-from typing import Generic, TypeVar
+from functools import cache
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from gatekeeper.errors import ConfigError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoints
 
 T = TypeVar("T")
 
@@ -31,6 +34,15 @@ GROUPS = {
     "notifier": "gatekeeper.notifiers",
     "command": "gatekeeper.commands",
 }
+
+
+@cache
+def _entry_points() -> EntryPoints:
+    """Every installed entry point, scanned once per process for all four groups
+    (importlib.metadata itself costs tens of milliseconds: imported only when needed)."""
+    from importlib.metadata import entry_points
+
+    return entry_points()
 
 
 class Registry(Generic[T]):
@@ -68,7 +80,7 @@ class Registry(Generic[T]):
 
     def _plugins(self) -> dict[str, T]:
         found: dict[str, T] = {}
-        for ep in entry_points(group=self.group):
+        for ep in _entry_points().select(group=self.group):
             where = f"entry point {ep.name!r} of group {self.group}"
             dist = getattr(ep, "dist", None)
             if dist is not None:
@@ -88,6 +100,11 @@ class Registry(Generic[T]):
             found[ep.name] = obj
         return found
 
+    def builtins(self) -> dict[str, T]:
+        """Only the built-in kinds (no entry points scanned)."""
+        return {**self._builtins(), **self._added}
+
     def reset(self) -> None:
         """Forget loaded entry points (after installing a package at run time, in tests)."""
         self._loaded = None
+        _entry_points.cache_clear()

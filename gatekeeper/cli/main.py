@@ -57,7 +57,9 @@ def _builtin_commands() -> dict[str, Callable[[Any], None]]:
 COMMANDS: Registry[Callable[[Any], None]] = Registry("command", _builtin_commands)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
+    """The parser of every command; `plugins=False` leaves out the commands other packages
+    add (scanning installed packages is the slowest part of start-up)."""
     parser = _Parser(prog="gatekeeper", description="Training-run health gate.")
     parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
     parser.add_argument(
@@ -65,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="on an internal error, print the full traceback (also GATEKEEPER_DEBUG=1)",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for register in COMMANDS.all().values():
+    commands = COMMANDS.all() if plugins else COMMANDS.builtins()
+    for register in commands.values():
         register(sub)
     return parser
 
@@ -81,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(plugins=_wants_plugins(argv)).parse_args(argv)
         with _quiet_numpy():  # numpy is imported only for a command, never for --version
             return int(args.func(args))
     except GatekeeperError as exc:
@@ -94,6 +97,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise  # argparse's --help/--version: their own output and code
     except BaseException as exc:  # noqa: BLE001 - anything else is a bug, never "gate failed"
         return _internal_error(exc, debug)
+
+
+def _wants_plugins(argv: list[str]) -> bool:
+    """False when argv names a built-in command or asks for --version: then no installed
+    package needs to be scanned for the commands it adds."""
+    if "--version" in argv:
+        return False
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first is None or first not in COMMANDS.builtins()
 
 
 def _internal_error(exc: BaseException, debug: bool) -> int:
