@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from gatekeeper.errors import ConfigError
 
 if TYPE_CHECKING:
-    from importlib.metadata import EntryPoints
+    from importlib.metadata import EntryPoint
 
 T = TypeVar("T")
 
@@ -37,12 +37,12 @@ GROUPS = {
 
 
 @cache
-def _entry_points() -> EntryPoints:
-    """Every installed entry point, scanned once per process for all four groups
-    (importlib.metadata itself costs tens of milliseconds: imported only when needed)."""
+def _entry_points(group: str) -> tuple[EntryPoint, ...]:
+    """The installed entry points of `group`, scanned once per process (importlib.metadata
+    itself costs tens of milliseconds: imported only when a registry is first read)."""
     from importlib.metadata import entry_points
 
-    return entry_points()
+    return tuple(entry_points(group=group))
 
 
 class Registry(Generic[T]):
@@ -80,7 +80,7 @@ class Registry(Generic[T]):
 
     def _plugins(self) -> dict[str, T]:
         found: dict[str, T] = {}
-        for ep in _entry_points().select(group=self.group):
+        for ep in _entry_points(self.group):
             where = f"entry point {ep.name!r} of group {self.group}"
             dist = getattr(ep, "dist", None)
             if dist is not None:
