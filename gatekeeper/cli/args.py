@@ -183,12 +183,12 @@ def history_options(
     args: argparse.Namespace, *, record: bool | None = None
 ) -> HistoryOptions | None:
     """HistoryOptions from `check`/`history record` arguments, or None without a store."""
-    from gatekeeper.history.session import HistoryOptions
-
     want_record = bool(getattr(args, "record", False)) if record is None else record
     url = store_url(args, required=want_record)
     if url is None:
         return None
+    from gatekeeper.history.session import HistoryOptions
+
     return HistoryOptions(
         url=url,
         record=want_record,
@@ -200,6 +200,8 @@ def history_options(
 
 def print_summary(verdict: Verdict, quiet: bool) -> None:
     """The history store's one-line summary (baseline used, run recorded), unless quiet."""
+    if quiet or not verdict.run.get("history"):
+        return  # no store was used: nothing to say, and no store code to import
     from gatekeeper.history.session import summary
 
     line = summary(verdict)
