@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gatekeeper.cli.args import (
     plot_options,
@@ -16,8 +16,12 @@ from gatekeeper.cli.args import (
 )
 from gatekeeper.errors import UsageError
 
+if TYPE_CHECKING:
+    from gatekeeper.live.loop import Follower, LoopSettings, Outcome
+    from gatekeeper.live.process import ChildGroup
+
 # The default poll interval, kept here so that building the parser does not import the
-# live loop; tests/live checks it equals live.loop.DEFAULT_INTERVAL.
+# live loop; tests/test_startup.py checks it equals live.loop.DEFAULT_INTERVAL.
 DEFAULT_INTERVAL = 1.0
 
 
@@ -45,7 +49,7 @@ def add_follow_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _settings(args: argparse.Namespace, grace: float = 30.0) -> Any:
+def _settings(args: argparse.Namespace, grace: float = 30.0) -> LoopSettings:
     from gatekeeper.live.loop import LoopSettings
 
     if args.interval <= 0:
@@ -58,8 +62,13 @@ def _settings(args: argparse.Namespace, grace: float = 30.0) -> Any:
 
 
 def open_follower(
-    args: argparse.Namespace, source: str, grace: float, child: Any = None, *, cmd: bool = False
-) -> Any:
+    args: argparse.Namespace,
+    source: str,
+    grace: float,
+    child: ChildGroup | None = None,
+    *,
+    cmd: bool = False,
+) -> Follower:
     import time
 
     from gatekeeper import gate
@@ -78,7 +87,7 @@ def open_follower(
     return Follower(live, settings, printer, child)
 
 
-def finish(args: argparse.Namespace, follower: Any, outcome: Any) -> int:
+def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> int:
     from gatekeeper import gate
     from gatekeeper.report.text import summary_line
 
