@@ -1,5 +1,5 @@
 import sys
 
-from gatekeeper.cli import main
+from gatekeeper.cli.main import main
 
 sys.exit(main())

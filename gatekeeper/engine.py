@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome, fmt
+from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome
 from gatekeeper.expr import Aligner, missing_inputs
+from gatekeeper.fmt import fmt
 from gatekeeper.model import Run, Series
-from gatekeeper.policy.conditions import first_failing, parse_conditions
 from gatekeeper.policy.binding import metric_error, missing_config, period_from_config
+from gatekeeper.policy.conditions import first_failing, parse_conditions
 from gatekeeper.policy.schema import Reduce, Steps
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.run_state import run_state_result
@@ -228,7 +229,9 @@ class RuleTracker:
             return Outcome(Status.ERROR, self.period_error)
         if rule.steps.kind in ("tail", "last"):
             if not final:
-                return Outcome(Status.PENDING, f"judged when the run ends ({rule.steps.describe()})")
+                return Outcome(
+                    Status.PENDING, f"judged when the run ends ({rule.steps.describe()})"
+                )
             return self._judge_tail(ctx)
         if rule.reduce is not Reduce.NONE:
             return self._reduced(final, axis)
@@ -313,7 +316,10 @@ class RuleTracker:
         if self.rule.expr is not None:
             return Outcome(Status.ERROR, missing_inputs(self.rule.expr, available))
         close = difflib.get_close_matches(metric, available, n=3, cutoff=0.6)
-        hint = f"; similar: {', '.join(close)}" if close else f"; the run has {len(available)} metrics"
+        hint = (
+            f"; similar: {', '.join(close)}" if close
+            else f"; the run has {len(available)} metrics"
+        )
         return Outcome(Status.ERROR, f"metric {metric} is not in the run{hint}")
 
     def _judge_summary(self, value: float, ctx: EvalContext) -> Outcome:
@@ -363,7 +369,9 @@ class RuleTracker:
         if gap and final:
             return Outcome(Status.ERROR, gap)
         if not complete:
-            return Outcome(Status.PENDING, f"{rule.reduce.value} judged once steps {sel.describe()} are in")
+            return Outcome(
+                Status.PENDING, f"{rule.reduce.value} judged once steps {sel.describe()} are in"
+            )
         key = (self.selected, final)
         if self.reduced_memo is not None and self.reduced_memo[0] == key:
             return self.reduced_memo[1]
@@ -399,7 +407,10 @@ class RuleTracker:
                 judged=1,
             )
         return Outcome(
-            Status.PASS, f"{label} = {fmt(value)} within {rule.check.describe()}", value=value, judged=1
+            Status.PASS,
+            f"{label} = {fmt(value)} within {rule.check.describe()}",
+            value=value,
+            judged=1,
         )
 
     def _judge_tail(self, ctx: EvalContext) -> Outcome:
@@ -530,7 +541,8 @@ def _policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
     if match.name and not fnmatch.fnmatchcase(run.name, match.name):
         return f"policy {policy.name} applies to runs named {match.name!r}, not {run.name!r}"
     if match.config:
-        failing = first_failing(parse_conditions({f"config.{k}": v for k, v in match.config.items()}), run)
+        wanted = {f"config.{k}": v for k, v in match.config.items()}
+        failing = first_failing(parse_conditions(wanted), run)
         if failing is not None:
             return f"policy {policy.name} applies when {failing.describe()}"
     return None

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Install gatekeeper with its test tools (and the PostgreSQL/Prometheus servers the tests
-# start, when missing), then run the whole test suite. Extra arguments go to pytest.
+# start, when missing), then lint and type-check the package (both must report 0) and run
+# the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh --test
+.venv/bin/ruff check gatekeeper
+.venv/bin/mypy gatekeeper
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

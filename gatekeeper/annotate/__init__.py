@@ -67,22 +67,7 @@ def annotate(source: str, verdict: Verdict, report: str | None = None) -> str:
 
 
 
-def add_annotate_arg(parser: Any) -> None:
-    """The `--annotate` option of `check` and `watch` (off by default)."""
-    parser.add_argument(
-        "--annotate", action="store_true",
-        help="write the verdict onto the run: wandb:// runs get a gate:pass/gate:fail tag and "
-        "gatekeeper/* summary keys; a local run directory gets gatekeeper-verdict.json",
-    )
-
-
-def annotate_from_args(args: Any, verdict: Verdict) -> None:
-    """Annotate when `--annotate` was given; prints what was written."""
-    if getattr(args, "annotate", False):
-        print(annotate(args.source, verdict, report_link(getattr(args, "json_path", None))))
-
-
 __all__ = [
-    "TAG_FAIL", "TAG_PASS", "add_annotate_arg", "annotate", "annotate_from_args", "gate_tag",
+    "TAG_FAIL", "TAG_PASS", "annotate", "gate_tag",
     "report_link", "summary_keys",
 ]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from gatekeeper.checks.base import MaskCheck, fmt
+from gatekeeper.checks.base import MaskCheck
+from gatekeeper.fmt import fmt
 
 
 class AbsLt(MaskCheck):

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 from pydantic import model_validator
 
-from gatekeeper.checks.base import MaskCheck, fmt
+from gatekeeper.checks.base import MaskCheck
+from gatekeeper.fmt import fmt
 
 
 class Between(MaskCheck):

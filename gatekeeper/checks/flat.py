@@ -9,7 +9,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from pydantic import Field, model_validator
 
-from gatekeeper.checks.base import MaskCheck, fmt
+from gatekeeper.checks.base import MaskCheck
+from gatekeeper.fmt import fmt
 
 BLOCK = 4096
 

@@ -11,14 +11,18 @@ The store is read before evaluation and handed in through `EvalContext.history`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt, plural
-from gatekeeper.history.base import RuleBaseline
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.fmt import fmt, plural
 from gatekeeper.verdict import Status
+
+if TYPE_CHECKING:
+    # only a type here: the check must not import the store layer above it
+    from gatekeeper.history.base import RuleBaseline
 
 INACTIVE = "inactive:"  # message prefix of a rule with no baseline to judge against
 OVERLAY_POINTS = 500

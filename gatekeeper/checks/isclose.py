@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import Field
 
-from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.fmt import fmt
 from gatekeeper.verdict import Status
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gatekeeper.checks.base import MaskCheck, fmt
+from gatekeeper.checks.base import MaskCheck
+from gatekeeper.fmt import fmt
 
 
 class Max(MaskCheck):

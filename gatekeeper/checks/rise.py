@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import Field, model_validator
 
-from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.fmt import fmt
 from gatekeeper.verdict import Status
 
 

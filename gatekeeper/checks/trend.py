@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import Field, model_validator
 
-from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt, plural
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.fmt import fmt, plural
 from gatekeeper.verdict import Status
 
 

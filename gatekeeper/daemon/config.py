@@ -25,7 +25,7 @@ from pydantic import (
 from ruamel.yaml.comments import CommentedMap
 
 from gatekeeper.errors import ConfigError, PolicyError
-from gatekeeper.policy.loader import _policy_error, display_path, line_of, plain, read_yaml
+from gatekeeper.yamlfile import display_path, line_of, plain, read_yaml, validation_error
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -100,7 +100,7 @@ class Target(_Model):
 
 class Notifier(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-    kind: Literal["slack", "lark", "webhook"]
+    kind: str  # a notifier kind: slack, lark, webhook, or one a plug-in registers
     url: str | None = None  # prefer url_env: a webhook URL is a secret
     url_env: str | None = None
     secret_env: str | None = None  # lark: signing secret
@@ -126,6 +126,21 @@ class Notifier(_Model):
                 "backoff until they are that old, e.g. retry_for: 1h"
             )
         return data
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        from gatekeeper.notify import notifier_kind
+
+        notifier_kind(value)
+        return value
+
+    @model_validator(mode="after")
+    def _kind_settings(self) -> Notifier:
+        from gatekeeper.notify import notifier_kind
+
+        notifier_kind(self.kind).check_settings(self)
+        return self
 
     @model_validator(mode="after")
     def _backoff(self) -> Notifier:
@@ -219,7 +234,7 @@ def load_config(path: str) -> DaemonConfig:
     try:
         config = DaemonConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(str(_policy_error(exc, tree, shown))) from None
+        raise ConfigError(str(validation_error(exc, tree, shown))) from None
     config = _resolve(config, os.path.dirname(os.path.abspath(path)), shown)
     _check_listener(config, tree, shown)
     return config

@@ -1,34 +1,46 @@
-"""Notifiers: one module per destination kind; `build_notifier` picks by config kind."""
+"""Notifiers: one module per destination kind, found by kind in the NOTIFIERS registry;
+a third-party package adds a kind through the `gatekeeper.notifiers` entry point."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from gatekeeper.notify.base import Notifier, SendError
+from gatekeeper.notify.base import Notifier, NotifierSettings, SendError
 from gatekeeper.notify.channel import Channel, ChannelHooks
-
-if TYPE_CHECKING:
-    from gatekeeper.daemon.config import Notifier as NotifierConfig
+from gatekeeper.registry import Registry
 
 
-def build_notifier(cfg: NotifierConfig) -> Notifier:
-    """The notifier a config entry describes; URL and secret come from the environment."""
+def _builtins() -> dict[str, type[Notifier]]:
     from gatekeeper.notify.lark import LarkNotifier
     from gatekeeper.notify.slack import SlackNotifier
     from gatekeeper.notify.webhook import WebhookNotifier
 
-    kinds: dict[str, type[Notifier]] = {
-        "slack": SlackNotifier,
-        "lark": LarkNotifier,
-        "webhook": WebhookNotifier,
-    }
-    return kinds[cfg.kind](
-        cfg.name,
-        cfg.resolved_url(),
-        timeout=cfg.timeout,
-        max_lines=cfg.max_lines,
-        secret=cfg.resolved_secret(),
-    )
+    return {k.kind: k for k in (SlackNotifier, LarkNotifier, WebhookNotifier)}
 
 
-__all__ = ["Channel", "ChannelHooks", "Notifier", "SendError", "build_notifier"]
+def _plugin(name: str, obj: object) -> type[Notifier]:
+    if not (isinstance(obj, type) and issubclass(obj, Notifier)):
+        raise TypeError(f"{obj!r} is not a gatekeeper.notify.Notifier subclass")
+    if getattr(obj, "kind", None) != name:
+        raise ValueError(f"its kind is {getattr(obj, 'kind', None)!r}, the entry point {name!r}")
+    return obj
+
+
+NOTIFIERS: Registry[type[Notifier]] = Registry("notifier", _builtins, _plugin)
+
+
+def notifier_kind(kind: str) -> type[Notifier]:
+    """The Notifier class of a config `kind`; ValueError naming the known kinds."""
+    found = NOTIFIERS.get(kind)
+    if found is None:
+        raise ValueError(f"unknown notifier kind {kind!r}; known: {', '.join(NOTIFIERS.names())}")
+    return found
+
+
+def build_notifier(cfg: NotifierSettings) -> Notifier:
+    """The notifier a config entry describes; URL and secret come from the environment."""
+    return notifier_kind(cfg.kind).from_settings(cfg)
+
+
+__all__ = [
+    "Channel", "ChannelHooks", "NOTIFIERS", "Notifier", "NotifierSettings", "SendError",
+    "build_notifier", "notifier_kind",
+]

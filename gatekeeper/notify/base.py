@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import httpx
 
@@ -38,11 +38,44 @@ class Limit:
     per: float  # seconds
 
 
+class NotifierSettings(Protocol):
+    """What a notifier needs from its configuration entry (the daemon's `notifiers:` item
+    is one; notify/ does not import the daemon)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def max_lines(self) -> int: ...
+    def resolved_url(self) -> str: ...
+    def resolved_secret(self) -> str | None: ...
+
+
 class Notifier(ABC):
-    """One chat/webhook destination. Subclasses set `kind` and `limits`."""
+    """One chat/webhook destination. Subclasses set `kind` and `limits`; a kind that
+    needs more of its settings than the common ones checks them in `check_settings`."""
 
     kind: ClassVar[str]
     limits: ClassVar[tuple[Limit, ...]] = ()
+
+    @classmethod
+    def check_settings(cls, settings: NotifierSettings) -> None:
+        """Refuse settings this kind cannot use (ValueError, shown at the entry's line)."""
+        return None  # the common settings are all the built-in kinds need
+
+    @classmethod
+    def from_settings(cls, settings: NotifierSettings) -> Notifier:
+        """The notifier a config entry describes; URL and secret come from the environment."""
+        return cls(
+            settings.name,
+            settings.resolved_url(),
+            timeout=settings.timeout,
+            max_lines=settings.max_lines,
+            secret=settings.resolved_secret(),
+        )
 
     def __init__(
         self, name: str, url: str, *, timeout: float, max_lines: int, secret: str | None = None

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.checks import Outcome, fmt
+from gatekeeper.checks import Outcome
+from gatekeeper.fmt import fmt
 from gatekeeper.model import Run
 from gatekeeper.policy.schema import period_expr
 from gatekeeper.policy.spec import PolicySpec, RuleSpec

@@ -19,10 +19,11 @@ from ruamel.yaml.error import YAMLError
 
 from gatekeeper.checks import registry
 from gatekeeper.errors import PolicyError, UsageError
-from gatekeeper.policy.loader import apply_override, check_flow_depth, out_of_range, plain
+from gatekeeper.policy.loader import apply_override
 from gatekeeper.policy.schema import RuleOverride
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.verdict import Severity
+from gatekeeper.yamlfile import check_flow_depth, out_of_range, plain
 
 _FORM = "POLICY/RULE=off:REASON, POLICY/RULE=warn:REASON or POLICY/RULE=CHECK=VALUE:REASON"
 
@@ -89,7 +90,9 @@ def parse_override(text: str) -> CliOverride:
         raise UsageError(f"--override {text!r}: {exc.errors()[0]['msg']}") from None
 
 
-def apply_cli_overrides(policies: list[PolicySpec], overrides: list[CliOverride]) -> list[PolicySpec]:
+def apply_cli_overrides(
+    policies: list[PolicySpec], overrides: list[CliOverride]
+) -> list[PolicySpec]:
     """The policies with each override applied to exactly the rule it names."""
     by_name = {p.name: p for p in policies}
     for ov in overrides:

@@ -11,12 +11,9 @@ import os
 import re
 from typing import TextIO
 
-from gatekeeper.model import Run
-from gatekeeper.report.html import ordered
-from gatekeeper.report.html_series import figure, series_for
-from gatekeeper.report.mermaid import xychart
 from gatekeeper.errors import one_line
-from gatekeeper.report.text import result_line, step_text, summary_line, value_text
+from gatekeeper.model import Run
+from gatekeeper.report.text import ordered, result_line, step_text, summary_line, value_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
 
 MAX_PER_LEVEL = 10
@@ -136,6 +133,10 @@ MAX_CHARTS = 20
 def chart_section(verdict: Verdict, run: Run, budget: int) -> str:
     """Mermaid charts of the failing rules' series against their bounds, within `budget`
     bytes (charts that would not fit are left out, with a note)."""
+    # imported here: the annotations every `check` writes need none of the plotting
+    from gatekeeper.report.html_series import figure, series_for
+    from gatekeeper.report.mermaid import xychart
+
     failing = [r for r in ordered(verdict.results) if r.status in (Status.FAIL, Status.ERROR)]
     blocks = []
     for r in failing[:MAX_CHARTS]:

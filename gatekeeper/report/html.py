@@ -15,16 +15,8 @@ from gatekeeper.report.files import write_atomic
 from gatekeeper.report.html_assets import CSP, CSS, JS
 from gatekeeper.report.html_series import Figure, figure, series_for
 from gatekeeper.report.html_svg import svg
-from gatekeeper.report.text import step_text, summary_line, value_text
+from gatekeeper.report.text import ORDER, ordered, step_text, summary_line, value_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
-
-ORDER = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2, Status.PENDING: 3, Status.PASS: 4,
-         Status.SKIP: 5}
-
-
-def ordered(results: list[RuleResult]) -> list[RuleResult]:
-    """Gating failures and errors first, then by status, keeping policy order within."""
-    return sorted(results, key=lambda r: (not r.gating, ORDER[r.status]))
 
 
 def rule_anchor(r: RuleResult, i: int) -> str:

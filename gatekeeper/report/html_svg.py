@@ -13,7 +13,7 @@ from html import escape
 
 import numpy as np
 
-from gatekeeper.checks import fmt
+from gatekeeper.fmt import fmt
 from gatekeeper.report.html_series import Figure, Line
 
 W, H = 800, 220

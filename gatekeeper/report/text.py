@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from gatekeeper.checks import fmt
 from gatekeeper.errors import one_line
-from gatekeeper.verdict import RuleResult, Verdict
+from gatekeeper.fmt import fmt
+from gatekeeper.verdict import RuleResult, Status, Verdict
+
+ORDER = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2, Status.PENDING: 3, Status.PASS: 4,
+         Status.SKIP: 5}
+
+
+def ordered(results: list[RuleResult]) -> list[RuleResult]:
+    """Gating failures and errors first, then by status, keeping policy order within."""
+    return sorted(results, key=lambda r: (not r.gating, ORDER[r.status]))
 
 
 def step_text(r: RuleResult) -> str:

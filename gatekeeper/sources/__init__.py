@@ -6,6 +6,7 @@ from gatekeeper.errors import UsageError
 from gatekeeper.sources.base import LiveSource, RunOverrides, Source
 from gatekeeper.sources.jsonl_source import JsonlSource
 from gatekeeper.sources.live_jsonl import LiveJsonlSource
+from gatekeeper.sources.plugins import with_plugins
 from gatekeeper.sources.wandb_api import WandbApiSource
 from gatekeeper.sources.wandb_local import WandbLocalSource
 
@@ -21,7 +22,7 @@ def register(kind: type[Source], *, first: bool = True) -> None:
 
 def open_source(spec: str) -> Source:
     """The source that understands `spec`, or a UsageError naming the accepted forms."""
-    for kind in SOURCE_KINDS:
+    for kind in with_plugins(SOURCE_KINDS):
         if kind.accepts(spec):
             return kind(spec)
     raise UsageError(
@@ -34,7 +35,7 @@ def open_live_source(spec: str) -> LiveSource:
     """The source that follows `spec` while it is written: the first registered kind that
     accepts it and can be polled (wandb), else the JSONL tail (which waits for a file or
     directory that does not exist yet)."""
-    for kind in SOURCE_KINDS:
+    for kind in with_plugins(SOURCE_KINDS):
         if issubclass(kind, LiveSource) and kind.accepts(spec):
             return kind(spec)
     if LiveJsonlSource.accepts(spec):

@@ -16,7 +16,6 @@ import numpy as np
 from gatekeeper.checks.abs_lt import AbsLt
 from gatekeeper.checks.abs_max import AbsMax
 from gatekeeper.checks.approx import Approx
-from gatekeeper.checks.base import fmt
 from gatekeeper.checks.between import Between
 from gatekeeper.checks.fraction import Fraction
 from gatekeeper.checks.gt import Gt
@@ -26,6 +25,7 @@ from gatekeeper.checks.min import Min
 from gatekeeper.checks.reach import Reach
 from gatekeeper.checks.rise import Rise
 from gatekeeper.checks.strictly_between import StrictlyBetween
+from gatekeeper.fmt import fmt
 from gatekeeper.model import Run
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import Severity

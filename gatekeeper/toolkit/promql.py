@@ -30,9 +30,9 @@ from gatekeeper.checks.rise import Rise
 from gatekeeper.checks.stale import Stale
 from gatekeeper.checks.strictly_between import StrictlyBetween
 from gatekeeper.expr import Node
-from gatekeeper.policy.loader import _policy_error, display_path, plain, read_yaml
 from gatekeeper.policy.schema import Reduce
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
+from gatekeeper.yamlfile import display_path, plain, read_yaml, validation_error
 
 
 @dataclass(frozen=True)
@@ -284,5 +284,5 @@ def load_naming(path: str | None, selector: str = "") -> Naming:
     try:
         data = _NamingFile.model_validate(plain(tree) or {})
     except ValidationError as exc:
-        raise _policy_error(exc, tree, display_path(path)) from None
+        raise validation_error(exc, tree, display_path(path)) from None
     return Naming(**{**data.model_dump(), "selector": selector or data.selector})

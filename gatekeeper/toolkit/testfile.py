@@ -31,9 +31,9 @@ from ruamel.yaml.comments import CommentedMap
 
 from gatekeeper.errors import PolicyError
 from gatekeeper.model import RunState
-from gatekeeper.policy.loader import _policy_error, display_path, line_of, plain, read_yaml
 from gatekeeper.toolkit.notation import NotationError, expand
 from gatekeeper.verdict import Status
+from gatekeeper.yamlfile import display_path, line_of, plain, read_yaml, validation_error
 
 
 class SeriesInput(BaseModel):
@@ -192,7 +192,7 @@ def load_tests(path: str) -> LoadedTests:
     try:
         spec = TestFile.model_validate(plain(tree))
     except ValidationError as exc:
-        raise _policy_error(exc, tree, shown) from None
+        raise validation_error(exc, tree, shown) from None
     loaded = LoadedTests(path, spec, tree)
     for p in loaded.policy_paths:
         if not os.path.isfile(p):

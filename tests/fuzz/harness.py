@@ -12,7 +12,7 @@ import re
 import time
 from pathlib import Path
 
-from gatekeeper.cli import main
+from gatekeeper.cli.main import main
 from tests.fuzz.gen import Case
 
 TIME_BOUND = float(os.environ.get("GATEKEEPER_FUZZ_TIME_BOUND", "10"))

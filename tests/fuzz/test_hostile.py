@@ -361,7 +361,7 @@ COMMANDS = [
     (["serve", "-c", "{policy}", "--check-config"], "gatekeeper.daemon.config.load_config"),
     (
         ["history", "show", "--history", "sqlite:///{dir}/h.db"],
-        "gatekeeper.commands.history.cmd_show",
+        "gatekeeper.cli.history.cmd_show",
     ),
 ]
 
@@ -389,9 +389,9 @@ def test_child_process_exit_codes_and_one_line_stderr(tmp_path, policy):
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "bad.jsonl:1" in out.stderr
 
     crash = (
-        "import sys, gatekeeper.cli as c\n"
+        "import sys, gatekeeper.cli.main as c, gatekeeper.cli.validate as v\n"
         "def boom(a): raise RuntimeError('bug')\n"
-        "c.cmd_validate = boom\n"
+        "v.cmd_validate = boom\n"
         f"sys.exit(c.main(['validate', {str(policy)!r}]))\n"
     )
     child = __import__("subprocess").run(

@@ -58,7 +58,7 @@ def test_suggest_rejects_a_single_run_and_bad_quantiles(tmp_path):
 def test_a_band_an_input_run_fails_is_dropped_not_written(tmp_path):
     import argparse
 
-    from gatekeeper.commands.toolkit import _write_verified
+    from gatekeeper.cli.suggest import _write_verified
     from gatekeeper.sources import open_source
     from gatekeeper.toolkit.suggest import Band, Settings, Suggestion
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gatekeeper.annotate import annotate
-from gatekeeper.cli import main
+from gatekeeper.cli.main import main
 from gatekeeper.errors import SourceError, SourceUnavailable
 from gatekeeper.model import RunState
 from gatekeeper.sources import open_source

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gatekeeper.cli import main
+from gatekeeper.cli.main import main
 from gatekeeper.errors import SourceNotFound
 from gatekeeper.model import RunState
 from gatekeeper.sources import open_source

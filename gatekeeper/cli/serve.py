@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gatekeeper.cli import EXTENSIONS
+if TYPE_CHECKING:
+    from gatekeeper.daemon.config import DaemonConfig
 
 
 def register(sub: Any) -> None:
@@ -55,7 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os._exit(0)
 
 
-def _guard_secrets(config: Any) -> None:
+def _guard_secrets(config: DaemonConfig) -> None:
     """Register every secret the daemon will hold with the log filter (see logsafe)."""
     from gatekeeper.daemon.logsafe import install
     from gatekeeper.errors import ConfigError
@@ -81,7 +82,7 @@ def _room_for_connections(max_connections: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
 
 
-def _check(config: Any) -> int:
+def _check(config: DaemonConfig) -> int:
     from gatekeeper.daemon.discovery import describe
     from gatekeeper.daemon.service import load_targets
     from gatekeeper.daemon.state import StateStore
@@ -109,5 +110,3 @@ def _check(config: Any) -> int:
     print(f"ok: {config.file}")
     return 0
 
-
-EXTENSIONS.append(register)

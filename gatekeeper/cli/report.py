@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from gatekeeper.cli import EXTENSIONS, run_overrides
+from gatekeeper.cli.args import PlotOptions
 from gatekeeper.errors import UsageError
-from gatekeeper.model import Run
-from gatekeeper.sources import RunOverrides
-from gatekeeper.verdict import Verdict
+
+if TYPE_CHECKING:
+    from gatekeeper.model import Run
+    from gatekeeper.policy.spec import PolicySpec
+    from gatekeeper.sources.base import RunOverrides
+    from gatekeeper.verdict import Verdict
 
 
 def read_run(
-    source: str | None, overrides: RunOverrides | None, policies: list[Any] | None = None
+    source: str | None,
+    overrides: RunOverrides | None,
+    policies: list[PolicySpec] | None = None,
 ) -> Run | None:
     """The run's series for the plots; None when no source was given or it is gone
     (the report is then written without charts, and says so)."""
@@ -33,30 +36,36 @@ def read_run(
     return overrides.apply(run) if overrides is not None else run
 
 
-def _summary_path(args: argparse.Namespace) -> str | None:
+def _summary_path(plots: PlotOptions) -> str | None:
     from gatekeeper.gate import github_enabled
 
-    return os.environ.get("GITHUB_STEP_SUMMARY") if github_enabled(args.github) else None
+    return os.environ.get("GITHUB_STEP_SUMMARY") if github_enabled(plots.github) else None
 
 
-def wants_run(args: argparse.Namespace) -> bool:
+def wants_run(plots: PlotOptions) -> bool:
     """True when a report that plots the run's series is asked for: --html, or the charts
     under the GitHub step summary."""
-    return bool(args.html_path or _summary_path(args))
+    return bool(plots.html_path or _summary_path(plots))
 
 
-def write_plot_reports(verdict: Verdict, args: argparse.Namespace, run: Run | None) -> None:
-    """--html FILE and the step-summary charts. `run` None: read it from `args.source`
+def write_plot_reports(
+    verdict: Verdict,
+    plots: PlotOptions,
+    run: Run | None,
+    source: str | None = None,
+    overrides: RunOverrides | None = None,
+) -> None:
+    """--html FILE and the step-summary charts. `run` None: read it from `source`
     (watch/run keep only new points, so the whole run is read once, at the end)."""
-    if not wants_run(args):
+    if not wants_run(plots):
         return
     if run is None:
-        run = read_run(args.source, run_overrides(args))
-    if args.html_path:
+        run = read_run(source, overrides)
+    if plots.html_path:
         from gatekeeper.report import html
 
-        html.write(verdict, args.html_path, run)
-    summary = _summary_path(args)
+        html.write(verdict, plots.html_path, run)
+    summary = _summary_path(plots)
     if summary and run is not None:
         from gatekeeper.report import github
 
@@ -64,6 +73,10 @@ def write_plot_reports(verdict: Verdict, args: argparse.Namespace, run: Run | No
 
 
 def load_verdict(path: str) -> Verdict:
+    import orjson
+
+    from gatekeeper.verdict import Verdict
+
     try:
         with open(path, "rb") as fh:
             data = orjson.loads(fh.read())
@@ -106,5 +119,3 @@ def register(sub: Any) -> None:
     )
     p.set_defaults(func=cmd_report)
 
-
-EXTENSIONS.append(register)

@@ -1,5 +1,5 @@
-"""`gatekeeper history record|show|mark-untrusted|import|migrate`, and
-`check --history URL [--record]`.
+"""`gatekeeper history record|show|mark-untrusted|import|migrate` (`check --history URL
+[--record]` shares its options, in cli/args.py).
 
 The store URL comes from `--history` or the GATEKEEPER_HISTORY environment variable (so a
 PostgreSQL password can stay in a CI secret); it is shown with the password redacted.
@@ -8,83 +8,34 @@ PostgreSQL password can stay in a CI secret); it is shown with the password reda
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
-from gatekeeper.cli import (
-    EXTENSIONS,
+from gatekeeper.cli.args import (
+    add_history_args,
     add_policy_args,
     add_report_args,
     add_run_args,
+    history_options,
+    policy_options,
+    print_summary,
     report_options,
     run_overrides,
+    store_url,
 )
 from gatekeeper.errors import UsageError
-from gatekeeper.verdict import Verdict
-
-
-def add_history_args(p: argparse.ArgumentParser, *, required: bool = False) -> None:
-    p.add_argument(
-        "--history",
-        metavar="URL",
-        help="baseline store for history rules: a SQLite path / sqlite:///path, or "
-        "postgresql://... (default: $GATEKEEPER_HISTORY)"
-        + ("" if required else "; without it history rules are inactive"),
-    )
-    p.add_argument(
-        "--series-key",
-        action="append",
-        metavar="KEY",
-        help="run metadata that identifies which runs share a baseline, e.g. "
-        "config.test_path (repeatable; default: the history rules' `series`, else name)",
-    )
-    p.add_argument("--run-id", help="id to record the run under (default: the run's id or name)")
-    p.add_argument("--commit", help="commit to record (default: config.commit or $GITHUB_SHA)")
-
-
-def store_url(args: argparse.Namespace, *, required: bool) -> str | None:
-    url = getattr(args, "history", None) or os.environ.get("GATEKEEPER_HISTORY")
-    if required and not url:
-        raise UsageError("no history store: pass --history URL or set GATEKEEPER_HISTORY")
-    return url or None
-
-
-def history_options(args: argparse.Namespace, *, record: bool | None = None) -> Any:
-    """HistoryOptions from `check`/`history record` arguments, or None without a store."""
-    from gatekeeper.history.session import HistoryOptions
-
-    want_record = bool(getattr(args, "record", False)) if record is None else record
-    url = store_url(args, required=want_record)
-    if url is None:
-        return None
-    return HistoryOptions(
-        url=url,
-        record=want_record,
-        series_keys=tuple(getattr(args, "series_key", None) or ()) or None,
-        run_id=getattr(args, "run_id", None),
-        commit=getattr(args, "commit", None),
-    )
-
-
-def print_summary(verdict: Verdict, args: argparse.Namespace) -> None:
-    from gatekeeper.history.session import summary
-
-    line = summary(verdict)
-    if line and not getattr(args, "quiet", False):
-        print(line)
 
 
 def cmd_record(args: argparse.Namespace) -> int:
     """Judge and record; exit 0 once recorded (the trust decision is printed)."""
     from gatekeeper import gate
-    from gatekeeper.policy.overrides import parse_override
 
-    policies = gate.load(args.policy, [parse_override(o) for o in args.override])
+    policy = policy_options(args)
+    policies = gate.load(list(policy.paths), list(policy.overrides))
     opts = history_options(args, record=True)
     verdict = gate.check(args.source, policies, run_overrides(args), history=opts)
     gate.write_reports(verdict, report_options(args))
-    print_summary(verdict, argparse.Namespace(quiet=False))
+    print_summary(verdict, quiet=False)
     return 0
 
 
@@ -157,11 +108,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    add_history_args(sub.choices["check"])
-    sub.choices["check"].add_argument(
-        "--record", action="store_true", help="record the run in the --history store afterwards"
-    )
-
     p = sub.add_parser("history", help="baseline store of history (drift) rules")
     hsub = p.add_subparsers(dest="history_command", required=True, parser_class=type(p))
 
@@ -196,5 +142,3 @@ def register(sub: Any) -> None:
     g.add_argument("--history", metavar="URL", help="store (default: $GATEKEEPER_HISTORY)")
     g.set_defaults(func=cmd_migrate)
 
-
-EXTENSIONS.append(register)

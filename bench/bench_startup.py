@@ -1,0 +1,116 @@
+"""Benchmark: what a person waits for before gatekeeper does anything.
+
+Wall time of fresh child processes, interleaved so machine noise hits every case alike,
+best of N (the floor a quiet machine reaches; the median is printed beside it):
+
+- `python -c pass`                          the interpreter alone, the yardstick
+- `gatekeeper --version`                    target <= 2x `python -c pass` (issue 14)
+- `gatekeeper check RUN -p POLICY`          a 1,000-step x 10-metric JSONL run and a
+                                            20-rule policy; target <= 0.25 s on an idle
+                                            machine
+
+The machine's load average is printed before and after: figures taken under load are
+not the idle targets, only their ratios are comparable.
+Usage: python bench/bench_startup.py [--runs N] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+METRICS = 10
+STEPS = 1000
+RULES = 20
+
+
+def write_run(path: str) -> None:
+    """Per-step rows as a trainer writes them: one JSON object a line."""
+    with open(path, "w") as fh:
+        for step in range(STEPS):
+            row = {"step": step, **{f"m{i}": 0.5 + 0.001 * ((step * (i + 1)) % 97)
+                                   for i in range(METRICS)}}
+            fh.write(json.dumps(row) + "\n")
+
+
+def write_policy(path: str) -> None:
+    """Two threshold rules per metric (20 rules): what a CI gate usually holds."""
+    with open(path, "w") as fh:
+        fh.write("version: 1\nname: startup\nrules:\n")
+        for i in range(METRICS):
+            fh.write(f"  - {{id: m{i}-max, metric: m{i}, check: {{max: 2}}}}\n")
+            fh.write(f"  - {{id: m{i}-min, metric: m{i}, check: {{min: 0}}}}\n")
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one child. On a loaded machine the
+    CPU time is the closer estimate of what an idle machine's wall time would be."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {out.returncode}: {out.stderr.strip()}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return took, cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=15, help="children per case (default 15)")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = ap.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="gk-startup-")
+    run, policy = os.path.join(tmp, "run.jsonl"), os.path.join(tmp, "policy.yaml")
+    write_run(run)
+    write_policy(policy)
+    py = sys.executable
+    cases = {
+        "python -c pass": [py, "-c", "pass"],
+        "gatekeeper --version": [py, "-m", "gatekeeper", "--version"],
+        "gatekeeper check (1k x 10, 20 rules)": [py, "-m", "gatekeeper", "check", run,
+                                                 "-p", policy, "-q"],
+    }
+    load_before = os.getloadavg()
+    for cmd in cases.values():  # warm the page cache and .pyc files once
+        timed(cmd)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    cpus: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.runs):
+        for name, cmd in cases.items():
+            wall, cpu = timed(cmd)
+            times[name].append(wall)
+            cpus[name].append(cpu)
+    load_after = os.getloadavg()
+
+    best = {name: min(t) for name, t in times.items()}
+    base = best["python -c pass"]
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
+          f"({os.cpu_count()} CPUs); best of {args.runs}, median in brackets")
+    for name, t in times.items():
+        print(f"  {name:40} {best[name] * 1000:7.1f} ms ({statistics.median(t) * 1000:7.1f})"
+              f"  {best[name] / base:5.2f}x python; CPU {min(cpus[name]) * 1000:7.1f} ms")
+    version_ratio = best["gatekeeper --version"] / base
+    check_s = best["gatekeeper check (1k x 10, 20 rules)"]
+    print(f"--version / python -c pass = {version_ratio:.2f} (target <= 2)")
+    check_cpu = min(cpus["gatekeeper check (1k x 10, 20 rules)"])
+    print(f"small check = {check_s:.3f} s wall, {check_cpu:.3f} s CPU (target <= 0.25 s idle)")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"best_s": best, "best_cpu_s": {n: min(c) for n, c in cpus.items()},
+                       "median_s": {n: statistics.median(t)
+                                                   for n, t in times.items()},
+                       "load": [load_before[0], load_after[0]]}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""The option groups several commands share, and the typed options they become.
+
+Each command turns its argparse Namespace into frozen options here, once, at the edge:
+nothing below `gatekeeper.cli` sees argparse. Imports of the library stay inside the
+functions so that building the parser (`gatekeeper --version`) stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gatekeeper.errors import UsageError
+
+if TYPE_CHECKING:
+    from gatekeeper.gate import ReportOptions
+    from gatekeeper.history.session import HistoryOptions
+    from gatekeeper.policy.overrides import CliOverride
+    from gatekeeper.sources.base import RunOverrides
+    from gatekeeper.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """`-p POLICY` and `--override` of a judging command."""
+
+    paths: tuple[str, ...]
+    overrides: tuple[CliOverride, ...]
+
+
+@dataclass(frozen=True)
+class PlotOptions:
+    """The reports that draw the run's series: `--html FILE` and the step-summary charts."""
+
+    html_path: str | None = None
+    github: str = "auto"
+
+
+def add_policy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-p", "--policy", action="append", required=True, metavar="POLICY",
+        help="policy file or directory of *.yaml (repeatable)",
+    )
+    p.add_argument(
+        "--override", action="append", default=[], metavar="POLICY/RULE=ACTION:REASON",
+        help="relax one rule with a recorded reason: =off:REASON, =warn:REASON, "
+        "=abs_max=1e-8:REASON (repeatable)",
+    )
+
+
+def policy_options(args: argparse.Namespace) -> PolicyOptions:
+    from gatekeeper.policy.overrides import parse_override
+
+    return PolicyOptions(
+        paths=tuple(args.policy), overrides=tuple(parse_override(o) for o in args.override)
+    )
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", help="run name (default: from the sidecar or the file name)")
+    p.add_argument("--tag", action="append", metavar="TAG", help="add a run tag (repeatable)")
+    p.add_argument(
+        "--config", action="append", metavar="KEY=VALUE",
+        help="set a run config key, dotted for nesting; VALUE is read as YAML (8, true, x)",
+    )
+    p.add_argument(
+        "--allow-state", action="append", metavar="STATE:REASON",
+        help="let a failed/crashed/killed/incomplete run pass on its data, with a reason "
+        "every report shows (repeatable)",
+    )
+
+
+def _yaml_scalar(text: str) -> Any:
+    from ruamel.yaml import YAML
+
+    from gatekeeper.yamlfile import check_flow_depth, plain
+
+    try:
+        check_flow_depth(text.encode(), "--config")  # ruamel is quadratic in deep brackets
+        return plain(YAML(typ="rt").load(text)) if text else ""
+    except Exception:
+        return text
+
+
+def run_overrides(args: argparse.Namespace) -> RunOverrides:
+    """`--name`, `--tag`, `--config`, `--state`, `--allow-state` as RunOverrides."""
+    from gatekeeper.model import RunState
+    from gatekeeper.run_state import parse_allow_state
+    from gatekeeper.sources.base import RunOverrides
+
+    config: dict[str, Any] = {}
+    for item in args.config or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--config {item!r}: expected KEY=VALUE, e.g. --config lora_rank=8")
+        config[key.removeprefix("config.")] = _yaml_scalar(value)
+    state = RunState(args.state) if getattr(args, "state", None) else None
+    allowed: dict[str, str] = {}
+    for item in getattr(args, "allow_state", None) or []:
+        try:
+            key, reason = parse_allow_state(item)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        allowed[key] = reason
+    return RunOverrides(
+        name=args.name, tags=tuple(args.tag or ()), config=config, state=state,
+        allowed_states=allowed,
+    )
+
+
+def add_report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", dest="json_path", metavar="FILE", help="write the verdict as JSON")
+    p.add_argument("--junit", dest="junit_path", metavar="FILE", help="write JUnit XML")
+    p.add_argument(
+        "--html", dest="html_path", metavar="FILE",
+        help="write a self-contained HTML report with a plot per rule (opens offline)",
+    )
+    p.add_argument(
+        "--github", choices=("auto", "always", "never"), default="auto",
+        help="GitHub annotations and step summary (auto: when GITHUB_ACTIONS=true)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the one-line verdict")
+    p.add_argument(
+        "--hide-skipped", action="store_true", help="leave skipped rules out of the table"
+    )
+
+
+def report_options(args: argparse.Namespace) -> ReportOptions:
+    from gatekeeper.gate import ReportOptions
+
+    return ReportOptions(
+        json_path=args.json_path,
+        junit_path=args.junit_path,
+        github=args.github,
+        quiet=args.quiet,
+        show_skipped=not args.hide_skipped,
+    )
+
+
+def plot_options(args: argparse.Namespace) -> PlotOptions:
+    return PlotOptions(html_path=args.html_path, github=args.github)
+
+
+def add_annotate_arg(parser: argparse.ArgumentParser) -> None:
+    """The `--annotate` option of `check` and `watch` (off by default)."""
+    parser.add_argument(
+        "--annotate", action="store_true",
+        help="write the verdict onto the run: wandb:// runs get a gate:pass/gate:fail tag and "
+        "gatekeeper/* summary keys; a local run directory gets gatekeeper-verdict.json",
+    )
+
+
+def add_history_args(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    p.add_argument(
+        "--history",
+        metavar="URL",
+        help="baseline store for history rules: a SQLite path / sqlite:///path, or "
+        "postgresql://... (default: $GATEKEEPER_HISTORY)"
+        + ("" if required else "; without it history rules are inactive"),
+    )
+    p.add_argument(
+        "--series-key",
+        action="append",
+        metavar="KEY",
+        help="run metadata that identifies which runs share a baseline, e.g. "
+        "config.test_path (repeatable; default: the history rules' `series`, else name)",
+    )
+    p.add_argument("--run-id", help="id to record the run under (default: the run's id or name)")
+    p.add_argument("--commit", help="commit to record (default: config.commit or $GITHUB_SHA)")
+
+
+def store_url(args: argparse.Namespace, *, required: bool) -> str | None:
+    """`--history` or $GATEKEEPER_HISTORY (so a PostgreSQL password can stay a CI secret)."""
+    url = getattr(args, "history", None) or os.environ.get("GATEKEEPER_HISTORY")
+    if required and not url:
+        raise UsageError("no history store: pass --history URL or set GATEKEEPER_HISTORY")
+    return url or None
+
+
+def history_options(
+    args: argparse.Namespace, *, record: bool | None = None
+) -> HistoryOptions | None:
+    """HistoryOptions from `check`/`history record` arguments, or None without a store."""
+    want_record = bool(getattr(args, "record", False)) if record is None else record
+    url = store_url(args, required=want_record)
+    if url is None:
+        return None
+    from gatekeeper.history.session import HistoryOptions
+
+    return HistoryOptions(
+        url=url,
+        record=want_record,
+        series_keys=tuple(getattr(args, "series_key", None) or ()) or None,
+        run_id=getattr(args, "run_id", None),
+        commit=getattr(args, "commit", None),
+    )
+
+
+def print_summary(verdict: Verdict, quiet: bool) -> None:
+    """The history store's one-line summary (baseline used, run recorded), unless quiet."""
+    if quiet or not verdict.run.get("history"):
+        return  # no store was used: nothing to say, and no store code to import
+    from gatekeeper.history.session import summary
+
+    line = summary(verdict)
+    if line and not quiet:
+        print(line)

@@ -1,0 +1,119 @@
+"""`gatekeeper check SOURCE -p POLICY`: judge a finished run (the CI gate)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gatekeeper.cli.args import (
+    PlotOptions,
+    PolicyOptions,
+    add_annotate_arg,
+    add_history_args,
+    add_policy_args,
+    add_report_args,
+    add_run_args,
+    history_options,
+    plot_options,
+    policy_options,
+    print_summary,
+    report_options,
+    run_overrides,
+)
+from gatekeeper.errors import UsageError
+
+if TYPE_CHECKING:
+    from gatekeeper.gate import ReportOptions
+    from gatekeeper.history.session import HistoryOptions
+    from gatekeeper.policy.spec import PolicySpec
+    from gatekeeper.sources.base import RunOverrides
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    source: str
+    policy: PolicyOptions
+    run: RunOverrides
+    report: ReportOptions
+    plots: PlotOptions
+    history: HistoryOptions | None
+    references: dict[str, str]
+    annotate: bool
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("check", help="judge a finished run against policies (CI gate)")
+    p.add_argument("source", metavar="SOURCE", help="JSONL record file or run directory")
+    add_policy_args(p)
+    add_run_args(p)
+    add_report_args(p)
+    add_annotate_arg(p)
+    p.add_argument(
+        "--reference", action="append", default=[], metavar="NAME=SOURCE",
+        help="an earlier run (record file, run directory, wandb run) that isclose rules "
+        "with reference: NAME compare against, step by step (repeatable)",
+    )
+    add_history_args(p)
+    p.add_argument(
+        "--record", action="store_true", help="record the run in the --history store afterwards"
+    )
+    p.set_defaults(func=cmd_check)
+
+
+def parse_references(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, source = item.partition("=")
+        if not eq or not name or not source:
+            raise UsageError(
+                f"--reference {item!r}: expected NAME=SOURCE, e.g. --reference grad-norm=ref.jsonl"
+            )
+        if name in out:
+            raise UsageError(f"--reference {name!r} is given twice")
+        out[name] = source
+    return out
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from gatekeeper import gate
+
+    policy = policy_options(args)
+    # policies first: a bad policy is the error reported, whatever else is wrong
+    policies = gate.load(list(policy.paths), list(policy.overrides))
+    opts = CheckOptions(
+        source=args.source,
+        policy=policy,
+        history=history_options(args),
+        references=parse_references(args.reference),
+        run=run_overrides(args),
+        report=report_options(args),
+        plots=plot_options(args),
+        annotate=bool(args.annotate),
+    )
+    return run_check(opts, policies)
+
+
+def run_check(opts: CheckOptions, policies: list[PolicySpec]) -> int:
+    """Judge `opts.source` whole and write every report asked for; the exit code."""
+    from gatekeeper import gate
+    from gatekeeper.cli.report import read_run, wants_run, write_plot_reports
+    from gatekeeper.report.text import summary_line
+
+    references = gate.read_references(opts.references)
+    # Plotting reports need the series: read the run once and judge that.
+    run = read_run(opts.source, opts.run, policies) if wants_run(opts.plots) else None
+    verdict = gate.check(
+        run or opts.source, policies, None if run is not None else opts.run,
+        history=opts.history, references=references,
+    )
+    gate.write_reports(verdict, opts.report)
+    write_plot_reports(verdict, opts.plots, run, opts.source, opts.run)
+    print_summary(verdict, opts.report.quiet)
+    if opts.annotate:
+        from gatekeeper.annotate import annotate, report_link
+
+        print(annotate(opts.source, verdict, report_link(opts.report.json_path)))
+    if opts.report.quiet:
+        print(summary_line(verdict))
+    return verdict.exit_code

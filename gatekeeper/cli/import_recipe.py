@@ -1,0 +1,67 @@
+"""`gatekeeper import-recipe`: a recipe doc's 'What to expect' table as a policy.
+
+Turns argparse into plain values here and calls gatekeeper/toolkit/ (exit codes as
+everywhere: 0 ok, 1 tests failed / lint found problems, 2 bad input)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from gatekeeper.errors import UsageError
+
+
+def cmd_import_recipe(args: argparse.Namespace) -> int:
+    from gatekeeper.policy.loader import load_policy
+    from gatekeeper.report.files import write_atomic
+    from gatekeeper.toolkit.recipe import RecipeDocError, import_recipe, render
+
+    try:
+        with open(args.doc, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"import-recipe: cannot read {args.doc}: {exc}") from None
+    if not 0 < args.about < 1:
+        raise UsageError(f"--about {args.about:g}: a relative tolerance between 0 and 1")
+    match: dict[str, str] = {}
+    for item in args.match_config or []:
+        key, eq, value = item.partition("=")
+        if not (eq and key):
+            raise UsageError(f"--match-config {item!r}: expected KEY=VALUE")
+        match[key] = value
+    try:
+        recipe = import_recipe(text, args.about)
+    except RecipeDocError as exc:
+        raise UsageError(f"import-recipe: {args.doc}: {exc}") from None
+    stem = os.path.basename(args.doc).rsplit(".", 1)[0]
+    name = args.name or "recipe-" + "".join(c if c.isalnum() or c in ".-" else "-" for c in stem)
+    write_atomic(args.output, render(recipe, args.doc, name, match).encode())
+    load_policy(args.output)  # what we write must load; a failure here is a bug, not bad input
+    print(f"wrote {args.output}: {len(recipe.rules)} rules from {args.doc}")
+    for line, _row, why in recipe.not_read:
+        print(f"  not interpreted: {args.doc}:{line}: {why}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "import-recipe", help="read a recipe doc's 'What to expect' table into a policy"
+    )
+    p.add_argument("doc", metavar="DOC.md", help="the recipe's Markdown")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="policy file to write")
+    p.add_argument("--name", help="policy name (default: recipe-<doc file name>)")
+    p.add_argument(
+        "--match-config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="apply the policy only to runs with this config value (repeatable)",
+    )
+    p.add_argument(
+        "--about",
+        type=float,
+        default=0.2,
+        metavar="REL",
+        help="relative tolerance 'about'/'~' means (default 0.2)",
+    )
+    p.set_defaults(func=cmd_import_recipe)

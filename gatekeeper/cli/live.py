@@ -1,0 +1,106 @@
+"""What `watch` and `run` share: the follow options, the live gate loop they drive, and the
+reports written when it stops (the same as `check`'s, with when and why it stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from gatekeeper.cli.args import (
+    plot_options,
+    policy_options,
+    report_options,
+    run_overrides,
+)
+from gatekeeper.errors import UsageError
+
+if TYPE_CHECKING:
+    from gatekeeper.live.loop import Follower, LoopSettings, Outcome
+    from gatekeeper.live.process import ChildGroup
+
+# The default poll interval, kept here so that building the parser does not import the
+# live loop; tests/test_startup.py checks it equals live.loop.DEFAULT_INTERVAL.
+DEFAULT_INTERVAL = 1.0
+
+
+def add_follow_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=DEFAULT_INTERVAL,
+        metavar="SECONDS",
+        help=f"seconds between polls (default {DEFAULT_INTERVAL:g})",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="treat the run as ended after this long without a new point (default: never)",
+    )
+    p.add_argument(
+        "--progress-every",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="outside a terminal, print the progress line at most this often (default 30)",
+    )
+
+
+def _settings(args: argparse.Namespace, grace: float = 30.0) -> LoopSettings:
+    from gatekeeper.live.loop import LoopSettings
+
+    if args.interval <= 0:
+        raise UsageError(f"--interval {args.interval:g}: must be > 0 seconds")
+    if args.idle_timeout is not None and args.idle_timeout <= 0:
+        raise UsageError(f"--idle-timeout {args.idle_timeout:g}: must be > 0 seconds")
+    if grace < 0:
+        raise UsageError(f"--grace {grace:g}: must be >= 0 seconds")
+    return LoopSettings(interval=args.interval, idle_timeout=args.idle_timeout, grace=grace)
+
+
+def open_follower(
+    args: argparse.Namespace,
+    source: str,
+    grace: float,
+    child: ChildGroup | None = None,
+    *,
+    cmd: bool = False,
+) -> Follower:
+    import time
+
+    from gatekeeper import gate
+    from gatekeeper.live.detect import open_follow_source
+    from gatekeeper.live.gate import LiveGate
+    from gatekeeper.live.loop import Follower
+    from gatekeeper.live.progress import Printer
+
+    policy = policy_options(args)
+    policies = gate.load(list(policy.paths), list(policy.overrides))
+    settings = _settings(args, grace)
+    printer = Printer(sys.stdout, progress_every=args.progress_every, quiet=args.quiet)
+    # opened before CMD starts: the runs already in a wandb folder are not the one to gate
+    followed = open_follow_source(source, printer.say, for_command=cmd)
+    live = LiveGate(followed, policies, run_overrides(args), started=time.time())
+    return Follower(live, settings, printer, child)
+
+
+def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> int:
+    from gatekeeper import gate
+    from gatekeeper.report.text import summary_line
+
+    follower.printer.close()
+    opts = report_options(args)
+    gate.write_reports(outcome.verdict, opts)
+    from gatekeeper.cli.report import write_plot_reports
+
+    write_plot_reports(outcome.verdict, plot_options(args), None, args.source, run_overrides(args))
+    if getattr(args, "annotate", False):  # `watch` has --annotate, `run` does not
+        from gatekeeper.annotate import annotate, report_link
+
+        print(annotate(args.source, outcome.verdict, report_link(opts.json_path)))
+    if args.quiet:
+        print(summary_line(outcome.verdict))
+    return int(outcome.exit_code)

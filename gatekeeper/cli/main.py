@@ -1,0 +1,154 @@
+"""The command line: parse arguments, call the library, map errors to exit codes.
+
+Exit codes: 0 gate passed (warnings allowed), 1 gate failed, 2 could not evaluate (bad
+arguments, invalid policy, unreadable or malformed source), 70 internal error (a bug in
+gatekeeper: CI must never read a crash as a failing gate). Every error is one line on
+stderr; `--debug` or GATEKEEPER_DEBUG=1 adds the traceback of an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gatekeeper import __version__
+from gatekeeper.errors import INTERNAL_ERROR, GatekeeperError, UsageError, one_line
+from gatekeeper.registry import Registry
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse exits 2 itself; keep one message form
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _builtin_commands() -> dict[str, Callable[[Any], None]]:
+    """Every command's `register`, in `--help` order. Each command module imports only
+    argparse-level things at the top, so building the parser stays cheap."""
+    from gatekeeper.cli import (
+        check,
+        checks,
+        export,
+        history,
+        import_recipe,
+        lint,
+        report,
+        run,
+        serve,
+        suggest,
+        test,
+        validate,
+        watch,
+    )
+
+    modules = [
+        check, validate, checks, serve, history, watch, run, test, export, suggest,
+        import_recipe, lint, report,
+    ]
+    return {m.__name__.rsplit(".", 1)[1].replace("_", "-"): m.register for m in modules}
+
+
+# Every command by name; a third-party package adds one through the `gatekeeper.commands`
+# entry point (a `register(subparsers)` function).
+COMMANDS: Registry[Callable[[Any], None]] = Registry("command", _builtin_commands)
+
+
+def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
+    """The parser of every command; `plugins=False` leaves out the commands other packages
+    add (scanning installed packages is the slowest part of start-up)."""
+    parser = _Parser(prog="gatekeeper", description="Training-run health gate.")
+    parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true",
+        help="on an internal error, print the full traceback (also GATEKEEPER_DEBUG=1)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = COMMANDS.all() if plugins else COMMANDS.builtins()
+    for register in commands.values():
+        register(sub)
+    return parser
+
+
+# Where the one-line internal-error message sends people.
+REPORT_BUGS = "the gatekeeper issue tracker, with the --debug output"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --debug is read here, wherever it stands (before or after the command): it must
+    # work even when building the parser is what fails
+    debug = "--debug" in argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        args = build_parser(plugins=_wants_plugins(argv)).parse_args(argv)
+        with _quiet_numpy():  # numpy is imported only for a command, never for --version
+            return int(args.func(args))
+    except GatekeeperError as exc:
+        print(f"gatekeeper: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("gatekeeper: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit:
+        raise  # argparse's --help/--version: their own output and code
+    except BaseException as exc:  # noqa: BLE001 - anything else is a bug, never "gate failed"
+        return _internal_error(exc, debug)
+
+
+def _wants_plugins(argv: list[str]) -> bool:
+    """False when argv names a built-in command or asks for --version: then no installed
+    package needs to be scanned for the commands it adds."""
+    if "--version" in argv:
+        return False
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first is None or first not in COMMANDS.builtins()
+
+
+def _internal_error(exc: BaseException, debug: bool) -> int:
+    """One line saying it is a bug, where it happened and where to report it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "gatekeeper" in f.filename.replace(os.sep, "/")] or frames
+    where = f" at {_short(ours[-1].filename)}:{ours[-1].lineno}" if ours else ""
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    hint = "" if debug else "; rerun with --debug (or GATEKEEPER_DEBUG=1) for the traceback"
+    text = one_line(f"{type(exc).__name__}: {exc}")[:300]
+    print(
+        f"gatekeeper: internal error (a bug in gatekeeper, not a gate result): {text}{where}"
+        f"{hint}; please report it on {REPORT_BUGS}",
+        file=sys.stderr,
+    )
+    return INTERNAL_ERROR
+
+
+def _short(filename: str) -> str:
+    norm = filename.replace(os.sep, "/")
+    cut = norm.rfind("gatekeeper/")
+    return norm[cut:] if cut >= 0 else os.path.basename(norm)
+
+
+class _quiet_numpy:
+    """NaN and Inf are data here (judged as errors by the engine), not a reason for numpy
+    to print RuntimeWarnings ("invalid value encountered") into CI logs."""
+
+    def __enter__(self) -> None:
+        import numpy as np
+
+        self._err = np.seterr(all="ignore")
+        self._warn = warnings.catch_warnings()
+        self._warn.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc: Any) -> None:
+        import numpy as np
+
+        self._warn.__exit__(*exc)
+        np.seterr(**self._err)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

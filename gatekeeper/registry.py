@@ -1,0 +1,110 @@
+"""One way to register every pluggable kind: checks, sources, notifiers, commands.
+
+Each kind has one `Registry`, owned by the package that uses it (`checks.CHECKS`,
+`sources.plugins.SOURCES`, `notify.NOTIFIERS`, `cli.main.COMMANDS`). A kind is found in
+three places, later ones overriding earlier ones by name:
+
+1. the built-in kinds the owning package lists (checks: every module in `checks/`);
+2. the entry-point group of the kind (`gatekeeper.checks`, `gatekeeper.sources`,
+   `gatekeeper.notifiers`, `gatekeeper.commands`), so a third-party distribution adds a
+   kind without touching gatekeeper: `[project.entry-points."gatekeeper.checks"]
+   my_check = "my_pkg.checks:MyCheck"`;
+3. `Registry.register(name, obj)` at run time (tests, notebooks).
+
+Entry points are loaded on first lookup, not at import: `gatekeeper --version` stays cheap.
+A plug-in that fails to load is a ConfigError naming the distribution, never a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from gatekeeper.errors import ConfigError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+T = TypeVar("T")
+
+GROUPS = {
+    "check": "gatekeeper.checks",
+    "source": "gatekeeper.sources",
+    "notifier": "gatekeeper.notifiers",
+    "command": "gatekeeper.commands",
+}
+
+
+@cache
+def _entry_points(group: str) -> tuple[EntryPoint, ...]:
+    """The installed entry points of `group`, scanned once per process (importlib.metadata
+    itself costs tens of milliseconds: imported only when a registry is first read)."""
+    from importlib.metadata import entry_points
+
+    return tuple(entry_points(group=group))
+
+
+class Registry(Generic[T]):
+    """Named objects of one pluggable kind (a Check class, a Source class, a Notifier
+    class, a command's `register(subparsers)` function)."""
+
+    def __init__(
+        self,
+        kind: str,
+        builtins: Callable[[], dict[str, T]],
+        check: Callable[[str, object], T] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.group = GROUPS[kind]
+        self._builtins = builtins
+        self._check = check  # validates a plug-in's object; returns it typed
+        self._added: dict[str, T] = {}
+        self._loaded: dict[str, T] | None = None
+
+    def register(self, name: str, obj: T) -> None:
+        self._added[name] = obj
+        self._loaded = None
+
+    def all(self) -> dict[str, T]:
+        """Every kind by name: built-ins, then entry points, then `register`ed ones."""
+        if self._loaded is None:
+            self._loaded = {**self._builtins(), **self._plugins(), **self._added}
+        return dict(self._loaded)
+
+    def get(self, name: str) -> T | None:
+        return self.all().get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self.all())
+
+    def _plugins(self) -> dict[str, T]:
+        found: dict[str, T] = {}
+        for ep in _entry_points(self.group):
+            where = f"entry point {ep.name!r} of group {self.group}"
+            dist = getattr(ep, "dist", None)
+            if dist is not None:
+                where += f" (distribution {dist.name})"
+            try:
+                obj = ep.load()
+            except Exception as exc:  # a broken plug-in is a setup problem, not our bug
+                raise ConfigError(
+                    f"cannot load the {self.kind} {where}: {type(exc).__name__}: {exc}; "
+                    "reinstall or uninstall that package"
+                ) from exc
+            if self._check is not None:
+                try:
+                    obj = self._check(ep.name, obj)
+                except (TypeError, ValueError) as exc:
+                    raise ConfigError(f"the {self.kind} {where} is not usable: {exc}") from exc
+            found[ep.name] = obj
+        return found
+
+    def builtins(self) -> dict[str, T]:
+        """Only the built-in kinds (no entry points scanned)."""
+        return {**self._builtins(), **self._added}
+
+    def reset(self) -> None:
+        """Forget loaded entry points (after installing a package at run time, in tests)."""
+        self._loaded = None
+        _entry_points.cache_clear()
