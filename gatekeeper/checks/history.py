@@ -158,6 +158,10 @@ class History(AggregateCheck):
             return None
         return f"{INACTIVE} no baseline store given (check --history URL)"
 
+    def points(self, state: HistoryState) -> tuple[np.ndarray, np.ndarray]:
+        """The selected points so far: what the run records in the store."""
+        return state.points()
+
     def feed(self, state: HistoryState, steps: np.ndarray, values: np.ndarray) -> HistoryState:
         state.steps.append(steps)
         state.values.append(values)
