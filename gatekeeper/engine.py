@@ -18,8 +18,8 @@ import numpy as np
 from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome, fmt
 from gatekeeper.expr import Aligner, missing_inputs
 from gatekeeper.model import Run, Series
-from gatekeeper.policy.conditions import first_failing, parse_conditions
 from gatekeeper.policy.binding import metric_error, missing_config, period_from_config
+from gatekeeper.policy.conditions import first_failing, parse_conditions
 from gatekeeper.policy.schema import Reduce, Steps
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.run_state import run_state_result
@@ -537,12 +537,12 @@ class Evaluation:
             raise StateDataError("evaluation: rules and aligners must be lists")
         if len(rules) != len(ev.trackers) or len(aligners) != len(ev.derived):
             raise StateDataError("evaluation: its rules are not these policies' rules")
-        for i, (tracker, saved) in enumerate(zip(ev.trackers, rules)):
+        for i, (tracker, saved) in enumerate(zip(ev.trackers, rules, strict=True)):
             where = f"evaluation.rules[{i}]"
             if not isinstance(saved, dict) or saved.get("key") != tracker.rule.key:
                 raise StateDataError(f"{where}: not rule {tracker.rule.key}")
             tracker.restore(saved.get("tracker"), f"{where}.tracker")
-        for i, ((aligner, _), saved) in enumerate(zip(ev.derived, aligners)):
+        for i, ((aligner, _), saved) in enumerate(zip(ev.derived, aligners, strict=True)):
             aligner.restore(saved, f"evaluation.aligners[{i}]")
         ev.axis_last = decode(data["axis_last"], dict[str, int], "evaluation.axis_last")
         return ev

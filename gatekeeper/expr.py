@@ -24,14 +24,13 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
 from typing import Any
 
 import numpy as np
 
 from gatekeeper.errors import quote
-from gatekeeper.statedata import StateDataError, decode_fields, encode
 from gatekeeper.model import Series
+from gatekeeper.statedata import StateDataError, decode_fields, encode
 
 MAX_TOKENS = 1000
 MAX_DEPTH = 64
@@ -274,16 +273,16 @@ class Aligner:
 
     def restore(self, data: Any, where: str) -> None:
         """Take what `to_state` saved; StateDataError when it is not of that shape."""
+        arrays = dict[str, np.ndarray]
         fields = decode_fields(
-            data,
-            {"steps": dict[str, np.ndarray], "values": dict[str, np.ndarray], "step_key": str | None},
-            where,
+            data, {"steps": arrays, "values": arrays, "step_key": str | None}, where
         )
         if set(fields["steps"]) != set(fields["values"]) or not set(fields["steps"]) <= set(
             self.expr.metrics
         ):
             raise StateDataError(f"{where}: buffered inputs are not this expression's")
-        self.steps, self.values, self.step_key = fields["steps"], fields["values"], fields["step_key"]
+        self.steps, self.values = fields["steps"], fields["values"]
+        self.step_key = fields["step_key"]
 
     def feed(self, series: Mapping[str, Series]) -> tuple[np.ndarray, np.ndarray] | None:
         """Fold new points of the inputs; the newly complete (steps, values), if any."""

@@ -62,7 +62,7 @@ def _array_out(a: np.ndarray) -> dict[str, Any]:
     kind = {"i": "i8", "u": "i8", "f": "f8", "b": "b1"}.get(a.dtype.kind)
     if kind is None:
         raise TypeError(f"array of {a.dtype} is not state data")
-    data = a.astype(_DTYPES[kind]).ravel().tolist()
+    data: list[Any] = a.astype(_DTYPES[kind]).ravel().tolist()
     if kind == "f8" and not np.isfinite(a).all():
         data = [_float_out(x) for x in data]
     return {"dtype": kind, "data": data}
@@ -81,7 +81,8 @@ def decode(data: Any, hint: Any, where: str = "state") -> Any:
     if hint is bool:
         return _expect(isinstance(data, bool), data, where, "a boolean")
     if hint is int:
-        return _expect(isinstance(data, int) and not isinstance(data, bool), data, where, "an integer")
+        exact = isinstance(data, int) and not isinstance(data, bool)
+        return _expect(exact, data, where, "an integer")
     if hint is float:
         return _float_in(data, where)
     if hint is str:
@@ -171,7 +172,8 @@ def _container(data: Any, origin: type, args: tuple[Any, ...], where: str) -> An
     if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
         if len(data) != len(args):
             raise StateDataError(f"{where}: expected {len(args)} items, found {len(data)}")
-        return tuple(decode(v, h, f"{where}[{i}]") for i, (v, h) in enumerate(zip(data, args)))
+        pairs = enumerate(zip(data, args, strict=True))
+        return tuple(decode(v, h, f"{where}[{i}]") for i, (v, h) in pairs)
     item = args[0]
     items = [decode(v, item, f"{where}[{i}]") for i, v in enumerate(data)]
     return origin(items) if origin is not list else items
