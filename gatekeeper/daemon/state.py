@@ -3,10 +3,10 @@
 Per run: the source cursor, the judging state (`daemon/payload.py`: versioned JSON of the
 rule trackers, so a restart resumes without re-reading history), the latest verdict.
 Per rule: the confirmed status, a debounce candidate and since-when. Per alert channel
-and rule: firing or not and when it was last sent. The alert log doubles as an outbox: alerts are inserted `pending` in the same
-transaction as the poll that caused them and marked `sent`/`failed`/`dropped` after
-delivery (`sent`, `failed`, `dropped`, `expired`), so a `kill -9` at any moment neither
-loses a verdict nor creates an alert twice.
+and rule: firing or not and when it was last sent. The alert log doubles as an outbox:
+alerts are inserted `pending` in the same transaction as the poll that caused them and
+marked after delivery (`sent`, `failed`, `dropped`, `expired`), so a `kill -9` at any
+moment neither loses a verdict nor creates an alert twice.
 
 A file that is not a gatekeeper state of a known version, or a run state that is not
 of its declared shape, raises `StateError`; the store never starts over on its own.

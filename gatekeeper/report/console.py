@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gatekeeper.report.html import ordered
 from gatekeeper.errors import one_line
+from gatekeeper.report.html import ordered
 from gatekeeper.report.text import step_text, summary_line, value_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
 

@@ -11,11 +11,11 @@ import os
 import re
 from typing import TextIO
 
+from gatekeeper.errors import one_line
 from gatekeeper.model import Run
 from gatekeeper.report.html import ordered
 from gatekeeper.report.html_series import figure, series_for
 from gatekeeper.report.mermaid import xychart
-from gatekeeper.errors import one_line
 from gatekeeper.report.text import result_line, step_text, summary_line, value_text
 from gatekeeper.verdict import RuleResult, Status, Verdict
 
