@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, fmt, plural
-from gatekeeper.history.base import RuleBaseline
+from gatekeeper.checks.baseline import RuleBaseline
 from gatekeeper.verdict import Status
 
 INACTIVE = "inactive:"  # message prefix of a rule with no baseline to judge against
