@@ -168,7 +168,7 @@ def _tamper(path: str, change: str) -> None:
         ("json_set(state, '$.evaluation.rules[0].tracker.seen', 'os.system')",
          r"evaluation.rules\[0\].tracker.seen: expected an integer"),
         ("json_set(state, '$.evaluation.rules[0].tracker.context', json('{\"dtype\": \"O\", "
-         "\"data\": []}'))", "bad array dtype"),
+         "\"b64\": \"\"}'))", "bad array dtype"),
     ],
 )
 def test_a_tampered_state_is_refused_naming_the_run_and_the_way_out(
