@@ -89,3 +89,26 @@ def test_a_state_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
         Evaluation.from_state(policies, bad)
     with pytest.raises(StateDataError):
         Evaluation.from_state(policies, {"rules": []})
+
+
+@pytest.mark.parametrize("with_reference", [True, False])
+def test_isclose_and_rise_states_round_trip(tmp_path: Path, with_reference: bool) -> None:
+    """Kinds the live-equals-final table leaves out; isclose keeps an Outcome (an error
+    when the reference is missing) in its state."""
+    text = (
+        "version: 1\nname: p\nrules:\n"
+        "  - {id: close, metric: m, check: {isclose: {reference: ref, abs_tol: 0.05}}}\n"
+        "  - {id: rise, metric: m, check: {rise: {from_step: 10, by_step: 80, min: 0.3}}}\n"
+    )
+    policies = load_policies([str(write_policy(tmp_path / "p.yaml", text))])
+    values = np.linspace(0.0, 1.0, 120)
+    refs = {"ref": _whole(values)} if with_reference else {}
+    ev, kept = Evaluation(policies), Evaluation(policies)
+    for lo, hi in _chunks(values.size):
+        ev.feed(_series(values, lo, hi))
+        kept.feed(_series(values, lo, hi))
+        live = kept.verdict(_whole(values[:hi]), final=False, references=refs).to_dict()
+        assert ev.verdict(_whole(values[:hi]), final=False, references=refs).to_dict() == live
+        ev = Evaluation.from_state(policies, json.loads(json.dumps(ev.to_state())))
+    final = kept.verdict(_whole(values), final=True, references=refs).to_dict()
+    assert ev.verdict(_whole(values), final=True, references=refs).to_dict() == final
