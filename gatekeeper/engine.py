@@ -24,6 +24,7 @@ from gatekeeper.policy.conditions import first_failing, parse_conditions
 from gatekeeper.policy.schema import Reduce, Steps
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.run_state import run_state_result
+from gatekeeper.statedata import StateDataError, decode, decode_fields, encode
 from gatekeeper.verdict import MAX_MARKED, Mode, RuleResult, Severity, Status, Verdict
 
 ALL_STEPS = Steps(kind="all")
@@ -50,14 +51,41 @@ def _run_lengths(mask: np.ndarray, carry: int) -> np.ndarray:
 class RuleTracker:
     """The state of one rule on one run, fed the new points of its metric chunk by chunk."""
 
-    # For plots: first..last selected step, and the first MAX_MARKED violating steps.
-    # Class-level defaults, so an Evaluation pickled before they existed (the daemon's
-    # state) still loads and feeds.
-    span: tuple[int, int] | None = None
-    marked: tuple[int, ...] = ()
+    # What `to_state` saves, by declared type: the daemon restores a tracker from this
+    # data (statedata.decode), never from a serialized object. `reduced_memo` is a cache
+    # and `agg_state` is saved by its check; neither is listed.
+    STATE_FIELDS: dict[str, Any] = {
+        "step_key": str | None,
+        "seen": int,
+        "min_step": int | None,
+        "max_step": int | None,
+        "max_gap": int,
+        "axis_last": int | None,
+        "first_taken": bool,
+        "missing_steps": set[int],
+        "tail": list[tuple[np.ndarray, np.ndarray]],
+        "reduced": list[np.ndarray],
+        "reduced_steps": list[np.ndarray],
+        "judged": int,
+        "selected": int,
+        "violations": int,
+        "run": int,
+        "context": np.ndarray,
+        "fail": tuple[int, float] | None,
+        "error": tuple[int, float, str] | None,
+        "last": tuple[int, float] | None,
+        "period": int | None,
+        "period_error": str | None,
+        "unbound": list[tuple[np.ndarray, np.ndarray]],
+        "span": tuple[int, int] | None,
+        "marked": tuple[int, ...],
+    }
 
     def __init__(self, rule: RuleSpec):
         self.rule = rule
+        # For plots: first..last selected step, and the first MAX_MARKED violating steps.
+        self.span: tuple[int, int] | None = None
+        self.marked: tuple[int, ...] = ()
         self.step_key: str | None = None
         self.seen = 0
         self.min_step: int | None = None
@@ -120,6 +148,49 @@ class RuleTracker:
         keep = steps % self.period == self.rule.steps.offset
         if keep.any():
             self._judge(steps[keep], values[keep])
+
+    # ---- state as data -----------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """Everything fed so far as plain data (see STATE_FIELDS)."""
+        data = {name: encode(getattr(self, name)) for name in self.STATE_FIELDS}
+        check = self.rule.check
+        data["aggregate"] = (
+            check.dump_state(self.agg_state) if isinstance(check, AggregateCheck) else None
+        )
+        return data
+
+    def restore(self, data: Any, where: str) -> None:
+        """Take the state `to_state` saved (StateDataError when it is not of that shape)."""
+        if not isinstance(data, dict) or "aggregate" not in data:
+            raise StateDataError(f"{where}: expected a tracker state mapping")
+        rest = {k: v for k, v in data.items() if k != "aggregate"}
+        for name, value in decode_fields(rest, self.STATE_FIELDS, where).items():
+            setattr(self, name, value)
+        check = self.rule.check
+        if isinstance(check, AggregateCheck):
+            self.agg_state = check.load_state(data["aggregate"], f"{where}.aggregate")
+        elif data["aggregate"] is not None:
+            raise StateDataError(f"{where}.aggregate: a {check.kind} rule keeps none")
+        self.reduced_memo = None
+
+    def observations(self) -> tuple[np.ndarray, np.ndarray]:
+        """The selected values so far by coordinate step, sorted, finite only: what a
+        history rule records. `last`/`tail` selections count back from the end (-n..-1)."""
+        if self.rule.steps.kind in ("tail", "last"):
+            n = self.rule.steps.count or 1
+            if not self.tail:
+                return np.empty(0, np.int64), np.empty(0)
+            values = np.concatenate([v for _, v in self.tail])[-n:]
+            coords = np.arange(-values.size, 0, dtype=np.int64)
+        else:
+            points = getattr(self.rule.check, "points", None)
+            if points is None:
+                raise TypeError(f"a {self.rule.check.kind} rule keeps no selected points")
+            coords, values = points(self.agg_state)
+            order = np.argsort(coords, kind="stable")
+            coords, values = coords[order], values[order]
+        keep = np.isfinite(values)
+        return coords[keep].astype(np.int64), values[keep].astype(np.float64)
 
     # ---- feeding ---------------------------------------------------------------------
     def feed(self, steps: np.ndarray, values: np.ndarray, step_key: str) -> None:
@@ -454,6 +525,38 @@ class Evaluation:
                 self.derived.append((Aligner(tracker.rule.expr), tracker))
             else:
                 self.by_metric.setdefault(tracker.rule.metric, []).append(tracker)
+
+    # ---- state as data -----------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """What has been fed, as plain data: per rule its tracker, per derived rule its
+        aligner's buffered inputs, and the last step of each step axis."""
+        return {
+            "rules": [{"key": t.rule.key, "tracker": t.to_state()} for t in self.trackers],
+            "aligners": [a.to_state() for a, _ in self.derived],
+            "axis_last": dict(self.axis_last),
+        }
+
+    @classmethod
+    def from_state(cls, policies: Iterable[PolicySpec], data: Any) -> Evaluation:
+        """An Evaluation of `policies` holding what `to_state` saved (StateDataError when
+        the data does not fit these policies' rules)."""
+        ev = cls(policies)
+        if not isinstance(data, dict) or set(data) != {"rules", "aligners", "axis_last"}:
+            raise StateDataError("evaluation: expected a mapping of rules, aligners, axis_last")
+        rules, aligners = data["rules"], data["aligners"]
+        if not isinstance(rules, list) or not isinstance(aligners, list):
+            raise StateDataError("evaluation: rules and aligners must be lists")
+        if len(rules) != len(ev.trackers) or len(aligners) != len(ev.derived):
+            raise StateDataError("evaluation: its rules are not these policies' rules")
+        for i, (tracker, saved) in enumerate(zip(ev.trackers, rules, strict=True)):
+            where = f"evaluation.rules[{i}]"
+            if not isinstance(saved, dict) or saved.get("key") != tracker.rule.key:
+                raise StateDataError(f"{where}: not rule {tracker.rule.key}")
+            tracker.restore(saved.get("tracker"), f"{where}.tracker")
+        for i, ((aligner, _), saved) in enumerate(zip(ev.derived, aligners, strict=True)):
+            aligner.restore(saved, f"evaluation.aligners[{i}]")
+        ev.axis_last = decode(data["axis_last"], dict[str, int], "evaluation.axis_last")
+        return ev
 
     def feed(self, series: Mapping[str, Series]) -> None:
         """Fold new points (per metric, sorted by step) into every rule that reads them."""

@@ -24,11 +24,13 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from gatekeeper.errors import quote
 from gatekeeper.model import Series
+from gatekeeper.statedata import StateDataError, decode_fields, encode
 
 MAX_TOKENS = 1000
 MAX_DEPTH = 64
@@ -260,6 +262,27 @@ class Aligner:
     steps: dict[str, np.ndarray] = field(default_factory=dict)
     values: dict[str, np.ndarray] = field(default_factory=dict)
     step_key: str | None = None
+
+    def to_state(self) -> dict[str, Any]:
+        """The buffered input points, as plain data (statedata)."""
+        return {
+            "steps": {m: encode(a) for m, a in self.steps.items()},
+            "values": {m: encode(a) for m, a in self.values.items()},
+            "step_key": self.step_key,
+        }
+
+    def restore(self, data: Any, where: str) -> None:
+        """Take what `to_state` saved; StateDataError when it is not of that shape."""
+        arrays = dict[str, np.ndarray]
+        fields = decode_fields(
+            data, {"steps": arrays, "values": arrays, "step_key": str | None}, where
+        )
+        if set(fields["steps"]) != set(fields["values"]) or not set(fields["steps"]) <= set(
+            self.expr.metrics
+        ):
+            raise StateDataError(f"{where}: buffered inputs are not this expression's")
+        self.steps, self.values = fields["steps"], fields["values"]
+        self.step_key = fields["step_key"]
 
     def feed(self, series: Mapping[str, Series]) -> tuple[np.ndarray, np.ndarray] | None:
         """Fold new points of the inputs; the newly complete (steps, values), if any."""

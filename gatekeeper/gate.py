@@ -7,18 +7,18 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
-from gatekeeper.engine import evaluate
 from gatekeeper.errors import GatekeeperError, UsageError
 from gatekeeper.model import Run
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.policy.overrides import CliOverride, apply_cli_overrides
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.report import console, github, json_report, junit
+from gatekeeper.session import judge_whole
 from gatekeeper.sources import RunOverrides, open_source
 from gatekeeper.verdict import Verdict
 
 if TYPE_CHECKING:
-    from gatekeeper.history.session import HistoryOptions
+    from gatekeeper.baselines import HistoryOptions
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,12 @@ def check(
     if run_overrides is not None:
         run = run_overrides.apply(run)
     if history is not None:
-        from gatekeeper.history.session import judge
+        from gatekeeper.baselines import judge
 
         if references:
             raise UsageError("--reference and --history cannot be combined yet")
         return judge(policies, run, history)
-    return evaluate(policies, run, final=True, references=references)
+    return judge_whole(policies, run, references=references)[1]
 
 
 def read_references(sources: dict[str, str]) -> dict[str, Run]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -84,9 +84,15 @@ class RuleResult:
         return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """Plain JSON data (NaN/Infinity as strings). Shallow, not `dataclasses.asdict`:
+        the daemon stores a verdict on every poll and asdict's deep copies cost a third
+        of it; the nested plot data is copied one level, never shared for mutation."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         for key in ("status", "severity", "mode"):
             data[key] = data[key].value
+        for key in ("check", "overlay"):
+            if data[key] is not None:
+                data[key] = dict(data[key])
         value = data["value"]
         if value is not None and value != value:  # NaN is not JSON
             data["value"] = "NaN"

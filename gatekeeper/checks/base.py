@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from gatekeeper.fmt import fmt
+from gatekeeper.statedata import decode_record, encode
 from gatekeeper.verdict import Status
 
 
@@ -106,6 +107,16 @@ class AggregateCheck(Check):
     def outcome(self, state: Any, *, final: bool, ctx: EvalContext) -> Outcome:
         """Judge what has been fed. Live (`final=False`): PENDING when it cannot tell yet."""
         raise NotImplementedError
+
+    def dump_state(self, state: Any) -> Any:
+        """The state as plain data (the daemon saves it). The default saves a dataclass
+        state field by field; a check with another kind of state overrides both."""
+        return encode(state)
+
+    def load_state(self, data: Any, where: str) -> Any:
+        """The state `dump_state` saved, decoded by the declared field types of the state
+        `start()` makes; StateDataError when `data` is not of that shape."""
+        return decode_record(data, type(self.start()), where)
 
     def overlay(self, state: Any, ctx: EvalContext) -> dict[str, list[float]] | None:
         """What a plot of the rule may draw besides the points and the parameters (history's

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.checks.baseline import RuleBaseline
 from gatekeeper.fmt import fmt, plural
 from gatekeeper.verdict import Status
 
@@ -161,6 +162,10 @@ class History(AggregateCheck):
         if ctx.history is not None:
             return None
         return f"{INACTIVE} no baseline store given (check --history URL)"
+
+    def points(self, state: HistoryState) -> tuple[np.ndarray, np.ndarray]:
+        """The selected points so far: what the run records in the store."""
+        return state.points()
 
     def feed(self, state: HistoryState, steps: np.ndarray, values: np.ndarray) -> HistoryState:
         state.steps.append(steps)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from gatekeeper.errors import UsageError
 
 if TYPE_CHECKING:
+    from gatekeeper.baselines import HistoryOptions
     from gatekeeper.gate import ReportOptions
-    from gatekeeper.history.session import HistoryOptions
     from gatekeeper.policy.overrides import CliOverride
     from gatekeeper.sources.base import RunOverrides
     from gatekeeper.verdict import Verdict
@@ -187,7 +187,7 @@ def history_options(
     url = store_url(args, required=want_record)
     if url is None:
         return None
-    from gatekeeper.history.session import HistoryOptions
+    from gatekeeper.baselines import HistoryOptions
 
     return HistoryOptions(
         url=url,
@@ -202,7 +202,7 @@ def print_summary(verdict: Verdict, quiet: bool) -> None:
     """The history store's one-line summary (baseline used, run recorded), unless quiet."""
     if quiet or not verdict.run.get("history"):
         return  # no store was used: nothing to say, and no store code to import
-    from gatekeeper.history.session import summary
+    from gatekeeper.baselines import summary
 
     line = summary(verdict)
     if line and not quiet:

@@ -24,8 +24,8 @@ from gatekeeper.cli.args import (
 from gatekeeper.errors import UsageError
 
 if TYPE_CHECKING:
+    from gatekeeper.baselines import HistoryOptions
     from gatekeeper.gate import ReportOptions
-    from gatekeeper.history.session import HistoryOptions
     from gatekeeper.policy.spec import PolicySpec
     from gatekeeper.sources.base import RunOverrides
 

@@ -31,6 +31,14 @@ def register(sub: Any) -> None:
         action="store_true",
         help="validate the config, policies, secrets and state file, then exit",
     )
+    p.add_argument(
+        "--reset-state",
+        action="append",
+        default=[],
+        metavar="RUN",
+        help="drop this run's judging state before starting; its points are re-read from "
+        "the source and its alert history is kept (repeatable)",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=cmd_serve)
 
@@ -49,7 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     _room_for_connections(config.http.max_connections)
     _guard_secrets(config)
-    Daemon(config).serve()
+    Daemon(config, reset_state=tuple(args.reset_state)).serve()
     logging.shutdown()
     # A poll stuck in the kernel (a hung network filesystem) cannot be interrupted and
     # would block interpreter exit forever; everything is committed by now.

@@ -7,8 +7,12 @@ ConfigError), and `serve()` runs until SIGTERM/SIGINT.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
+import json
 import logging
+import math
 import signal
 import threading
 import time
@@ -16,42 +20,58 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 
+from gatekeeper.daemon import payload as run_state
 from gatekeeper.daemon.config import DaemonConfig
 from gatekeeper.daemon.discovery import Lister, lister
 from gatekeeper.daemon.exporter import DaemonMetrics, RuleView, RunView
 from gatekeeper.daemon.http import Api, HttpServer
 from gatekeeper.daemon.scheduler import PollScheduler
-from gatekeeper.daemon.state import StateStore
+from gatekeeper.daemon.state import RunRecord, StateStore
 from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched
-from gatekeeper.errors import SourceError
+from gatekeeper.errors import StateError
 from gatekeeper.notify import Channel, ChannelHooks, build_notifier
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.policy.spec import PolicySpec
+from gatekeeper.sources import open_live_source
 from gatekeeper.sources.base import LiveSource
 
 log = logging.getLogger("gatekeeper.daemon")
 
 
-def default_open_source(spec: str) -> LiveSource:
-    """The live source for `spec`: the sources package's `open_live_source` when it has
-    one, else the first registered kind that accepts `spec` and can be followed live."""
-    import gatekeeper.sources as sources
-
-    opener = getattr(sources, "open_live_source", None)
-    if opener is not None:
-        return opener(spec)  # type: ignore[no-any-return]
-    for kind in sources.SOURCE_KINDS:
-        if kind.accepts(spec):
-            if issubclass(kind, LiveSource):
-                return kind(spec)
-            raise SourceError(f"source {spec!r} ({kind.kind}) cannot be followed live")
-    raise SourceError(f"no source kind opens {spec!r}")
+# The daemon follows a run as `watch` does: one opener for both.
+default_open_source: Callable[[str], LiveSource] = open_live_source
 
 
 def fingerprint(policies: list[PolicySpec]) -> str:
-    """Identifies a policy set; a stored evaluation is reused only under the same one."""
-    return hashlib.sha256(repr(policies).encode()).hexdigest()[:16]
+    """Identifies a policy set and the state layout: a stored judging state is reused only
+    under the same policies' canonical content and the same `run_state.STATE_VERSION`."""
+    content = json.dumps(
+        {"state_version": run_state.STATE_VERSION, "policies": canonical(policies)},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(content.encode()).hexdigest()[:16]
+
+
+def canonical(value: Any) -> Any:
+    """A policy set as plain data: dataclasses and check models by field, enums by value;
+    what has no fields of its own (a parsed expression) by its repr."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value if not isinstance(value, float) or math.isfinite(value) else repr(value)
+    if isinstance(value, BaseModel):
+        return {"__kind": getattr(value, "kind", type(value).__name__),
+                **canonical(value.model_dump(mode="json"))}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [canonical(v) for v in value]
+    return repr(value)
 
 
 def load_targets(
@@ -81,14 +101,35 @@ def load_targets(
     return out
 
 
+def restore_states(records: dict[str, RunRecord], watched: list[Watched], path: str) -> None:
+    """Rebuild every stored judging state against its target's policies now, so a state
+    that does not fit is refused before any poll (StateError naming the run)."""
+    by_target = {w.target: w for w in watched}
+    for key, rec in records.items():
+        w = by_target.get(rec.target)
+        if rec.state is not None and w is not None and rec.fingerprint == w.fingerprint:
+            rec.evaluation = run_state.restore(w.policies, rec.state, path, key)
+
+
 class Daemon:
     def __init__(
-        self, config: DaemonConfig, open_source: Callable[[str], LiveSource] | None = None
+        self,
+        config: DaemonConfig,
+        open_source: Callable[[str], LiveSource] | None = None,
+        *,
+        reset_state: tuple[str, ...] = (),
     ):
+        """`reset_state`: runs whose judging state is dropped first (`serve --reset-state
+        RUN`): re-read from their source, their alert state kept."""
         self.config = config
         targets = load_targets(config, open_source or default_open_source)
         self.store = StateStore(config.state)
+        for key in reset_state:
+            if not self.store.reset_run(key):
+                raise StateError(f"state file {config.state} has no run {key} to reset")
+            log.warning("run %s: judging state reset; it is re-read from its source", key)
         records = self.store.load_runs()
+        restore_states(records, [w for w, _ in targets], config.state)
         self.registry = CollectorRegistry()
         self.metrics = DaemonMetrics(self.registry, self._views)
         self.channels = {n.name: self._channel(n) for n in config.notifiers}

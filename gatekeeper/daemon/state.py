@@ -1,23 +1,24 @@
 """The daemon's state store: SQLite in WAL mode, one transaction per poll.
 
-Per run: the source cursor, the pickled `engine.Evaluation` (so a restart resumes without
-re-reading history), the latest verdict. Per rule: the confirmed status, a debounce
-candidate and since-when. Per alert channel and rule: firing or not and when it was last
-sent. The alert log doubles as an outbox: alerts are inserted `pending` in the same
-transaction as the poll that caused them and marked `sent`/`failed`/`dropped` after
-delivery (`sent`, `failed`, `dropped`, `expired`), so a `kill -9` at any moment neither
-loses a verdict nor creates an alert twice.
+Per run: the source cursor, the judging state (`daemon/payload.py`: versioned JSON of the
+rule trackers, so a restart resumes without re-reading history), the latest verdict.
+Per rule: the confirmed status, a debounce candidate and since-when. Per alert channel
+and rule: firing or not and when it was last sent. The alert log doubles as an outbox:
+alerts are inserted `pending` in the same transaction as the poll that caused them and
+marked after delivery (`sent`, `failed`, `dropped`, `expired`), so a `kill -9` at any
+moment neither loses a verdict nor creates an alert twice.
 
-The pickles are trusted input: keep the state file writable by the daemon only.
-A file that is not a gatekeeper state of a known version raises `StateError`; the store
-never starts over on its own.
+A file that is not a gatekeeper state of a known version, or a run state that is not
+of its declared shape, raises `StateError`; the store never starts over on its own.
+A file of schema 1 (pickled evaluations) is migrated without unpickling anything
+(`_migrate_v1`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import pickle
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -25,16 +26,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from gatekeeper.daemon import payload as run_state
 from gatekeeper.engine import Evaluation
 from gatekeeper.errors import StateError
 
-SCHEMA_VERSION = 1
+log = logging.getLogger("gatekeeper.daemon")
+
+SCHEMA_VERSION = 2
 APP_ID = "gatekeeper-daemon"
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE runs (
-    key TEXT PRIMARY KEY, target TEXT NOT NULL, cursor TEXT, evaluation BLOB,
+    key TEXT PRIMARY KEY, target TEXT NOT NULL, cursor TEXT, state TEXT,
     fingerprint TEXT, verdict TEXT, status TEXT, points INTEGER NOT NULL DEFAULT 0,
     polls INTEGER NOT NULL DEFAULT 0, ended INTEGER NOT NULL DEFAULT 0, updated REAL
 );
@@ -80,7 +84,7 @@ class RunRecord:
     key: str
     target: str
     cursor: dict[str, Any] | None
-    evaluation: Evaluation | None
+    state: dict[str, Any] | None  # the evaluation's data (payload.loads), not yet restored
     fingerprint: str | None
     verdict: dict[str, Any] | None
     status: str | None
@@ -90,6 +94,7 @@ class RunRecord:
     updated: float | None
     rules: dict[tuple[str, str], RuleRow]
     alerts: dict[tuple[str, str, str], AlertState]  # (policy, rule, channel)
+    evaluation: Evaluation | None = None  # `state` restored against the run's policies
 
 
 @dataclass
@@ -163,12 +168,36 @@ class StateStore:
         if meta.get("app") != APP_ID:
             raise self._corrupt(f"meta.app is {meta.get('app')!r}, expected {APP_ID!r}")
         version = meta.get("schema_version")
+        if version == "1":
+            self._migrate_v1()
+            return
         if version != str(SCHEMA_VERSION):
             raise StateError(
                 f"state file {self.path} has schema version {version}, this gatekeeper reads "
                 f"version {SCHEMA_VERSION}; run the gatekeeper release that wrote it, or move "
                 "the file aside to start over"
             )
+
+    def _migrate_v1(self) -> None:
+        """Schema 1 kept a pickled `Evaluation` per run. Nothing is unpickled: the blobs are
+        dropped and each run's cursor reset, so its points are re-read from the source and
+        its trackers rebuilt from data. Rule, alert-state and outbox rows are plain columns
+        and stay, so an alert already sent is not sent again."""
+        with self._tx() as db:
+            runs = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+            db.execute("ALTER TABLE runs ADD COLUMN state TEXT")
+            db.execute(
+                "UPDATE runs SET evaluation=NULL, state=NULL, cursor=NULL, fingerprint=NULL,"
+                " points=0"
+            )
+            db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+        log.warning(
+            "state file %s: migrated from schema 1 (pickled evaluations, not read) to %d; "
+            "%d run(s) are re-read from their source, alert and dedup state kept",
+            self.path,
+            SCHEMA_VERSION,
+            runs,
+        )
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -187,11 +216,12 @@ class StateStore:
 
     # ---- reading ------------------------------------------------------------------------
     def load_runs(self) -> dict[str, RunRecord]:
-        """Every run with its rules and alert states. A broken pickle is a StateError."""
+        """Every run with its rules and alert states. A run state that is not ours is a
+        StateError naming the run."""
         with self._lock:
             try:
                 rows = self._db.execute(
-                    "SELECT key, target, cursor, evaluation, fingerprint, verdict, status, "
+                    "SELECT key, target, cursor, state, fingerprint, verdict, status, "
                     "points, polls, ended, updated FROM runs"
                 ).fetchall()
                 rules = self._db.execute("SELECT * FROM rules").fetchall()
@@ -210,31 +240,20 @@ class StateStore:
         return out
 
     def _record(self, row: tuple[Any, ...]) -> RunRecord:
-        key, target, cursor, blob, fp, verdict, status, points, polls, ended, updated = row
+        key, target, cursor, state, fp, verdict, status, points, polls, ended, updated = row
+        data = run_state.loads(state, self.path, key) if state is not None else None
         try:
-            evaluation = pickle.loads(blob) if blob is not None else None
-            if evaluation is not None and not isinstance(evaluation, Evaluation):
-                raise TypeError(f"found {type(evaluation).__name__}")
             cur = json.loads(cursor) if cursor else None
             ver = json.loads(verdict) if verdict else None
-        except Exception as exc:  # any unpickling failure means the same: unusable
-            raise self._corrupt(
-                f"run {key}: stored evaluation or cursor cannot be read ({exc})"
-            ) from None
+        except ValueError as exc:
+            why = f"its cursor or verdict is not JSON ({exc})"
+            raise run_state.refused(self.path, key, why) from None
+        if (cur is not None and not isinstance(cur, dict)) or (
+            ver is not None and not isinstance(ver, dict)
+        ):
+            raise run_state.refused(self.path, key, "its cursor or verdict is not a mapping")
         return RunRecord(
-            key,
-            target,
-            cur,
-            evaluation,
-            fp,
-            ver,
-            status,
-            points,
-            polls,
-            bool(ended),
-            updated,
-            {},
-            {},
+            key, target, cur, data, fp, ver, status, points, polls, bool(ended), updated, {}, {}
         )
 
     def pending_alerts(self) -> list[tuple[int, str, dict[str, Any], float]]:
@@ -259,20 +278,20 @@ class StateStore:
     # ---- writing ------------------------------------------------------------------------
     def commit_poll(self, c: PollCommit) -> list[int]:
         """Write one poll's effects atomically; returns the ids of the alerts it created."""
-        blob = pickle.dumps(c.evaluation, protocol=pickle.HIGHEST_PROTOCOL)
+        state = run_state.dumps(c.evaluation)
         with self._tx() as db:
             db.execute(
-                "INSERT INTO runs (key, target, cursor, evaluation, fingerprint, verdict, status,"
+                "INSERT INTO runs (key, target, cursor, state, fingerprint, verdict, status,"
                 " points, polls, ended, updated) VALUES (?,?,?,?,?,?,?,?,1,?,?) ON CONFLICT(key)"
-                " DO UPDATE SET target=excluded.target, cursor=excluded.cursor, evaluation="
-                "excluded.evaluation, fingerprint=excluded.fingerprint, verdict=excluded.verdict,"
+                " DO UPDATE SET target=excluded.target, cursor=excluded.cursor, state="
+                "excluded.state, fingerprint=excluded.fingerprint, verdict=excluded.verdict,"
                 " status=excluded.status, points=excluded.points, polls=polls+1,"
                 " ended=excluded.ended, updated=excluded.updated",
                 (
                     c.key,
                     c.target,
                     json.dumps(c.cursor),
-                    blob,
+                    state,
                     c.fingerprint,
                     json.dumps(c.verdict),
                     c.status,
@@ -294,7 +313,7 @@ class StateStore:
         alerts: list[tuple[str, dict[str, Any]]],
     ) -> list[int]:
         """A run that cannot be read is `error`: its status, its source rule and the alerts
-        in one transaction. Cursor, evaluation and verdict stay as last committed."""
+        in one transaction. Cursor, state and verdict stay as last committed."""
         with self._tx() as db:
             db.execute(
                 "INSERT INTO runs (key, target, status) VALUES (?,?,'error') ON CONFLICT(key)"
@@ -303,12 +322,16 @@ class StateStore:
             )
             return _write_effects(db, key, [rule], alert_states, alerts, now)
 
-    def reset_run(self, key: str) -> None:
-        """Forget a run's evaluation (its policies changed): it is re-read from the start."""
+    def reset_run(self, key: str) -> bool:
+        """Forget a run's judging state (its policies changed, or `serve --reset-state`):
+        it is re-read from the start; its rule and alert rows stay (no alert sent twice).
+        False when the store has no such run."""
         with self._tx() as db:
-            db.execute(
-                "UPDATE runs SET cursor=NULL, evaluation=NULL, fingerprint=NULL WHERE key=?", (key,)
+            cur = db.execute(
+                "UPDATE runs SET cursor=NULL, state=NULL, fingerprint=NULL, points=0 WHERE key=?",
+                (key,),
             )
+        return cur.rowcount > 0
 
     def mark_alerts(self, ids: Iterable[int], outcome: str, now: float, detail: str = "") -> None:
         with self._tx() as db:

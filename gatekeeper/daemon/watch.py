@@ -2,26 +2,29 @@
 
 `fetch` does the source I/O (run under a timeout by the scheduler); `apply` folds the
 poll into the persisted state in one transaction and returns the alerts to enqueue.
-The in-memory evaluation always matches the committed cursor: a failed fetch changes
+The judging itself is a `session.JudgingSession`, as for `check` and `watch`; a watcher
+adds persistence, debounce and alerts. The in-memory session always matches the
+committed cursor: a failed fetch changes
 nothing, a failed commit drops the in-memory state so it is reloaded from the store.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from gatekeeper.daemon import payload
 from gatekeeper.daemon.state import AlertState, PollCommit, RuleRow, RunRecord, StateStore
 from gatekeeper.daemon.tracking import track
 from gatekeeper.engine import Evaluation
 from gatekeeper.notify.grouping import ChannelState, alert_payload, decide
 from gatekeeper.policy.spec import PolicySpec
+from gatekeeper.session import JudgingSession
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.verdict import Mode, RuleResult, Severity, Status, Verdict
+from gatekeeper.verdict import Mode, RuleResult, Severity, Status
 
 log = logging.getLogger("gatekeeper.daemon")
 
@@ -76,7 +79,7 @@ class RunWatcher:
     record: RunRecord | None = None
     source: LiveSource | None = None
     cursor: dict[str, Any] | None = None
-    evaluation: Evaluation | None = None
+    session: JudgingSession | None = None
     rules: dict[tuple[str, str], RuleRow] = field(default_factory=dict)
     alerts: dict[tuple[str, str, str], AlertState] = field(default_factory=dict)
     verdict: dict[str, Any] | None = None
@@ -96,18 +99,31 @@ class RunWatcher:
 
     def _load(self, rec: RunRecord | None) -> None:
         self.source = None
-        if rec is None or rec.evaluation is None or rec.fingerprint != self.watched.fingerprint:
-            if rec is not None and rec.evaluation is not None:
-                log.warning("run %s: policies changed since the last poll; re-reading it", self.key)
-            self.evaluation, self.cursor = Evaluation(self.watched.policies), None
-        else:
-            self.evaluation, self.cursor = rec.evaluation, rec.cursor
+        evaluation, self.cursor = self._restore(rec), None
+        if evaluation is not None:
+            assert rec is not None
+            self.cursor = rec.cursor
+        self.session = JudgingSession(
+            self.watched.policies, live=True, tags=self.watched.tags, evaluation=evaluation
+        )
         if rec is not None:
             self.rules, self.alerts, self.verdict = dict(rec.rules), dict(rec.alerts), rec.verdict
             self.status, self.points, self.ended = rec.status or "pending", rec.points, rec.ended
             self.last_success = rec.updated
             if rec.verdict:
                 self.name = rec.verdict.get("run", {}).get("name") or self.name
+
+    def _restore(self, rec: RunRecord | None) -> Evaluation | None:
+        """The committed judging state, or None: the run is (re-)read from its start.
+        A state that does not fit its rules is a StateError (payload.restore)."""
+        if rec is None or rec.state is None:
+            return None
+        if rec.fingerprint != self.watched.fingerprint:
+            log.warning("run %s: policies changed since the last poll; re-reading it", self.key)
+            return None
+        if rec.evaluation is not None:  # restored (and so checked) when the daemon started
+            return rec.evaluation
+        return payload.restore(self.watched.policies, rec.state, self.store.path, self.key)
 
     # ---- polling ------------------------------------------------------------------------
     def fetch(self) -> Poll:
@@ -121,15 +137,16 @@ class RunWatcher:
 
     def apply(self, poll: Poll, now: float) -> list[tuple[int, str, dict[str, Any]]]:
         """Evaluate the poll and commit it; the (alert id, channel, payload) to enqueue."""
-        assert self.evaluation is not None and self.source is not None
+        assert self.session is not None and self.source is not None
         if self._idle(poll, now):
             self.errors, self.last_success, self.last_error = 0, now, None
             return []
-        self.evaluation.feed(poll.series)
-        run = poll.run
-        if self.watched.tags:
-            run.tags = tuple(dict.fromkeys((*run.tags, *self.watched.tags)))
-        verdict = self.evaluation.verdict(run, final=poll.ended)
+        self.session.feed(poll.series, poll.run)
+        # no clock: the daemon judges what the source holds (stale rules are skipped)
+        verdict = self.session.verdict(final=poll.ended)
+        run = self.session.run
+        assert run is not None
+        verdict.run["points"] = self.points + poll.points  # the run's, across restarts
         results = list(verdict.results)
         if self._unreadable():
             results.append(source_result(Status.PASS, "the run can be read again"))
@@ -142,9 +159,9 @@ class RunWatcher:
             key=self.key,
             target=self.watched.target,
             cursor=self.source.cursor(),
-            evaluation=self.evaluation,
+            evaluation=self.session.evaluation,
             fingerprint=self.watched.fingerprint,
-            verdict=verdict_dict(verdict),
+            verdict=verdict.to_dict(),
             status=status,
             points=self.points + poll.points,
             ended=poll.ended,
@@ -249,27 +266,6 @@ class RunWatcher:
             "last_success": self.last_success,
             "hung": self.in_flight is not None and not self.in_flight.done(),
         }
-
-
-def verdict_dict(verdict: Verdict) -> dict[str, Any]:
-    """`Verdict.to_dict()` without its deep copies (dataclasses.asdict): same shape,
-    a third of a poll's CPU saved, since a verdict is stored on every poll."""
-    results = []
-    for r in verdict.results:
-        d = dict(r.__dict__)
-        d["status"], d["severity"], d["mode"] = r.status.value, r.severity.value, r.mode.value
-        v = r.value
-        if v is not None and (v != v or v in (math.inf, -math.inf)):
-            d["value"] = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
-        results.append(d)
-    return {
-        "status": verdict.status.value,
-        "final": verdict.final,
-        "run": verdict.run,
-        "counts": verdict.counts(),
-        "stopped": verdict.stopped,
-        "results": results,
-    }
 
 
 def _is_source(row: RuleRow) -> bool:

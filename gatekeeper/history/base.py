@@ -17,20 +17,25 @@ trust revoked for the same runs. `tests/history/test_store_contract.py` holds th
 from __future__ import annotations
 
 import re
-import sys
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from types import TracebackType
 
 import numpy as np
 
+# The read model lives with the check that reads it; named here too for the stores' users.
+from gatekeeper.checks.baseline import Baselines as Baselines
+from gatekeeper.checks.baseline import CoordinateStats as CoordinateStats
+from gatekeeper.checks.baseline import Points as Points
+from gatekeeper.checks.baseline import RuleBaseline as RuleBaseline
+from gatekeeper.checks.baseline import python_sum as python_sum
+from gatekeeper.checks.baseline import stats_of as stats_of
 from gatekeeper.errors import StateError
 
 DEFAULT_LIMIT = 20
 
 CoordKey = tuple[str, str, str]  # (metric, steps_key, check_key)
-Points = tuple[np.ndarray, np.ndarray]  # (int64 steps, float64 values), sorted by step
 
 
 @dataclass(frozen=True, order=True)
@@ -90,119 +95,6 @@ class StoredRun:
     commit: str | None
     created_at: str
     values: int
-
-
-@dataclass(frozen=True)
-class CoordinateStats:
-    """Per coordinate (sorted steps): the mean, std and count of its newest trusted values."""
-
-    steps: np.ndarray
-    ref: np.ndarray
-    std: np.ndarray
-    count: np.ndarray
-
-
-def python_sum(
-    matrix: np.ndarray, taken: np.ndarray, *, compensated: bool | None = None
-) -> np.ndarray:
-    """Column sums of `matrix` over the `taken` cells, row 0 first, bit-for-bit what
-    CPython's `sum()` returns for each column's list: miles' gate computes its reference
-    as `sum(values) / len(values)` on newest-first values. CPython >= 3.12 sums floats
-    with Neumaier compensation, older ones left to right; we run on the same interpreter
-    miles' gate would (its CI container), so we follow the running one unless told."""
-    if compensated is None:
-        compensated = sys.version_info >= (3, 12)
-    n = matrix.shape[1]
-    total = np.zeros(n)
-    if not compensated:
-        for row, take in zip(matrix, taken, strict=True):
-            total = np.where(take, total + row, total)
-        return total
-    comp = np.zeros(n)
-    for row, take in zip(matrix, taken, strict=True):
-        x = np.where(take, row, 0.0)
-        t = total + x
-        c = np.where(np.abs(total) >= np.abs(x), (total - t) + x, (x - t) + total)
-        comp = np.where(take, comp + c, comp)
-        total = np.where(take, t, total)
-    # CPython adds the compensation only when it is non-zero and finite.
-    return np.where((comp != 0) & np.isfinite(comp), total + comp, total)
-
-
-def stats_of(rows: Sequence[Points], last_n: int) -> CoordinateStats:
-    """Per step: mean/std/count of its newest `last_n` values over `rows` (newest first).
-    A run that lacks a step does not count for it, so a step can reach back past
-    `last_n` runs, as miles' per-coordinate `LIMIT` does."""
-    if not rows:
-        empty = np.empty(0)
-        return CoordinateStats(np.empty(0, np.int64), empty, empty, np.empty(0, np.int64))
-    steps = np.unique(np.concatenate([s for s, _ in rows]))
-    matrix = np.zeros((len(rows), steps.size))
-    present = np.zeros((len(rows), steps.size), dtype=bool)
-    for i, (s, v) in enumerate(rows):
-        idx = np.searchsorted(steps, s)
-        matrix[i, idx] = v
-        present[i, idx] = True
-    taken = present & (np.cumsum(present, axis=0) <= last_n)
-    count = taken.sum(axis=0)
-    keep = count > 0
-    steps, matrix, taken, count = steps[keep], matrix[:, keep], taken[:, keep], count[keep]
-    ref = python_sum(matrix, taken) / count
-    dev = np.where(taken, matrix - ref, 0.0)
-    std = np.sqrt((dev * dev).sum(axis=0) / count)
-    return CoordinateStats(steps, ref, std, count.astype(np.int64))
-
-
-class RuleBaseline:
-    """Trusted history of one rule's coordinates: rows of (steps, values), newest run
-    first. `positional`: the rule selects from the end (`steps: last`), steps -n..-1.
-    Built from store rows, or from `values` (step -> values newest first) for tests."""
-
-    def __init__(
-        self,
-        values: Mapping[int, Sequence[float]] | None = None,
-        positional: bool = False,
-        *,
-        rows: Sequence[Points] | None = None,
-    ):
-        if rows is None:
-            rows = _rows_of(values or {})
-        self.rows = list(rows)
-        self.positional = positional
-        self._stats: dict[int, CoordinateStats] = {}
-
-    def stats(self, last_n: int) -> CoordinateStats:
-        """Vectorized reference and spread of every coordinate (cached; the gate computes it
-        when it reads the store, so judging stays O(points))."""
-        if last_n not in self._stats:
-            self._stats[last_n] = stats_of(self.rows, last_n)
-        return self._stats[last_n]
-
-
-def _rows_of(values: Mapping[int, Sequence[float]]) -> list[Points]:
-    """Per-step newest-first lists as rows: row i holds each step's i-th newest value."""
-    depth = max((len(v) for v in values.values()), default=0)
-    rows = []
-    for i in range(depth):
-        steps = sorted(s for s, v in values.items() if len(v) > i)
-        rows.append(
-            (
-                np.array(steps, dtype=np.int64),
-                np.array([values[s][i] for s in steps], dtype=np.float64),
-            )
-        )
-    return rows
-
-
-@dataclass(frozen=True)
-class Baselines:
-    """What the engine sees of a store (read before evaluation): rule key -> baseline."""
-
-    rules: Mapping[str, RuleBaseline] = field(default_factory=dict)
-    store: str = ""  # the store, as shown to people (password redacted)
-
-    def get(self, rule_key: str | None) -> RuleBaseline | None:
-        return self.rules.get(rule_key or "")
 
 
 def redact(url: str) -> str:

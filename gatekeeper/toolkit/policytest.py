@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gatekeeper.checks.baseline import Baselines
 from gatekeeper.engine import Evaluation
 from gatekeeper.errors import PolicyError, UsageError
-from gatekeeper.history.base import Baselines
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.policy.overrides import apply_cli_overrides, parse_override

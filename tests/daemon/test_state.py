@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gatekeeper.daemon.payload import restore
 from gatekeeper.daemon.state import AlertState, PollCommit, RuleRow, StateStore
 from gatekeeper.engine import Evaluation
 from gatekeeper.errors import StateError
@@ -15,8 +16,12 @@ from gatekeeper.policy.loader import load_policies
 from tests.helpers import REPO
 
 
+def ev_policies() -> list:
+    return load_policies([str(REPO / "policies" / "rl-health.yaml")])
+
+
 def commit(key: str = "/runs/a", **kw: object) -> PollCommit:
-    ev = Evaluation(load_policies([str(REPO / "policies" / "rl-health.yaml")]))
+    ev = Evaluation(ev_policies())
     base = dict(
         key=key,
         target="t",
@@ -42,7 +47,9 @@ def test_a_poll_round_trips_and_its_alert_is_pending_until_marked(tmp_path: Path
     store = StateStore(str(tmp_path / "s.db"))
     rec = store.load_runs()["/runs/a"]
     assert rec.cursor == {"offset": 42} and rec.points == 7 and rec.status == "fail"
-    assert isinstance(rec.evaluation, Evaluation)
+    assert rec.state is not None and rec.evaluation is None  # data, restored by the daemon
+    restored = restore(ev_policies(), rec.state, str(tmp_path / "s.db"), "/runs/a")
+    assert isinstance(restored, Evaluation)
     assert rec.rules[("p", "r")].since == 90.0
     assert rec.alerts[("p", "r", "slack")] == AlertState(True, 100.0)
     assert [(i, ch) for i, ch, _, _ in store.pending_alerts()] == [(alert_id, "slack")]
@@ -83,20 +90,20 @@ def test_foreign_sqlite_and_unknown_version_are_refused(tmp_path: Path) -> None:
     db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
     db.commit()
     db.close()
-    with pytest.raises(StateError, match="schema version 99.*reads version 1"):
+    with pytest.raises(StateError, match="schema version 99.*reads version 2"):
         StateStore(str(path))
 
 
-def test_unreadable_evaluation_pickle_is_a_state_error(tmp_path: Path) -> None:
+def test_an_unreadable_run_state_is_a_state_error(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     store = StateStore(str(path))
     store.commit_poll(commit())
     store.close()
     db = sqlite3.connect(path)
-    db.execute("UPDATE runs SET evaluation = x'00ff00ff'")
+    db.execute("UPDATE runs SET state = x'00ff00ff'")
     db.commit()
     db.close()
-    with pytest.raises(StateError, match="run /runs/a: stored evaluation"):
+    with pytest.raises(StateError, match="run /runs/a: its state is not"):
         StateStore(str(path)).load_runs()
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gatekeeper.daemon.tracking import track
-from gatekeeper.daemon.watch import verdict_dict
 from gatekeeper.engine import evaluate
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.sources import open_source
-from gatekeeper.verdict import Mode, RuleResult, Severity, Status
+from gatekeeper.verdict import Mode, RuleResult, Severity, Status, Verdict
 from tests.helpers import REPO
 
 
@@ -42,7 +43,11 @@ def test_a_final_verdict_confirms_at_once() -> None:
 
 
 @pytest.mark.parametrize("run", ["healthy", "broken-kl", "rows.jsonl"])
-def test_stored_verdict_is_what_verdict_to_dict_gives(run: str) -> None:
+def test_a_stored_verdict_is_verdict_to_dict_and_reads_back(run: str) -> None:
+    """The daemon stores `Verdict.to_dict()` (the one serialization): plain JSON that
+    `Verdict.from_dict` reads back to the same verdict."""
     policies = load_policies([str(REPO / "policies")])
     verdict = evaluate(policies, open_source(str(REPO / "examples" / "runs" / run)).read())
-    assert verdict_dict(verdict) == verdict.to_dict()
+    text = json.dumps(verdict.to_dict(), allow_nan=False)
+    again = Verdict.from_dict(json.loads(text))
+    assert again.to_dict() == verdict.to_dict()

@@ -124,7 +124,7 @@ def both_gates(checkout, tmp_path, miles, url, i, **kw):
 
 
 def test_pack_keys_are_miles_keys():
-    from gatekeeper.history.session import coordinate_prefix, history_rules
+    from gatekeeper.baselines import coordinate_prefix, history_rules
     from gatekeeper.policy.loader import load_policies
 
     got = {r.metric: coordinate_prefix(r) for r in history_rules(load_policies([PACK]))}
@@ -303,7 +303,7 @@ def miles_series() -> str:
 
 def test_rules_must_agree_on_the_series(tmp_path):
     from gatekeeper.errors import ConfigError
-    from gatekeeper.history.session import series_keys
+    from gatekeeper.baselines import series_keys
     from gatekeeper.policy.loader import load_policies
 
     pol = tmp_path / "p.yaml"

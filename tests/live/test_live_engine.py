@@ -1,9 +1,10 @@
-"""The engine fed poll by poll: the same verdict as a one-shot check, picklable mid-run
-(the daemon persists it), debounce across polls, and `stale` from the watcher's clock."""
+"""The engine fed poll by poll: the same verdict as a one-shot check, its state saved as
+data mid-run (the daemon persists it), debounce across polls, and `stale` from the
+watcher's clock."""
 
 from __future__ import annotations
 
-import pickle
+import json
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from gatekeeper.engine import Evaluation, evaluate
 from gatekeeper.gate import load
 from gatekeeper.model import Run, Series
+from gatekeeper.session import JudgingSession, judge_whole
 from gatekeeper.verdict import Status
 from tests.helpers import write_policy
 
@@ -50,18 +52,23 @@ def _policies(tmp_path: Path):
     return load([str(write_policy(tmp_path / "p.yaml", POLICY))], [])
 
 
-def test_fed_in_polls_and_pickled_midway_equals_one_shot(tmp_path: Path) -> None:
+def test_fed_in_polls_and_saved_midway_equals_one_shot(tmp_path: Path) -> None:
+    """A completed `watch` (the session fed poll by poll, its state saved as JSON and
+    restored midway, as the daemon restarts) and `check` (the whole run as one poll)."""
     policies = _policies(tmp_path)
     whole = _series(120, bad=(30, 31, 90, 91, 92))
-    ev = Evaluation(policies)
+    meta = Run(name="r", source="mem")
+    session = JudgingSession(policies, live=True)
     for lo in range(0, 60, 7):
-        ev.feed(_chunk(whole, lo, min(lo + 7, 60)))
-    ev = pickle.loads(pickle.dumps(ev))  # the daemon's restart
+        session.feed(_chunk(whole, lo, min(lo + 7, 60)), meta)
+    saved = json.loads(json.dumps(session.to_state(), allow_nan=False))
+    session = JudgingSession.from_state(policies, saved, live=True)  # the daemon's restart
     for lo in range(60, 120, 13):
-        ev.feed(_chunk(whole, lo, lo + 13))
+        session.feed(_chunk(whole, lo, lo + 13), Run(name="r", source="mem"))
+    live = session.verdict(final=True).results
     run = Run(name="r", source="mem", series=whole)
-    live = ev.verdict(run, final=True).results
-    shot = evaluate(policies, run, final=True).results
+    shot = judge_whole(policies, run)[1].results
+    assert shot == evaluate(policies, run, final=True).results
     # Sums over chunks and over the whole differ in the last bits: compare values approx.
     assert [(r.rule, r.status, r.step) for r in live] == [(r.rule, r.status, r.step) for r in shot]
     for a, b in zip(live, shot, strict=True):

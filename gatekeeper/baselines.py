@@ -15,14 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.checks.history import INACTIVE, History, HistoryState
-from gatekeeper.engine import Evaluation, RuleTracker
+from gatekeeper.checks.baseline import Baselines, RuleBaseline
+from gatekeeper.checks.history import INACTIVE, History
+from gatekeeper.engine import RuleTracker
 from gatekeeper.errors import ConfigError
 from gatekeeper.history import keys, open_store
-from gatekeeper.history.base import Baselines, HistoryStore, RuleBaseline, RunRecord
+from gatekeeper.history.base import HistoryStore, RunRecord
 from gatekeeper.history.keys import canonical
 from gatekeeper.model import Run
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
+from gatekeeper.session import JudgingSession, judge_whole
 from gatekeeper.verdict import GateStatus, Status, Verdict
 
 DEFAULT_SERIES_KEYS = ("name",)
@@ -136,20 +138,7 @@ def read_baselines(
 
 def observations(tracker: RuleTracker) -> tuple[np.ndarray, np.ndarray]:
     """A history rule's finite selected values by coordinate step (sorted)."""
-    if tracker.rule.steps.kind in ("tail", "last"):
-        n = tracker.rule.steps.count or 1
-        if not tracker.tail:
-            return np.empty(0, np.int64), np.empty(0)
-        values = np.concatenate([v for _, v in tracker.tail])[-n:]
-        coords = np.arange(-values.size, 0, dtype=np.int64)
-    else:
-        state = tracker.agg_state
-        assert isinstance(state, HistoryState)
-        coords, values = state.points()
-        order = np.argsort(coords, kind="stable")
-        coords, values = coords[order], values[order]
-    keep = np.isfinite(values)
-    return coords[keep].astype(np.int64), values[keep].astype(np.float64)
+    return tracker.observations()
 
 
 def trusted(verdict: Verdict, rule_keys: set[str]) -> bool:
@@ -163,9 +152,9 @@ def trusted(verdict: Verdict, rule_keys: set[str]) -> bool:
 
 
 def make_record(
-    ev: Evaluation, verdict: Verdict, series: str, run_id: str, commit: str | None
+    session: JudgingSession, verdict: Verdict, series: str, run_id: str, commit: str | None
 ) -> RunRecord:
-    rule_keys = {r.key for r in history_rules(ev.policies)}
+    rule_keys = {r.key for r in history_rules(session.policies)}
     # Nothing to record from a rule that does not apply (SKIP, not inactive), nor from one
     # that could not be judged (ERROR: miles writes no value for a spec whose selection
     # failed; the run is untrusted anyway).
@@ -176,7 +165,7 @@ def make_record(
         or r.status is Status.ERROR
     }
     points: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
-    for tracker in ev.trackers:
+    for tracker in session.trackers:
         rule = tracker.rule
         if rule.key not in rule_keys or rule.key in leave_out:
             continue
@@ -205,13 +194,11 @@ def judge(policies: list[PolicySpec], run: Run, opts: HistoryOptions) -> Verdict
     series = series_identity(run, series_keys(policies, opts.series_keys))
     with open_store(opts.url) as store:
         baselines = read_baselines(store, policies, series, run)
-        ev = Evaluation(policies)
-        ev.feed(run.series)
-        verdict = ev.verdict(run, final=True, history=baselines)
+        session, verdict = judge_whole(policies, run, history=baselines)
         info: dict[str, Any] = {"store": store.display, "series": series, "recorded": False}
         if opts.record:
             rec = make_record(
-                ev,
+                session,
                 verdict,
                 series,
                 opts.run_id or default_run_id(run),

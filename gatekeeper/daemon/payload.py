@@ -1,0 +1,77 @@
+"""The stored judging state of one run: versioned JSON of its rule trackers.
+
+A row holds `{"format", "state_version", "gatekeeper", "evaluation"}`; `evaluation` is
+`engine.Evaluation.to_state()` (numbers, strings, lists — never objects). The store
+checks the envelope; the trackers are restored against the run's policies, by their
+declared field types, when the daemon starts (`restore`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gatekeeper import __version__
+from gatekeeper.engine import Evaluation
+from gatekeeper.errors import StateError
+from gatekeeper.policy.spec import PolicySpec
+from gatekeeper.statedata import StateDataError
+
+FORMAT = "gatekeeper-run-state"
+# Bump when RuleTracker.STATE_FIELDS or a check's state changes shape; it is part of the
+# policy fingerprint too, so a state of another version is re-read, never misread.
+STATE_VERSION = 1
+
+
+def dumps(evaluation: Evaluation) -> str:
+    return json.dumps(
+        {
+            "format": FORMAT,
+            "state_version": STATE_VERSION,
+            "gatekeeper": __version__,
+            "evaluation": evaluation.to_state(),
+        },
+        allow_nan=False,  # non-finite numbers are encoded as strings; a bare NaN is a bug
+        separators=(",", ":"),
+    )
+
+
+def loads(text: Any, path: str, key: str) -> dict[str, Any]:
+    """The evaluation data of a stored row; StateError when the envelope is not ours."""
+    try:
+        data = json.loads(text) if isinstance(text, (str, bytes)) else None
+    except ValueError as exc:
+        raise refused(path, key, f"its state is not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise refused(path, key, "its state is not a gatekeeper run state")
+    if data.get("state_version") != STATE_VERSION:
+        raise refused(
+            path,
+            key,
+            f"its state has version {data.get('state_version')!r}, this gatekeeper "
+            f"({__version__}) reads version {STATE_VERSION}",
+        )
+    if set(data) != {"format", "state_version", "gatekeeper", "evaluation"} or not isinstance(
+        data["evaluation"], dict
+    ):
+        raise refused(path, key, "its state has unexpected fields")
+    return data["evaluation"]
+
+
+def restore(
+    policies: list[PolicySpec], data: dict[str, Any], path: str, key: str
+) -> Evaluation:
+    """The run's Evaluation rebuilt from its data; StateError naming the bad field."""
+    try:
+        return Evaluation.from_state(policies, data)
+    except StateDataError as exc:
+        raise refused(path, key, f"its state does not fit its rules: {exc}") from None
+
+
+def refused(path: str, key: str, why: str) -> StateError:
+    """A stored state that is malformed or tampered with: never run, never reset silently."""
+    return StateError(
+        f"state file {path}, run {key}: {why}. gatekeeper does not guess or start over on "
+        f"its own: reset that run with `gatekeeper serve --reset-state {key}` (it is re-read "
+        "from its source; its alert state is kept) or move the state file aside"
+    )
