@@ -50,7 +50,7 @@ def report_link(json_path: str | None = None) -> str | None:
 def annotate(source: str, verdict: Verdict, report: str | None = None) -> str:
     """Write `verdict` onto the run `source` names; returns a line saying what was written."""
     if source.startswith("wandb://"):
-        from gatekeeper.annotate.wandb_run import annotate_remote
+        from gatekeeper.sources.wandb.annotate import annotate_remote
 
         return annotate_remote(source, verdict, report)
     path = source.removeprefix("file://")

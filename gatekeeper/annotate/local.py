@@ -8,7 +8,7 @@ import orjson
 
 from gatekeeper.annotate import gate_tag, summary_keys
 from gatekeeper.errors import SourceError
-from gatekeeper.sources.wandb_local import resolve_run_dir
+from gatekeeper.sources.wandb.local import resolve_run_dir
 from gatekeeper.verdict import Verdict
 
 FILE_NAME = "gatekeeper-verdict.json"

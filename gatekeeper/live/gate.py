@@ -96,7 +96,7 @@ class LiveGate:
         # The engine names similar metrics for a missing one from the run's series keys.
         run.series = {m: Series.empty(m, a) for m, a in self.progress.axis.items()}
         if final:  # summary-only metrics (HF's train_loss), as `check` reads them
-            from gatekeeper.sources.wandb_summary import fill_summary
+            from gatekeeper.sources.wandb.summary import fill_summary
 
             fill_summary(self.source, run, self.evaluation.policies)
         verdict = self.evaluation.verdict(run, final=final, now=now, arrivals=self.arrivals)

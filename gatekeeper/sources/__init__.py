@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from gatekeeper.errors import UsageError
 from gatekeeper.sources.base import LiveSource, RunOverrides, Source
-from gatekeeper.sources.jsonl_source import JsonlSource
-from gatekeeper.sources.live_jsonl import LiveJsonlSource
-from gatekeeper.sources.wandb_api import WandbApiSource
-from gatekeeper.sources.wandb_local import WandbLocalSource
+from gatekeeper.sources.jsonl.source import JsonlSource
+from gatekeeper.sources.jsonl.live import LiveJsonlSource
+from gatekeeper.sources.wandb.api import WandbApiSource
+from gatekeeper.sources.wandb.local import WandbLocalSource
 
 # Tried in order; a kind is registered by adding its class here (remote schemes first,
 # the catch-all local-path kind last).

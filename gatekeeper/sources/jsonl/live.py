@@ -28,8 +28,8 @@ from gatekeeper.errors import SourceError
 from gatekeeper.model import Run, RunState, merge_chunks
 from gatekeeper.safe_open import open_regular
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.sources.jsonl import BLOCK_SIZE, JsonlParser
-from gatekeeper.sources.jsonl_source import JsonlSource, _end_state
+from gatekeeper.sources.jsonl.reader import BLOCK_SIZE, JsonlParser
+from gatekeeper.sources.jsonl.source import JsonlSource, _end_state
 
 _CURSOR_VERSION = 1
 _SIG_BYTES = 64  # bytes before the offset that must still match for a file to be "appended"

@@ -11,8 +11,8 @@ import numpy as np
 from gatekeeper.errors import SourceError, SourceNotFound, one_line, quote
 from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import Source
-from gatekeeper.sources.jsonl import JsonlParser, jsonl_files, parse_file
-from gatekeeper.sources.metadata import read_sidecar, sidecar_for
+from gatekeeper.sources.jsonl.reader import JsonlParser, jsonl_files, parse_file
+from gatekeeper.sources.jsonl.metadata import read_sidecar, sidecar_for
 
 
 class JsonlSource(Source):

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from gatekeeper.annotate import SUMMARY_PREFIX, TAG_FAIL, TAG_PASS, gate_tag, summary_keys
-from gatekeeper.sources.wandb_api import WandbApiSource
+from gatekeeper.sources.wandb.api import WandbApiSource
 from gatekeeper.verdict import Verdict
 
 UPSERT = """
