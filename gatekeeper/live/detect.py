@@ -17,7 +17,7 @@ from typing import Any
 from gatekeeper.model import Run
 from gatekeeper.sources import open_live_source
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.sources.jsonl.live import LiveJsonlSource
+from gatekeeper.sources.jsonl import LiveJsonlSource
 from gatekeeper.sources.wandb.local import (
     WandbLocalSource,
     names_one_run,
