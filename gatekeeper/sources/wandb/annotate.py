@@ -5,9 +5,10 @@ A `wandb://` run gets them on the server; a local run directory (offline or sync
 `.wandb` file, a folder's `latest-run`) gets `gatekeeper-verdict.json` inside it.
 
 On the server, the API's `upsertBucket` replaces a run's whole summary (and config, when
-sent) with what the client holds, so this reloads the run right before writing, sends only `tags` and
-`summaryMetrics` (never config, notes or name), and changes nothing in them but the gate
-tag and the `gatekeeper/` keys. The window between reload and write is one round trip.
+sent) with what the client holds, so this reloads the run right before writing, sends
+only `tags` and `summaryMetrics` (never config, notes or name), and changes nothing in
+them but the gate tag and the `gatekeeper/` keys. The window between reload and write
+is one round trip.
 """
 
 from __future__ import annotations
