@@ -79,7 +79,7 @@ def log_file(wandb_dir: Path) -> str:
 def scan(path: str) -> int:
     from wandb.proto import wandb_internal_pb2 as pb
 
-    from gatekeeper.sources.wandb_log import LogReader
+    from gatekeeper.sources.wandb.log import LogReader
 
     parse = pb.Record.FromString
     n = 0
@@ -90,8 +90,8 @@ def scan(path: str) -> int:
 
 
 def ours(wandb_dir: Path, parallel: bool = True) -> int:
-    from gatekeeper.sources import wandb_decode
-    from gatekeeper.sources.wandb_local import WandbLocalSource
+    from gatekeeper.sources.wandb import decode as wandb_decode
+    from gatekeeper.sources.wandb.local import WandbLocalSource
 
     saved = wandb_decode.PARALLEL_MIN_BYTES
     if not parallel:
@@ -108,7 +108,7 @@ def sdk(path: str) -> int:
     from wandb.proto import wandb_internal_pb2 as pb
     from wandb.sdk.lib.proto_util import dict_from_proto_list
 
-    from gatekeeper.sources.wandb_log import LogReader
+    from gatekeeper.sources.wandb.log import LogReader
 
     rows = []
     for raw in LogReader(path).records():

@@ -69,7 +69,7 @@ def read_run(source: str, policies: list[PolicySpec] | None = None) -> Run:
     src = open_source(source)
     run = src.read()
     if policies:
-        from gatekeeper.sources.wandb_summary import fill_summary
+        from gatekeeper.sources.wandb.summary import fill_summary
 
         fill_summary(src, run, policies)
     return run

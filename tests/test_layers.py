@@ -24,12 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 
 # Edges that break the rules today, each with why, so the list can only shrink.
-ALLOWED: dict[tuple[str, str], str] = {
-    # annotate/ is being rebuilt inside the source packages (issue 13, sources work):
-    # its backends import helpers from the package __init__, which lazily imports them
-    ("gatekeeper.annotate", "gatekeeper.annotate.local"): "annotate/ moves into sources/",
-    ("gatekeeper.annotate", "gatekeeper.annotate.wandb_run"): "annotate/ moves into sources/",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def layer_of(module: str) -> int:

@@ -1,41 +1,25 @@
 """Write a verdict back onto the run it judged (`check --annotate`, `watch --annotate`).
 
-A `wandb://` run gets a `gate:pass`/`gate:fail` tag and summary keys under `gatekeeper/`;
+Only dispatch and the command-line surface live here: each source family's `Annotator`
+(`gatekeeper/sources/<family>/annotate.py`) decides what is written and where. A
+`wandb://` run gets a `gate:pass`/`gate:fail` tag and summary keys under `gatekeeper/`;
 a local run directory (wandb or JSONL) gets a `gatekeeper-verdict.json` file in it.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from gatekeeper.errors import UsageError
-from gatekeeper.verdict import GateStatus, Verdict
-
-TAG_PASS = "gate:pass"
-TAG_FAIL = "gate:fail"
-SUMMARY_PREFIX = "gatekeeper/"
-
-
-def summary_keys(verdict: Verdict, report: str | None) -> dict[str, Any]:
-    """The `gatekeeper/*` keys describing a verdict (also the local file's `summary`)."""
-    failing = [f"{r.policy}/{r.rule}" for r in verdict.failing()]
-    policies = sorted({r.policy for r in verdict.results})
-    return {
-        f"{SUMMARY_PREFIX}status": verdict.status.value,
-        f"{SUMMARY_PREFIX}final": verdict.final,
-        f"{SUMMARY_PREFIX}failing_rules": failing,
-        f"{SUMMARY_PREFIX}policies": policies,
-        f"{SUMMARY_PREFIX}counts": verdict.counts(),
-        f"{SUMMARY_PREFIX}report": report,
-    }
-
-
-def gate_tag(verdict: Verdict) -> str | None:
-    """`gate:pass`/`gate:fail`, or None while a live verdict is still pending."""
-    if verdict.status is GateStatus.PENDING:
-        return None
-    return TAG_PASS if verdict.passed else TAG_FAIL
+from gatekeeper.sources import FAMILIES
+from gatekeeper.sources.annotation import (
+    SUMMARY_PREFIX,
+    TAG_FAIL,
+    TAG_PASS,
+    gate_tag,
+    summary_keys,
+)
+from gatekeeper.verdict import Verdict
 
 
 def report_link(json_path: str | None = None) -> str | None:
@@ -49,25 +33,16 @@ def report_link(json_path: str | None = None) -> str | None:
 
 def annotate(source: str, verdict: Verdict, report: str | None = None) -> str:
     """Write `verdict` onto the run `source` names; returns a line saying what was written."""
-    if source.startswith("wandb://"):
-        from gatekeeper.annotate.wandb_run import annotate_remote
-
-        return annotate_remote(source, verdict, report)
-    path = source.removeprefix("file://")
-    if "://" in source and not source.startswith("file://"):
-        raise UsageError(
-            f"--annotate: cannot annotate {source!r}; it supports wandb://ENTITY/PROJECT/RUN_ID "
-            "and local run directories"
-        )
-    from gatekeeper.annotate.local import write_verdict_file
-
-    return write_verdict_file(path, verdict, report)
-
-
-
+    for family in FAMILIES:
+        if family.annotator is not None and family.annotator.accepts(source):
+            return family.annotator.annotate(source, verdict, report)
+    raise UsageError(
+        f"--annotate: cannot annotate {source!r}; it supports wandb://ENTITY/PROJECT/RUN_ID "
+        "and local run directories"
+    )
 
 
 __all__ = [
-    "TAG_FAIL", "TAG_PASS", "annotate", "gate_tag",
+    "SUMMARY_PREFIX", "TAG_FAIL", "TAG_PASS", "annotate", "gate_tag",
     "report_link", "summary_keys",
 ]

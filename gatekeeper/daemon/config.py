@@ -66,7 +66,10 @@ class PollSettings(_Model):
 
 
 class WandbFilter(_Model):
-    """Every run of a wandb project in a state, optionally with any of some tags."""
+    """Every run of a wandb project in a state, optionally with any of some tags.
+
+    Only the schema lives here; the wandb family lists the runs it matches
+    (`gatekeeper.sources.wandb.discover.ProjectRuns`)."""
 
     project: str  # ENTITY/PROJECT
     state: Literal["running", "finished", "crashed", "failed", "killed"] = "running"

@@ -23,7 +23,7 @@ import numpy as np
 from gatekeeper.errors import UsageError
 from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Run, Series
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.sources.jsonl import DEFAULT_STEP_ALIASES, is_step_key
+from gatekeeper.sources.jsonl.reader import DEFAULT_STEP_ALIASES, is_step_key
 
 _MARKERS = {"nan": math.nan, "inf": math.inf, "infinity": math.inf, "+inf": math.inf,
             "-inf": -math.inf, "-infinity": -math.inf}

@@ -17,8 +17,8 @@ from typing import Any
 from gatekeeper.model import Run
 from gatekeeper.sources import open_live_source
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.sources.live_jsonl import LiveJsonlSource
-from gatekeeper.sources.wandb_local import (
+from gatekeeper.sources.jsonl import LiveJsonlSource
+from gatekeeper.sources.wandb.local import (
     WandbLocalSource,
     names_one_run,
     new_run_dir,

@@ -69,7 +69,7 @@ class LiveGate:
         """The verdict on everything fed so far (final: pending becomes error)."""
         placeholder = Run(name=self.source.spec, source=self.source.spec)
         if final:  # summary-only metrics (HF's train_loss), as `check` reads them
-            from gatekeeper.sources.wandb_summary import fill_summary
+            from gatekeeper.sources.wandb.summary import fill_summary
 
             if self.session.run is None:
                 self.session.run = self.session.apply(placeholder)

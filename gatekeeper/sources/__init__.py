@@ -1,18 +1,25 @@
-"""Run sources: one module per kind, opened from a SOURCE string by `open_source`."""
+"""Run sources: one package per family, opened from a SOURCE string by `open_source`.
+
+`FAMILIES` is the one list of source families (each package's `KIND`, a `SourceFamily`
+stating its Source and LiveSource classes, annotator and discovery); `base.py` states
+the contract they implement. `SOURCE_KINDS` is derived from it for callers that try
+kinds in order, and `register` adds a kind from outside (tests, plug-ins).
+"""
 
 from __future__ import annotations
 
 from gatekeeper.errors import UsageError
-from gatekeeper.sources.base import LiveSource, RunOverrides, Source
-from gatekeeper.sources.jsonl_source import JsonlSource
-from gatekeeper.sources.live_jsonl import LiveJsonlSource
+from gatekeeper.sources import jsonl, wandb
+from gatekeeper.sources.base import LiveSource, RunOverrides, Source, SourceFamily
+from gatekeeper.sources.jsonl import JsonlSource
 from gatekeeper.sources.plugins import with_plugins
-from gatekeeper.sources.wandb_api import WandbApiSource
-from gatekeeper.sources.wandb_local import WandbLocalSource
 
-# Tried in order; a kind is registered by adding its class here (remote schemes first,
-# the catch-all local-path kind last).
-SOURCE_KINDS: list[type[Source]] = [WandbApiSource, WandbLocalSource, JsonlSource]
+# Asked in order: a family whose SOURCE strings have a scheme or a recognisable layout
+# first (wandb), the catch-all local-path family last (jsonl).
+FAMILIES: tuple[SourceFamily, ...] = (wandb.KIND, jsonl.KIND)
+
+# Tried in order by `open_source` (remote schemes first, the catch-all local kind last).
+SOURCE_KINDS: list[type[Source]] = [kind for family in FAMILIES for kind in family.sources]
 
 
 def register(kind: type[Source], *, first: bool = True) -> None:
@@ -33,13 +40,15 @@ def open_source(spec: str) -> Source:
 
 def open_live_source(spec: str) -> LiveSource:
     """The source that follows `spec` while it is written: the first registered kind that
-    accepts it and can be polled (wandb), else the JSONL tail (which waits for a file or
-    directory that does not exist yet)."""
+    accepts it and can be polled (wandb), else a family's tail that waits for the run to
+    appear (JSONL: a file or directory that does not exist yet)."""
     for kind in with_plugins(SOURCE_KINDS):
         if issubclass(kind, LiveSource) and kind.accepts(spec):
             return kind(spec)
-    if LiveJsonlSource.accepts(spec):
-        return LiveJsonlSource(spec)
+    for family in FAMILIES:
+        for live in family.live_sources:
+            if live.accepts(spec):
+                return live(spec)
     raise UsageError(
         f"cannot follow source {spec!r} live: expected a JSONL file or directory"
         + "".join(f", {k.kind}" for k in SOURCE_KINDS if issubclass(k, LiveSource))
@@ -47,10 +56,12 @@ def open_live_source(spec: str) -> LiveSource:
 
 
 __all__ = [
+    "FAMILIES",
     "LiveSource",
     "RunOverrides",
     "Source",
     "SOURCE_KINDS",
+    "SourceFamily",
     "open_live_source",
     "open_source",
     "register",

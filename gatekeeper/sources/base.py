@@ -1,17 +1,34 @@
-"""The source contract: a source only reads, and turns one run's metrics into a `Run`.
+"""The source contract, in one place: what a source family provides to the rest.
 
-A source is opened from a SOURCE string (a path, or `scheme://...`). `read()` returns the
-whole run as it is now; live sources additionally implement incremental polling (see the
-live-gating modules). Third-party errors are translated here into `SourceError`s.
+A source family (a package under `gatekeeper/sources/`: `jsonl/`, `wandb/`, ...) owns
+everything about one kind of run storage, and exposes it as a `SourceFamily` named
+`KIND` in its `__init__`:
+
+- `Source`: opened from a SOURCE string (a path, or `scheme://...`); `read()` returns the
+  whole run as it is now.
+- `LiveSource`: a `Source` that can be followed while the run is written; `poll()` returns
+  only the points new since its cursor, so a poll costs O(new points), never O(history);
+  the cursor is plain JSON-able data (`cursor()`/`restore()`), never a pickled object.
+- `Annotator`: writes a verdict back onto the run it judged (`--annotate`).
+- `Discovery`: lists the runs a daemon target covers right now (`gatekeeper serve`).
+
+Third-party errors are translated at this boundary into `SourceError`s (`SourceNotFound`,
+`SourceUnavailable` for "try again later"), so a reader's failure is never a crash.
+A source may also offer `read_summary(wanted) -> dict[str, float]`: step-less summary
+values for metrics without history points (wandb's summary); callers probe for it.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gatekeeper.model import Run, RunState, set_dotted
+
+if TYPE_CHECKING:
+    from gatekeeper.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -84,3 +101,50 @@ class LiveSource(Source):
     @abstractmethod
     def restore(self, cursor: dict[str, Any]) -> None:
         """Resume from a position `cursor()` returned earlier."""
+
+
+class Annotator(ABC):
+    """Writes a verdict onto the run it judged: a tag and summary keys on a server, or a
+    `gatekeeper-verdict.json` next to local records. Only ever adds gatekeeper's own
+    marks; never rewrites the run's data, config or name."""
+
+    @abstractmethod
+    def accepts(self, spec: str) -> bool:
+        """True when this family annotates the run `spec` names (cheap, no network)."""
+
+    @abstractmethod
+    def annotate(self, spec: str, verdict: Verdict, report: str | None) -> str:
+        """Write `verdict` (and a link to the full `report`, if any) onto the run; return
+        one line saying what was written. Raises SourceError when it cannot be written."""
+
+
+class Discovery(ABC):
+    """The runs one daemon target covers right now; asked every `discovery_interval`."""
+
+    @abstractmethod
+    def runs(self) -> list[str]:
+        """SOURCE strings of the runs covered now, sorted. Raises SourceUnavailable when
+        the listing failed this time (the daemon counts it and asks again later)."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """What the target covers, for logs and `serve --check-config`."""
+
+
+@dataclass(frozen=True)
+class SourceFamily:
+    """What a source family registers: one frozen descriptor per package (its `KIND`).
+
+    `sources` are tried in order by `open_source` (remote schemes before local paths);
+    `live_sources` are the kinds only `open_live_source` uses (a tail that may start
+    before the run exists). `target_key` is the daemon target field this family's
+    `discovery` reads (`glob:`, `wandb:`); `discovery` builds a `Discovery` from its value.
+    """
+
+    name: str
+    examples: tuple[str, ...]  # SOURCE strings as a user writes them, for help and docs
+    sources: tuple[type[Source], ...]
+    live_sources: tuple[type[LiveSource], ...] = ()
+    annotator: Annotator | None = None
+    target_key: str | None = None
+    discovery: Callable[[Any], Discovery] | None = None

@@ -17,7 +17,7 @@ from gatekeeper.model import Run, Series
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.policy.overrides import apply_cli_overrides, parse_override
 from gatekeeper.policy.spec import PolicySpec
-from gatekeeper.sources.jsonl import default_step_key
+from gatekeeper.sources.jsonl.reader import default_step_key
 from gatekeeper.toolkit.notation import expand
 from gatekeeper.toolkit.testfile import Case, Expectation, LoadedTests, SeriesInput, load_tests
 from gatekeeper.verdict import RuleResult, Status, Verdict

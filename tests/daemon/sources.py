@@ -9,7 +9,7 @@ from typing import Any
 from gatekeeper.errors import SourceError
 from gatekeeper.model import Run, RunState
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.sources.jsonl import JsonlParser
+from gatekeeper.sources.jsonl.reader import JsonlParser
 
 
 class TailSource(LiveSource):

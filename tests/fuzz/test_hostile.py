@@ -324,7 +324,7 @@ def test_a_non_numeric_step_in_a_stepless_row_is_an_error_at_its_byte(tmp_path, 
 
 def test_value_texts_with_commas_do_not_shift_values(tmp_path):
     pytest.importorskip("wandb")
-    from gatekeeper.sources.wandb_decode import texts_to_floats
+    from gatekeeper.sources.wandb.decode import texts_to_floats
 
     values, mask = texts_to_floats(["1,2", "3", "4"])
     assert mask is not None and mask.tolist() == [False, True, True]
@@ -348,15 +348,15 @@ def test_config_updates_under_a_scalar_replace_it(tmp_path, policy):
 # -- exit codes ------------------------------------------------------------------------
 
 COMMANDS = [
-    (["check", "{run}", "-p", "{policy}"], "gatekeeper.sources.jsonl.JsonlParser.parse_lines"),
+    (["check", "{run}", "-p", "{policy}"], "gatekeeper.sources.jsonl.reader.JsonlParser.parse_lines"),
     (["validate", "{policy}"], "gatekeeper.policy.loader.load_policy"),
     (
         ["watch", "{run}", "-p", "{policy}", "--interval", "0.01"],
-        "gatekeeper.sources.jsonl.JsonlParser.parse_lines",
+        "gatekeeper.sources.jsonl.reader.JsonlParser.parse_lines",
     ),
     (
         ["run", "-p", "{policy}", "--source", "{run}", "--", sys.executable, "-c", "pass"],
-        "gatekeeper.sources.jsonl.JsonlParser.parse_lines",
+        "gatekeeper.sources.jsonl.reader.JsonlParser.parse_lines",
     ),
     (["serve", "-c", "{policy}", "--check-config"], "gatekeeper.daemon.config.load_config"),
     (

@@ -1,7 +1,7 @@
 """.wandb transaction logs built record by record with the SDK's own protobuf classes, and
 hostile variants of them (labelled like tests/fuzz/gen.py cases).
 
-The framing is LevelDB's log format (see gatekeeper/sources/wandb_log.py): records are
+The framing is LevelDB's log format (see gatekeeper/sources/wandb/log.py): records are
 split into FULL / FIRST / MIDDLE / LAST chunks at 32 KiB block boundaries.
 """
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from gatekeeper.sources import open_live_source
-from gatekeeper.sources.live_jsonl import LiveJsonlSource
+from gatekeeper.sources.jsonl.live import LiveJsonlSource
 from tests.helpers import write_record
 
 WRITER = Path(__file__).with_name("writer.py")

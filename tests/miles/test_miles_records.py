@@ -237,7 +237,7 @@ def test_cli_exit_codes_and_config_flags(tmp_path: Path) -> None:
 def test_null_step_is_an_error_while_live_too(tmp_path: Path) -> None:
     """`gatekeeper watch` on the attempt directory miles writes into agrees with `check`."""
     from gatekeeper.engine import Evaluation
-    from gatekeeper.sources.live_jsonl import LiveJsonlSource
+    from gatekeeper.sources.jsonl.live import LiveJsonlSource
 
     def no_step(process: str, m: dict[str, Any]) -> None:
         if m.get("rollout/step") == 2:

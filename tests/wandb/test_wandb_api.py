@@ -18,9 +18,9 @@ from gatekeeper.cli.main import main
 from gatekeeper.errors import SourceError, SourceUnavailable
 from gatekeeper.model import RunState
 from gatekeeper.sources import open_source
-from gatekeeper.sources.wandb_api import WandbApiSource
-from gatekeeper.sources.wandb_local import WandbLocalSource
-from gatekeeper.sources.wandb_log import LogReader
+from gatekeeper.sources.wandb.api import WandbApiSource
+from gatekeeper.sources.wandb.local import WandbLocalSource
+from gatekeeper.sources.wandb.log import LogReader
 from gatekeeper.verdict import Verdict
 from tests.wandb.standin_server import FixtureRun, StandinWandb
 

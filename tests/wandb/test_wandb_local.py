@@ -19,7 +19,7 @@ from gatekeeper.cli.main import main
 from gatekeeper.errors import SourceNotFound
 from gatekeeper.model import RunState
 from gatekeeper.sources import open_source
-from gatekeeper.sources.wandb_local import WandbLocalSource
+from gatekeeper.sources.wandb.local import WandbLocalSource
 from tests.wandb.conftest import start_writer
 
 STEPS = 3000
@@ -210,7 +210,7 @@ def test_cli_exit_2_on_an_unreadable_wandb_file(tmp_path: Path) -> None:
 
 def test_decoding_in_block_ranges_equals_one_pass(miles_run: Path) -> None:
     """The file split at block boundaries (as parallel workers read it) joins back exactly."""
-    from gatekeeper.sources import wandb_decode as d
+    from gatekeeper.sources.wandb import decode as d
 
     log = str(next(Path(os.path.realpath(miles_run / "latest-run")).glob("*.wandb")))
     whole = d.decode_range(log, 0, None, False)
@@ -230,7 +230,8 @@ def test_forked_workers_read_the_same_run(miles_run: Path) -> None:
     """The forking path, in a fresh single-threaded process, as `gatekeeper check` runs it."""
     code = (
         "import json, sys\n"
-        "from gatekeeper.sources import wandb_decode, open_source\n"
+        "from gatekeeper.sources import open_source\n"
+        "from gatekeeper.sources.wandb import decode as wandb_decode\n"
         "wandb_decode.PARALLEL_MIN_BYTES = 0\n"
         "wandb_decode.os.cpu_count = lambda: 3\n"
         "run = open_source(sys.argv[1]).read()\n"

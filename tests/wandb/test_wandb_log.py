@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gatekeeper.errors import RecordError
-from gatekeeper.sources import wandb_log
-from gatekeeper.sources.wandb_log import BLOCK_LEN, LogReader
+from gatekeeper.sources.wandb import log as wandb_log
+from gatekeeper.sources.wandb.log import BLOCK_LEN, LogReader
 
 
 def _log_file(wandb_dir: Path) -> Path:

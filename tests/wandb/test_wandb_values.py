@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from gatekeeper.sources.wandb_axes import Columns, StepAxes
-from gatekeeper.sources.wandb_decode import texts_to_floats
+from gatekeeper.sources.wandb.axes import Columns, StepAxes
+from gatekeeper.sources.wandb.decode import texts_to_floats
 
 
 def test_plain_numbers_markers_and_booleans() -> None:

@@ -18,9 +18,9 @@ from typing import Any
 from gatekeeper.errors import RecordError, SourceError, SourceNotFound
 from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.sources.wandb_axes import Columns, StepAxes
-from gatekeeper.sources.wandb_decode import decode
-from gatekeeper.sources.wandb_log import LogReader
+from gatekeeper.sources.wandb.axes import Columns, StepAxes
+from gatekeeper.sources.wandb.decode import decode
+from gatekeeper.sources.wandb.log import LogReader
 
 _CURSOR_VERSION = 1
 _RUN_DIR_PREFIXES = ("run-", "offline-run-")
@@ -192,7 +192,7 @@ class WandbLocalSource(LiveSource):
     def read_summary(self, wanted: set[str]) -> dict[str, float]:
         """Summary values of `wanted` metrics (a second pass over the file; see
         wandb_summary). Nothing before the run's log exists."""
-        from gatekeeper.sources.wandb_summary import summary_values
+        from gatekeeper.sources.wandb.summary import summary_values
 
         return summary_values(self._reader.path, wanted) if self._reader else {}
 

@@ -22,8 +22,8 @@ import orjson
 from google.protobuf.message import DecodeError
 
 from gatekeeper.errors import RecordError, SourceError, quote
-from gatekeeper.sources.wandb_axes import NESTED, to_floats
-from gatekeeper.sources.wandb_log import BLOCK_LEN, LogReader
+from gatekeeper.sources.wandb.axes import NESTED, to_floats
+from gatekeeper.sources.wandb.log import BLOCK_LEN, LogReader
 
 Column = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # row indices, values, numeric
 

@@ -28,8 +28,8 @@ from gatekeeper.errors import SourceError
 from gatekeeper.model import Run, RunState, merge_chunks
 from gatekeeper.safe_open import open_regular
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.sources.jsonl import BLOCK_SIZE, JsonlParser
-from gatekeeper.sources.jsonl_source import JsonlSource, _end_state
+from gatekeeper.sources.jsonl.reader import BLOCK_SIZE, JsonlParser
+from gatekeeper.sources.jsonl.source import JsonlSource, end_state
 
 _CURSOR_VERSION = 1
 _SIG_BYTES = 64  # bytes before the offset that must still match for a file to be "appended"
@@ -109,8 +109,8 @@ class LiveJsonlSource(LiveSource):
         }
         points = sum(len(s) for s in series.values())
         ended = bool(self.tails) and all(t.ended is not None for t in self.tails.values())
-        state = self._end_state() if ended else RunState.RUNNING
-        run = self._whole._run({}, state)
+        state = self._files_end_state() if ended else RunState.RUNNING
+        run = self._whole.run_from({}, state)
         run.metric_errors = dict(self.metric_errors)
         return Poll(series=series, run=run, ended=ended, points=points)
 
@@ -181,7 +181,7 @@ class LiveJsonlSource(LiveSource):
             self.metric_errors.setdefault(metric, reason)
         for event in parser.events:
             if event.get("event") == "end":
-                tail.ended = _end_state(event.get("state"))
+                tail.ended = end_state(event.get("state"))
 
     @staticmethod
     def _same_file(tail: _Tail, fh: IO[bytes], st: os.stat_result) -> bool:
@@ -220,7 +220,7 @@ class LiveJsonlSource(LiveSource):
                 tail.emitted[metric] = tail.emitted.get(metric, 0) + int(steps.size)
         parser.chunks = {}
 
-    def _end_state(self) -> RunState:
+    def _files_end_state(self) -> RunState:
         states = [t.ended for t in self.tails.values() if t.ended is not None]
         bad = [s for s in states if s is not RunState.FINISHED]
         return bad[0] if bad else RunState.FINISHED

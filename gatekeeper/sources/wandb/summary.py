@@ -17,7 +17,7 @@ import orjson
 from google.protobuf.message import DecodeError
 
 from gatekeeper.errors import RecordError
-from gatekeeper.sources.wandb_log import LogReader
+from gatekeeper.sources.wandb.log import LogReader
 
 
 @functools.cache
@@ -27,7 +27,7 @@ def summary_parser() -> Any:
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
     from wandb.proto import wandb_internal_pb2
 
-    from gatekeeper.sources.wandb_decode import _add_file_deps
+    from gatekeeper.sources.wandb.decode import _add_file_deps
 
     sdk_file = wandb_internal_pb2.DESCRIPTOR
     proto = descriptor_pb2.FileDescriptorProto.FromString(sdk_file.serialized_pb)

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from gatekeeper.errors import SourceError, SourceNotFound, SourceUnavailable, UsageError
 from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.sources.wandb_axes import NESTED, Columns, StepAxes
+from gatekeeper.sources.wandb.axes import NESTED, Columns, StepAxes
 
 SCHEME = "wandb://"
 _T = TypeVar("_T")

@@ -34,7 +34,7 @@ import orjson
 from gatekeeper.errors import RecordError, quote
 from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Series, merge_chunks
 from gatekeeper.safe_open import open_regular
-from gatekeeper.sources.jsonl_values import (
+from gatekeeper.sources.jsonl.values import (
     Same,
     as_steps,
     coerce_value,

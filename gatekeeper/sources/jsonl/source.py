@@ -11,8 +11,8 @@ import numpy as np
 from gatekeeper.errors import SourceError, SourceNotFound, one_line, quote
 from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import Source
-from gatekeeper.sources.jsonl import JsonlParser, jsonl_files, parse_file
-from gatekeeper.sources.metadata import read_sidecar, sidecar_for
+from gatekeeper.sources.jsonl.metadata import read_sidecar, sidecar_for
+from gatekeeper.sources.jsonl.reader import JsonlParser, jsonl_files, parse_file
 
 
 class JsonlSource(Source):
@@ -78,7 +78,7 @@ class JsonlSource(Source):
             record_metrics |= parser.record_metrics
             for event in parser.events:
                 if event.get("event") == "end":
-                    ended_state = _end_state(event.get("state"))
+                    ended_state = end_state(event.get("state"))
         series: dict[str, Series] = {}
         for metric in sorted(chunks):
             series[metric] = merge_chunks(metric, chunks.pop(metric), step_keys[metric])
@@ -86,11 +86,14 @@ class JsonlSource(Source):
                 dup = duplicate_step(series[metric])
                 if dup is not None:
                     metric_errors[metric] = dup
-        run = self._run(share_steps(series), ended_state)
+        run = self.run_from(share_steps(series), ended_state)
         run.metric_errors = metric_errors
         return run
 
-    def _run(self, series: dict[str, Series], ended_state: RunState | None) -> Run:
+    def run_from(self, series: dict[str, Series], ended_state: RunState | None) -> Run:
+        """A `Run` of `series` described by the path and its sidecar (name, id, tags,
+        config, url, state); `ended_state`, from an end marker, wins over the sidecar's.
+        The live tail builds each poll's metadata with it, so both agree."""
         run = Run(name=name_from_path(self.path), source=self.path, series=series)
         sidecar = sidecar_for(self.path)
         if sidecar:
@@ -154,7 +157,9 @@ def share_steps(series: dict[str, Series]) -> dict[str, Series]:
     return out
 
 
-def _end_state(value: object) -> RunState:
+def end_state(value: object) -> RunState:
+    """The state an end marker (`{"event": "end", "state": ...}`) gives the run; a
+    missing or unknown state reads as finished (the writer reached its end)."""
     try:
         return RunState(value) if value else RunState.FINISHED
     except ValueError:
