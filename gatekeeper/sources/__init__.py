@@ -6,12 +6,18 @@ from gatekeeper.errors import UsageError
 from gatekeeper.sources.base import LiveSource, RunOverrides, Source
 from gatekeeper.sources.jsonl_source import JsonlSource
 from gatekeeper.sources.live_jsonl import LiveJsonlSource
+from gatekeeper.sources.tensorboard import TensorBoardSource
 from gatekeeper.sources.wandb_api import WandbApiSource
 from gatekeeper.sources.wandb_local import WandbLocalSource
 
 # Tried in order; a kind is registered by adding its class here (remote schemes first,
 # the catch-all local-path kind last).
-SOURCE_KINDS: list[type[Source]] = [WandbApiSource, WandbLocalSource, JsonlSource]
+SOURCE_KINDS: list[type[Source]] = [
+    TensorBoardSource,
+    WandbApiSource,
+    WandbLocalSource,
+    JsonlSource,
+]
 
 
 def register(kind: type[Source], *, first: bool = True) -> None:
