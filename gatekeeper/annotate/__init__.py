@@ -53,11 +53,15 @@ def annotate(source: str, verdict: Verdict, report: str | None = None) -> str:
         from gatekeeper.annotate.wandb_run import annotate_remote
 
         return annotate_remote(source, verdict, report)
+    if source.startswith(("mlflow+", "mlflow://")):
+        from gatekeeper.sources.mlflow.annotate import annotate_run
+
+        return annotate_run(source, verdict, report)
     path = source.removeprefix("file://")
     if "://" in source and not source.startswith("file://"):
         raise UsageError(
-            f"--annotate: cannot annotate {source!r}; it supports wandb://ENTITY/PROJECT/RUN_ID "
-            "and local run directories"
+            f"--annotate: cannot annotate {source!r}; it supports wandb://ENTITY/PROJECT/RUN_ID, "
+            "MLflow runs and local run directories"
         )
     from gatekeeper.annotate.local import write_verdict_file
 

@@ -6,6 +6,7 @@ from gatekeeper.errors import UsageError
 from gatekeeper.sources.base import LiveSource, RunOverrides, Source
 from gatekeeper.sources.jsonl_source import JsonlSource
 from gatekeeper.sources.live_jsonl import LiveJsonlSource
+from gatekeeper.sources.mlflow import MlflowSource
 from gatekeeper.sources.tensorboard import TensorBoardSource
 from gatekeeper.sources.wandb_api import WandbApiSource
 from gatekeeper.sources.wandb_local import WandbLocalSource
@@ -14,6 +15,7 @@ from gatekeeper.sources.wandb_local import WandbLocalSource
 # the catch-all local-path kind last).
 SOURCE_KINDS: list[type[Source]] = [
     TensorBoardSource,
+    MlflowSource,
     WandbApiSource,
     WandbLocalSource,
     JsonlSource,

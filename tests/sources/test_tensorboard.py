@@ -176,3 +176,32 @@ def test_run_stops_when_a_bad_point_is_appended_to_the_growing_event_file(tmp_pa
     assert stopped["value"] == 5.0
     files = list(logdir.glob("events.out.tfevents.*"))
     assert files and os.path.getsize(files[0]) < 400 * 100  # stopped well before the end
+
+
+def test_bulk_decoder_agrees_with_protobuf_on_every_point(tmp_path: Path, monkeypatch) -> None:
+    """The vectorized path for the common one-scalar event must give exactly what decoding
+    each record with protobuf gives: step 0 (left out of the record), multi-byte steps,
+    non-ASCII and long tags, NaN/Inf, and events it must leave to protobuf (images)."""
+    import gatekeeper.sources.tensorboard.events as events
+    from gatekeeper.sources.tensorboard.fastpath import Scalars
+
+    w = tensorboardX.SummaryWriter(str(tmp_path))
+    tags = ["a", "train/loss", "über/größe", "x" * 200, "y" * 300]
+    for step in [0, 1, 127, 128, 300, 2**20, 2**40]:
+        for k, tag in enumerate(tags):
+            w.add_scalar(tag, [0.5, float("nan"), float("inf"), -1e30, 3.0][k], step)
+        w.add_image("img", np.zeros((3, 4, 4), dtype=np.uint8), step)
+    w.close()
+    fast = TensorBoardSource(str(tmp_path)).read().series
+
+    def nothing(data: bytes, starts: list[int], lengths: list[int]) -> Scalars:
+        empty = np.empty(0, np.int64)
+        return Scalars(empty, empty, np.empty(0), empty, [])
+
+    monkeypatch.setattr(events, "simple_scalars", nothing)
+    slow = TensorBoardSource(str(tmp_path)).read().series
+    assert sorted(fast) == sorted(slow) == sorted(tags)
+    for tag in tags:
+        assert fast[tag].steps.tolist() == slow[tag].steps.tolist()
+        np.testing.assert_array_equal(fast[tag].values, slow[tag].values)
+    assert fast["a"].steps.tolist() == [0, 1, 127, 128, 300, 2**20, 2**40]

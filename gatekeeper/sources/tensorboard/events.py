@@ -25,6 +25,7 @@ from gatekeeper.sources.tensorboard.proto import (
     DT_INT64,
     Event,
 )
+from gatekeeper.sources.tensorboard.fastpath import simple_scalars
 from gatekeeper.sources.tensorboard.records import Framed
 
 SCALARS_PLUGIN = "scalars"
@@ -33,52 +34,78 @@ _CONTENT = {DT_FLOAT: "<f", DT_DOUBLE: "<d", DT_INT32: "<i", DT_INT64: "<q", DT_
 
 @dataclass
 class Columns:
-    """New points by tag, in file order; `plugins` is the tag -> plugin map so far."""
+    """New points by tag as (record number, step, value) chunks; `plugins` is the tag ->
+    plugin map so far. Record numbers keep file order among points of one step."""
 
-    steps: dict[str, list[int]] = field(default_factory=dict)
-    values: dict[str, list[float]] = field(default_factory=dict)
+    chunks: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = field(
+        default_factory=dict
+    )
     plugins: dict[str, str] = field(default_factory=dict)
+    points: int = 0
 
-    def add(self, tag: str, step: int, value: float) -> None:
-        steps = self.steps.get(tag)
-        if steps is None:
-            steps = self.steps[tag] = []
-            self.values[tag] = []
-        steps.append(step)
-        self.values[tag].append(value)
+    def add(self, tag: str, index: np.ndarray, steps: np.ndarray, values: np.ndarray) -> None:
+        self.chunks.setdefault(tag, []).append((index, steps, values))
+        self.points += int(index.size)
 
-    @property
-    def points(self) -> int:
-        return sum(len(s) for s in self.steps.values())
+    def series(self, tag: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of `tag` in file order."""
+        parts = self.chunks[tag]
+        index = np.concatenate([p[0] for p in parts])
+        steps = np.concatenate([p[1] for p in parts]).astype(np.int64)
+        values = np.concatenate([p[2] for p in parts]).astype(np.float64)
+        if len(parts) > 1:
+            order = np.argsort(index, kind="stable")
+            steps, values = steps[order], values[order]
+        return steps, values
 
 
 def decode(framed: Framed, columns: Columns, path: str) -> None:
-    """Add every scalar of `framed`'s records to `columns`; a record that is not an Event,
-    or a scalar tensor that is not a number, raises naming its byte offset."""
-    parse = Event.FromString
-    plugins = columns.plugins
-    for payload, offset in zip(framed.payloads, framed.offsets):
-        try:
-            event = parse(payload)
-        except Exception as exc:  # protobuf's DecodeError; the record passed its CRC
-            raise RecordError(
-                f"byte offset {offset}: record is not a TensorBoard Event ({exc})", file=path
-            ) from None
-        if not event.HasField("summary"):
-            continue  # file_version, graphs, session logs: not metrics
-        step = event.step
-        for value in event.summary.value:
-            kind = value.WhichOneof("value")
-            if kind == "simple_value":
-                columns.add(value.tag, step, value.simple_value)
-            elif kind == "tensor":
-                tag = value.tag
-                if value.HasField("metadata"):
-                    name = value.metadata.plugin_data.plugin_name
-                    if name:
-                        plugins[tag] = name
-                if plugins.get(tag) == SCALARS_PLUGIN:
-                    columns.add(tag, step, _scalar(value.tensor, tag, offset, path))
+    """Add every scalar of `framed`'s records to `columns`: the common one-scalar event in
+    bulk (fastpath.py), every other record through protobuf. A record that is not an
+    Event, or a scalar tensor that is not a number, raises naming its byte offset."""
+    if not framed.starts:
+        return
+    fast = simple_scalars(framed.data, framed.starts, framed.lengths)
+    for k, name in enumerate(fast.names):
+        mine = fast.tags == k
+        columns.add(name, fast.index[mine], fast.steps[mine], fast.values[mine])
+    rest = np.ones(len(framed.starts), bool)
+    rest[fast.index] = False
+    slow: dict[str, tuple[list[int], list[int], list[float]]] = {}
+    for i in np.flatnonzero(rest).tolist():
+        for tag, step, value in _event_scalars(framed, i, columns.plugins, path):
+            entry = slow.setdefault(tag, ([], [], []))
+            entry[0].append(i)
+            entry[1].append(step)
+            entry[2].append(value)
+    for tag, (index, steps, values) in slow.items():
+        columns.add(tag, np.asarray(index, np.int64), np.asarray(steps, np.int64),
+                    np.asarray(values, np.float64))
+
+
+def _event_scalars(
+    framed: Framed, i: int, plugins: dict[str, str], path: str
+) -> list[tuple[str, int, float]]:
+    try:
+        event = Event.FromString(framed.payload(i))
+    except Exception as exc:  # protobuf's DecodeError; the record passed its CRC
+        raise RecordError(
+            f"byte offset {framed.offset(i)}: record is not a TensorBoard Event ({exc})",
+            file=path,
+        ) from None
+    out: list[tuple[str, int, float]] = []
+    step = event.step
+    for value in event.summary.value:  # empty for file_version, graphs, session logs
+        kind = value.WhichOneof("value")
+        if kind == "simple_value":
+            out.append((value.tag, step, value.simple_value))
+        elif kind == "tensor":
+            tag = value.tag
+            if value.HasField("metadata") and value.metadata.plugin_data.plugin_name:
+                plugins[tag] = value.metadata.plugin_data.plugin_name
+            if plugins.get(tag) == SCALARS_PLUGIN:
+                out.append((tag, step, _scalar(value.tensor, tag, framed.offset(i), path)))
+    return out
 
 
 def _scalar(tensor: object, tag: str, offset: int, path: str) -> float:

@@ -23,7 +23,7 @@ _MASK_DELTA = 0xA282EAD8
 MAX_RECORD_BYTES = 1 << 30
 
 
-def crc32c_function() -> Callable[[bytes | memoryview], int]:
+def crc32c_function() -> Callable[[bytes], int]:
     try:
         import google_crc32c
     except ImportError:
@@ -45,27 +45,45 @@ def masked(crc: int) -> int:
 
 @dataclass
 class Framed:
-    """The complete records of a byte range: payload slices, where each began, where the
-    complete part ends, and how many bytes of an incomplete record follow it."""
+    """The complete records of `data` (a file's bytes from `base`): where each payload
+    starts in `data` and its length, where the complete part ends (a file offset), and how
+    many bytes of an incomplete record follow it."""
 
-    payloads: list[bytes]
-    offsets: list[int]
+    data: bytes
+    base: int
+    starts: list[int]
+    lengths: list[int]
     end: int
     pending: int
+
+    def payload(self, i: int) -> bytes:
+        start = self.starts[i]
+        return self.data[start : start + self.lengths[i]]
+
+    def offset(self, i: int) -> int:
+        """The file offset of record `i` (its header)."""
+        return self.base + self.starts[i] - 12
 
 
 def frame(data: bytes, base: int, path: str) -> Framed:
     """Split `data` (the file's bytes from offset `base`) into verified records."""
-    crc = crc32c_function()
-    view = memoryview(data)
+    crc = crc32c_function()  # takes bytes only: payload slices are copies
     size = len(data)
-    payloads: list[bytes] = []
-    offsets: list[int] = []
+    starts: list[int] = []
+    lengths: list[int] = []
+    # Records of one tag have one length, so the header CRC repeats: check it once per
+    # length, comparing the stored CRC with the one computed for the same 8 bytes before.
+    header_crcs: dict[int, int] = {}
     pos = 0
     unpack_header, unpack_footer = _HEADER.unpack_from, _FOOTER.unpack_from
+    add_start, add_length = starts.append, lengths.append
     while size - pos >= 12:
         length, length_crc = unpack_header(data, pos)
-        if masked(crc(data[pos : pos + 8])) != length_crc:
+        known = header_crcs.get(length)
+        if known is None:
+            c = crc(data[pos : pos + 8])
+            known = header_crcs[length] = (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+        if known != length_crc:
             raise RecordError(
                 f"byte offset {base + pos}: corrupt record header (length CRC mismatch)", file=path
             )
@@ -73,16 +91,17 @@ def frame(data: bytes, base: int, path: str) -> Framed:
             raise RecordError(
                 f"byte offset {base + pos}: record length {length} is not plausible", file=path
             )
-        end = pos + 12 + length + 4
+        start = pos + 12
+        end = start + length + 4
         if end > size:
             break
-        payload = data[pos + 12 : pos + 12 + length]
-        if masked(crc(payload)) != unpack_footer(data, end - 4)[0]:
+        c = crc(data[start : start + length])
+        if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != unpack_footer(data, end - 4)[0]:
             raise RecordError(
                 f"byte offset {base + pos}: corrupt record ({length} bytes, data CRC mismatch)",
                 file=path,
             )
-        payloads.append(payload)
-        offsets.append(base + pos)
+        add_start(start)
+        add_length(length)
         pos = end
-    return Framed(payloads, offsets, base + pos, size - pos)
+    return Framed(data, base, starts, lengths, base + pos, size - pos)

@@ -110,10 +110,8 @@ class TensorBoardSource(LiveSource):
         for path in self.files():
             self._read_new(path, columns)
         series = {
-            tag: merge_chunks(
-                tag, [(columns.steps[tag], columns.values[tag])], STEP_KEY
-            )
-            for tag in sorted(columns.steps)
+            tag: merge_chunks(tag, [columns.series(tag)], STEP_KEY)
+            for tag in sorted(columns.chunks)
         }
         return Poll(series=series, run=self._run(), ended=False, points=columns.points)
 
