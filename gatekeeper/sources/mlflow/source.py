@@ -9,7 +9,8 @@ status the run state (FAILED/KILLED cannot pass by default).
 A poll asks for the run once (status, params, each metric's latest point) and then only for
 the metrics whose latest point moved, resuming each history at the server's own page token:
 requests are O(changed metrics + new points / page), whatever the history's length. The
-history is ordered by timestamp, so a point logged later with an older timestamp is missed.
+history is ordered by timestamp: a point logged later with an older timestamp shifts it, and
+a poll that sees this raises instead of guessing which points are new.
 """
 
 from __future__ import annotations
@@ -146,6 +147,15 @@ class MlflowSource(LiveSource):
             if page.next_token:
                 token, seen = page.next_token, 0
                 continue
+            if not any(p.step == latest.step and p.timestamp == latest.timestamp for p in out):
+                # the latest point moved, so it is new and must be in the tail just read;
+                # if not, a point was logged with an older timestamp and shifted the order
+                raise SourceError(
+                    f"{self.spec}: metric {key!r}: a point was logged with a timestamp older "
+                    f"than points already read (latest is step {latest.step}); MLflow orders "
+                    "a history by timestamp, so the new points cannot be told apart: "
+                    "judge the run whole with `gatekeeper check`"
+                )
             cur.update(token=token, seen=len(page.points), latest=mark)
             return out
 

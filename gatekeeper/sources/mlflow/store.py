@@ -9,6 +9,7 @@ decoder serves both backends.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from gatekeeper.errors import SourceError, SourceNotFound
@@ -31,6 +32,10 @@ def _mlflow() -> Any:
 class StoreClient:
     def __init__(self, tracking_uri: str):
         mlflow = _mlflow()
+        if tracking_uri.startswith("file:"):
+            # mlflow 3 refuses file stores unless opted in; the user named one explicitly,
+            # and gatekeeper only reads it (and tags runs with --annotate).
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.uri = tracking_uri
         self.requests = 0
         self.client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
