@@ -7,6 +7,7 @@ from gatekeeper.sources.base import LiveSource, RunOverrides, Source
 from gatekeeper.sources.jsonl_source import JsonlSource
 from gatekeeper.sources.live_jsonl import LiveJsonlSource
 from gatekeeper.sources.mlflow import MlflowSource
+from gatekeeper.sources.prometheus import PrometheusSource
 from gatekeeper.sources.tensorboard import TensorBoardSource
 from gatekeeper.sources.wandb_api import WandbApiSource
 from gatekeeper.sources.wandb_local import WandbLocalSource
@@ -16,6 +17,7 @@ from gatekeeper.sources.wandb_local import WandbLocalSource
 SOURCE_KINDS: list[type[Source]] = [
     TensorBoardSource,
     MlflowSource,
+    PrometheusSource,
     WandbApiSource,
     WandbLocalSource,
     JsonlSource,
