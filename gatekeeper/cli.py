@@ -190,6 +190,7 @@ EXTENSIONS: list[Callable[[Any], None]] = []
 import gatekeeper.commands.serve  # noqa: E402,F401 - registers `serve` in EXTENSIONS
 import gatekeeper.commands.history  # noqa: E402,F401 - `history`, check --history
 import gatekeeper.commands.live  # noqa: E402,F401 - `watch`, `run`
+import gatekeeper.commands.sources  # noqa: E402,F401 - `sources`
 
 
 def main(argv: Sequence[str] | None = None) -> int:

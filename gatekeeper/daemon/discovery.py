@@ -26,12 +26,18 @@ def lister(target: Target) -> Lister:
     if target.glob is not None:
         pattern = target.glob
         return lambda: sorted(glob.glob(pattern))
+    family = next((f for f in target.family_filters() if f is not None), None)
+    if family is not None:
+        return family.runs  # type: ignore[no-any-return]
     assert target.wandb is not None
     wb = target.wandb
     return lambda: wandb_runs(wb)
 
 
 def describe(target: Target) -> str:
+    family = next((f for f in target.family_filters() if f is not None), None)
+    if family is not None:
+        return str(family.describe())
     if target.wandb is not None:
         w = target.wandb
         tags = f", tags any of {', '.join(w.tags)}" if w.tags else ""

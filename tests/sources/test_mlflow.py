@@ -172,3 +172,18 @@ def test_run_stops_when_a_bad_point_is_logged(mlflow_server: MlflowServer, tmp_p
     assert stopped["rule"] == "ml/loss-bounded" and stopped["step"] == 5
     history = client.get_metric_history(rid, "train/loss")
     assert len(history) < 300
+
+
+def test_daemon_discovery_lists_running_runs_with_the_tags(mlflow_server: MlflowServer) -> None:
+    from gatekeeper.sources.mlflow.discover import MlflowFilter
+
+    client = mlflow_server.client()
+    running = _log_run(client, "discover", [1.0], status=None)
+    _log_run(client, "discover", [1.0])  # finished: not listed
+    other = client.create_run(client.get_experiment_by_name("discover").experiment_id,
+                              tags={"team": "vision"})
+    found = MlflowFilter(
+        tracking_uri=mlflow_server.url, experiments=["discover"], tags={"team": "rl"}
+    ).runs()
+    assert found == [f"mlflow+{mlflow_server.url}/runs/{running}"]
+    assert other.info.run_id not in "".join(found)

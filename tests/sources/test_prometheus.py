@@ -162,3 +162,15 @@ def test_live_poll_reads_only_samples_scraped_since_the_last_poll(prom: Prom) ->
             steps, new = s.steps.tolist(), [v for v in s.values.tolist() if v != 1.0]
     assert new and all(v != v for v in new)  # NaN scraped, read as NaN
     assert steps[0] >= len(seen)  # indices continue where the last poll stopped
+
+
+def test_daemon_discovery_lists_one_run_per_label_value(prom: Prom) -> None:
+    from gatekeeper.sources.prometheus.discover import PrometheusFilter
+
+    found = PrometheusFilter(
+        url=prom.url, selector="{__name__=\"gpu_util\"}", start=str(T0 - 60)
+    ).runs()
+    assert len(found) == 2 and all(s.startswith(f"prom+{prom.url}?selector=") for s in found)
+    runs = {open_source(s).read().name: open_source(s).read() for s in found}
+    assert sorted(runs) == ["bad", "good"]
+    assert runs["good"].series['gpu_util{gpu="0"}'].values.tolist() == GOOD
