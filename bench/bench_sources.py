@@ -8,8 +8,13 @@ TensorBoard: writes (with tensorboardX, a real writer) one event file of `--tags
   - tensorboard's `EventAccumulator(size_guidance={'scalars': 0})` (keeps every scalar).
 Targets (issue 15): gatekeeper >= 10x faster than EventAccumulator, <= 3x the raw scan.
 
+MLflow (`--mlflow URI`, a running `mlflow server`): logs `--runs` runs of `--points` points,
+then counts the requests of a poll of every run: per run (`MlflowSource.poll`, what the
+daemon does for each watched run) and experiment-wide (`ExperimentPoller`, one run search).
+
 Usage: python bench/bench_sources.py [--tags 50] [--steps 20000] [--image-mb 50]
-       [--skip-accumulator]
+       [--skip-accumulator] [--dir DIR]
+       python bench/bench_sources.py --mlflow http://127.0.0.1:5000 [--runs 1000]
 """
 
 from __future__ import annotations
@@ -110,7 +115,14 @@ def main() -> int:
     ap.add_argument("--image-mb", type=int, default=50)
     ap.add_argument("--skip-accumulator", action="store_true")
     ap.add_argument("--dir", default=None, help="reuse/keep the event file here")
+    ap.add_argument("--mlflow", metavar="URI", help="only the MLflow poll bench, on this server")
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--points", type=int, default=100)
+    ap.add_argument("--changed", type=int, default=10)
     args = ap.parse_args()
+    if args.mlflow:
+        bench_mlflow(args.mlflow, args.runs, args.points, args.changed)
+        return 0
     directory = args.dir or tempfile.mkdtemp(prefix="bench-tb-")
     found = glob.glob(os.path.join(directory, "events.out.tfevents.*"))
     start = time.perf_counter()
@@ -133,6 +145,49 @@ def main() -> int:
         print(f"EventAccumulator       {t_acc:7.2f}s   ({n:,} scalars kept) "
               f"-> gatekeeper is {t_acc / t_gk:.1f}x faster")
     return 0
+
+
+
+def bench_mlflow(uri: str, runs: int, points: int, changed: int) -> None:
+    """Requests of one poll of a `runs`-run experiment, per run and experiment-wide."""
+    import time as _time
+
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    from gatekeeper.sources.mlflow.experiment import ExperimentPoller
+    from gatekeeper.sources.mlflow.rest import RestClient
+    from gatekeeper.sources.mlflow.source import MlflowSource, source_for
+
+    client = MlflowClient(uri)
+    exp = client.create_experiment(f"bench-{int(_time.time())}")
+    start = _time.perf_counter()
+    ids = []
+    for i in range(runs):
+        rid = client.create_run(exp, run_name=f"run-{i}").info.run_id
+        now = int(_time.time() * 1000) - points
+        client.log_batch(rid, metrics=[Metric("train/loss", 1.0, now + s, s) for s in range(points)])
+        ids.append(rid)
+    print(f"mlflow: logged {runs} runs x {points} points in {_time.perf_counter() - start:.0f}s")
+    rest = RestClient(uri)
+    per_run = [MlflowSource(source_for(uri, rid), client=rest) for rid in ids]
+    poller = ExperimentPoller(uri, [exp], client=RestClient(uri))
+
+    def poll_all() -> tuple[int, int, int, int]:
+        before_a, before_b = rest.requests, poller.client.requests
+        got_a = sum(src.poll().points for src in per_run)
+        got_b = sum(p.points for p in poller.poll().values())
+        return rest.requests - before_a, got_a, poller.client.requests - before_b, got_b
+
+    for label in ("first poll (whole history)", "quiet poll (nothing new)"):
+        a, pa, b, pb = poll_all()
+        print(f"{label:34} per-run: {a:5} requests, {pa:7} points | "
+              f"experiment: {b:5} requests, {pb:7} points")
+    for rid in ids[:changed]:
+        client.log_metric(rid, "train/loss", 0.5, step=points)
+    a, pa, b, pb = poll_all()
+    print(f"{f'{changed} runs with a new point':34} per-run: {a:5} requests, {pa:7} points | "
+          f"experiment: {b:5} requests, {pb:7} points")
 
 
 if __name__ == "__main__":

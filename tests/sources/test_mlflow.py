@@ -187,3 +187,26 @@ def test_daemon_discovery_lists_running_runs_with_the_tags(mlflow_server: Mlflow
     ).runs()
     assert found == [f"mlflow+{mlflow_server.url}/runs/{running}"]
     assert other.info.run_id not in "".join(found)
+
+
+def test_experiment_poll_costs_one_search_plus_one_request_per_changed_metric(
+    mlflow_server: MlflowServer,
+) -> None:
+    from gatekeeper.sources.mlflow.experiment import ExperimentPoller
+
+    client = mlflow_server.client()
+    ids = [_log_run(client, "fleet", [1.0, 0.5], status=None) for _ in range(12)]
+    exp = client.get_experiment_by_name("fleet").experiment_id
+    poller = ExperimentPoller(mlflow_server.url, [exp])
+    first = poller.poll()
+    assert len(first) == 12 and sum(p.points for p in first.values()) == 24
+    before = poller.client.requests
+    assert sum(p.points for p in poller.poll().values()) == 0
+    assert poller.client.requests - before == 1  # one run search, no history
+    client.log_metric(ids[3], "train/loss", 9.0, step=2)
+    before = poller.client.requests
+    polls = poller.poll()
+    assert poller.client.requests - before == 2
+    changed = {k: p for k, p in polls.items() if p.points}
+    assert list(changed) == [f"mlflow+{mlflow_server.url}/runs/{ids[3]}"]
+    assert changed[list(changed)[0]].series["train/loss"].values.tolist() == [9.0]

@@ -100,7 +100,10 @@ class MlflowSource(LiveSource):
         return poll.run
 
     def poll(self) -> Poll:
-        info = self.client.get_run(self.run_id)
+        return self.poll_info(self.client.get_run(self.run_id))
+
+    def poll_info(self, info: RunInfo) -> Poll:
+        """A poll from the run as already fetched (one run search serves many runs)."""
         series: dict[str, Series] = {}
         for key in sorted(info.latest):
             points = self._new_points(key, info.latest[key])
