@@ -166,7 +166,8 @@ def bench_mlflow(uri: str, runs: int, points: int, changed: int) -> None:
     for i in range(runs):
         rid = client.create_run(exp, run_name=f"run-{i}").info.run_id
         now = int(_time.time() * 1000) - points
-        client.log_batch(rid, metrics=[Metric("train/loss", 1.0, now + s, s) for s in range(points)])
+        metrics = [Metric("train/loss", 1.0, now + s, s) for s in range(points)]
+        client.log_batch(rid, metrics=metrics)
         ids.append(rid)
     print(f"mlflow: logged {runs} runs x {points} points in {_time.perf_counter() - start:.0f}s")
     rest = RestClient(uri)

@@ -41,7 +41,9 @@ class Prom:
 def _openmetrics() -> str:
     lines = ["# TYPE gpu_util gauge"]
     for run, values in (("good", GOOD), ("bad", BAD)):
-        lines += [f'gpu_util{{run="{run}",gpu="0"}} {v} {T0 + 15 * i}' for i, v in enumerate(values)]
+        lines += [
+            f'gpu_util{{run="{run}",gpu="0"}} {v} {T0 + 15 * i}' for i, v in enumerate(values)
+        ]
     return "\n".join(lines + ["# EOF", ""])
 
 

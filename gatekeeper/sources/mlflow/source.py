@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
+
 from gatekeeper.errors import SourceError, UsageError
 from gatekeeper.model import Run, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
@@ -110,7 +112,10 @@ class MlflowSource(LiveSource):
             if points:
                 series[key] = merge_chunks(
                     key,
-                    [([p.step for p in points], [p.value for p in points])],
+                    [(
+                        np.fromiter((p.step for p in points), np.int64, len(points)),
+                        np.fromiter((p.value for p in points), np.float64, len(points)),
+                    )],
                     STEP_KEY,
                 )
         run = self._run(info)

@@ -95,7 +95,9 @@ class StoreClient:
             if name.isdigit():
                 ids.append(name)
                 continue
-            exp = self._guard(f"experiment {name!r}", lambda n=name: self.client.get_experiment_by_name(n))
+            exp = self._guard(
+                f"experiment {name!r}", lambda n=name: self.client.get_experiment_by_name(n)
+            )
             if exp is None:
                 raise SourceNotFound(f"{self.uri}: experiment {name!r} not found")
             ids.append(str(exp.experiment_id))
@@ -103,7 +105,9 @@ class StoreClient:
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         for key, value in tags.items():
-            self._guard(f"tag run {run_id}", lambda k=key, v=value: self.client.set_tag(run_id, k, v))
+            self._guard(
+                f"tag run {run_id}", lambda k=key, v=value: self.client.set_tag(run_id, k, v)
+            )
 
     def put_artifact(self, run: RunInfo, name: str, body: bytes) -> bool:
         self._guard(

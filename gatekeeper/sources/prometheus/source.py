@@ -24,8 +24,10 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import numpy as np
+
 from gatekeeper.errors import SourceError, UsageError
-from gatekeeper.model import Run, Series, merge_chunks
+from gatekeeper.model import Run, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.prometheus.api import PrometheusApi
 
@@ -140,11 +142,13 @@ class PrometheusSource(LiveSource):
             upper -= self.prom.resolution  # the newest grid point may still change
         if self.prom.end is not None:
             upper = min(upper, self.prom.end)
-        found: dict[str, list[tuple[list[int], list[float]]]] = {}
+        found: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         if upper > self._done:
             read = self._raw if self.prom.selector is not None else self._grid
             for name, steps, values in read(self._done, upper):
-                found.setdefault(name, []).append((steps, values))
+                found.setdefault(name, []).append(
+                    (np.asarray(steps, np.int64), np.asarray(values, np.float64))
+                )
             self._done = upper
         series = {n: merge_chunks(n, parts, self.step_key) for n, parts in sorted(found.items())}
         ended = self.prom.end is not None and self._done >= self.prom.end
@@ -182,7 +186,9 @@ class PrometheusSource(LiveSource):
             })
             for item in sorted(_matrix(data, self.spec), key=lambda r: self._name(r["metric"])):
                 name = self._name(item["metric"])
-                samples = [(float(t), v) for t, v in item.get("values") or [] if lo < float(t) <= top]
+                samples = [
+                    (float(t), v) for t, v in item.get("values") or [] if lo < float(t) <= top
+                ]
                 first = self._counts.get(name, 0)
                 self._counts[name] = first + len(samples)
                 steps = [self._step(t, first + i) for i, (t, _) in enumerate(samples)]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gatekeeper.errors import RecordError
+from gatekeeper.sources.tensorboard.fastpath import simple_scalars
 from gatekeeper.sources.tensorboard.proto import (
     DT_BFLOAT16,
     DT_DOUBLE,
@@ -25,7 +26,6 @@ from gatekeeper.sources.tensorboard.proto import (
     DT_INT64,
     Event,
 )
-from gatekeeper.sources.tensorboard.fastpath import simple_scalars
 from gatekeeper.sources.tensorboard.records import Framed
 
 SCALARS_PLUGIN = "scalars"

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from gatekeeper.errors import RecordError, SourceError, SourceNotFound
-from gatekeeper.model import Run, Series, merge_chunks
+from gatekeeper.model import Run, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
 
 SCHEMES = ("tensorboard://", "tb://")
