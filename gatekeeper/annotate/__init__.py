@@ -57,6 +57,8 @@ def annotate(source: str, verdict: Verdict, report: str | None = None) -> str:
         from gatekeeper.sources.mlflow.annotate import annotate_run
 
         return annotate_run(source, verdict, report)
+    if source.startswith(("tensorboard://", "tb://")):  # a local run directory too
+        source = source.split("://", 1)[1]
     path = source.removeprefix("file://")
     if "://" in source and not source.startswith("file://"):
         raise UsageError(

@@ -205,3 +205,12 @@ def test_bulk_decoder_agrees_with_protobuf_on_every_point(tmp_path: Path, monkey
         assert fast[tag].steps.tolist() == slow[tag].steps.tolist()
         np.testing.assert_array_equal(fast[tag].values, slow[tag].values)
     assert fast["a"].steps.tolist() == [0, 1, 127, 128, 300, 2**20, 2**40]
+
+
+def test_annotate_writes_the_verdict_into_the_run_directory(tmp_path: Path) -> None:
+    _write(tmp_path / "run", [1.0, 9.0])
+    proc = gatekeeper("check", f"tb://{tmp_path / 'run'}", "-p", str(_policy(tmp_path)),
+                      "--annotate")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    written = json.loads((tmp_path / "run" / "gatekeeper-verdict.json").read_text())
+    assert written["tag"] == "gate:fail"
