@@ -210,3 +210,17 @@ def test_experiment_poll_costs_one_search_plus_one_request_per_changed_metric(
     changed = {k: p for k, p in polls.items() if p.points}
     assert list(changed) == [f"mlflow+{mlflow_server.url}/runs/{ids[3]}"]
     assert changed[list(changed)[0]].series["train/loss"].values.tolist() == [9.0]
+
+
+def test_credentials_never_reach_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gatekeeper.errors import SourceError
+    from tests.daemon.harness import free_port
+
+    monkeypatch.setenv("GATEKEEPER_MLFLOW_RETRY_SECONDS", "1")
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok-s3cr3t")
+    src = open_source(f"mlflow+http://bob:pa55word@127.0.0.1:{free_port()}/runs/abc")
+    with pytest.raises(SourceError) as err:
+        src.read()
+    text = str(err.value)
+    assert "127.0.0.1" in text and "pa55word" not in text and "s3cr3t" not in text
+    assert "bob" not in text

@@ -67,6 +67,15 @@ def open_client(tracking_uri: str) -> TrackingClient:
     return StoreClient(tracking_uri)
 
 
+def public_uri(uri: str) -> str:
+    """The URI without a `user:password@` part."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return uri
+    host, slash, path = rest.partition("/")
+    return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
+
+
 def source_for(tracking_uri: str, run_id: str) -> str:
     return f"{PREFIX}{tracking_uri.rstrip('/')}/runs/{run_id}"
 
@@ -80,6 +89,8 @@ class MlflowSource(LiveSource):
     def __init__(self, spec: str, client: TrackingClient | None = None):
         super().__init__(spec)
         self.tracking_uri, self.run_id = parse_spec(spec)
+        # what messages and reports show: never a user:password@ from the URI
+        self.shown = source_for(public_uri(self.tracking_uri), self.run_id)
         self._client = client
         self._cursors: dict[str, dict[str, Any]] = {}
 
@@ -128,7 +139,7 @@ class MlflowSource(LiveSource):
     def restore(self, cursor: dict[str, Any]) -> None:
         if cursor.get("version") != _CURSOR_VERSION:
             raise SourceError(
-                f"{self.spec}: saved cursor version {cursor.get('version')!r} is not "
+                f"{self.shown}: saved cursor version {cursor.get('version')!r} is not "
                 f"{_CURSOR_VERSION}; drop the saved position to re-read the run"
             )
         self._cursors = {k: dict(v) for k, v in cursor.get("metrics", {}).items()}
@@ -148,7 +159,7 @@ class MlflowSource(LiveSource):
             page = self.client.history_page(self.run_id, key, token)
             if seen > len(page.points):
                 raise SourceError(
-                    f"{self.spec}: metric {key!r} lost points already read (page holds "
+                    f"{self.shown}: metric {key!r} lost points already read (page holds "
                     f"{len(page.points)}, {seen} were read); was the run rewritten?"
                 )
             out.extend(page.points[seen:])
@@ -159,7 +170,7 @@ class MlflowSource(LiveSource):
                 # the latest point moved, so it is new and must be in the tail just read;
                 # if not, a point was logged with an older timestamp and shifted the order
                 raise SourceError(
-                    f"{self.spec}: metric {key!r}: a point was logged with a timestamp older "
+                    f"{self.shown}: metric {key!r}: a point was logged with a timestamp older "
                     f"than points already read (latest is step {latest.step}); MLflow orders "
                     "a history by timestamp, so the new points cannot be told apart: "
                     "judge the run whole with `gatekeeper check`"
@@ -175,7 +186,7 @@ class MlflowSource(LiveSource):
         )
         return Run(
             name=info.name,
-            source=self.spec,
+            source=self.shown,
             tags=tags,
             config={k: param_value(v) for k, v in info.params.items()},
             state=info.state,

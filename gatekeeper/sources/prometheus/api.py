@@ -22,14 +22,19 @@ from gatekeeper.errors import SourceError, SourceUnavailable
 class PrometheusApi:
     def __init__(self, base: str):
         env = os.environ
-        self.base = base.rstrip("/")
+        parts = httpx.URL(base.rstrip("/"))
+        # credentials in the URL go to basic auth, never into a message
+        auth = (parts.username, parts.password) if parts.username else None
+        self.base = str(parts.copy_with(username=None, password=None)).rstrip("/")
         self.timeout = float(env.get("GATEKEEPER_PROMETHEUS_TIMEOUT", "20"))
         self.max_bytes = int(env.get("GATEKEEPER_PROMETHEUS_MAX_BYTES", str(64 << 20)))
         self.budget = float(env.get("GATEKEEPER_PROMETHEUS_RETRY_SECONDS", "30"))
         headers = {"User-Agent": "gatekeeper"}
         if env.get("GATEKEEPER_PROMETHEUS_TOKEN"):
             headers["Authorization"] = f"Bearer {env['GATEKEEPER_PROMETHEUS_TOKEN']}"
-        self._http = httpx.Client(base_url=self.base, headers=headers, timeout=self.timeout)
+        self._http = httpx.Client(
+            base_url=self.base, headers=headers, auth=auth, timeout=self.timeout
+        )
         self.requests = 0
 
     def get(self, path: str, params: dict[str, Any] | list[tuple[str, Any]]) -> Any:

@@ -121,6 +121,8 @@ class PrometheusSource(LiveSource):
     def __init__(self, spec: str, api: PrometheusApi | None = None):
         super().__init__(spec)
         self.prom = parse_spec(spec, time.time())
+        # what messages and reports show: never a user:password@ from the URL
+        self.shown = spec.replace(self.prom.base, self.api_base(), 1) if "@" in spec else spec
         self.api = api or PrometheusApi(self.prom.base)
         self._start = self.prom.start
         self._done = self._start  # everything at or before this time has been read
@@ -129,6 +131,10 @@ class PrometheusSource(LiveSource):
     @classmethod
     def accepts(cls, spec: str) -> bool:
         return spec.startswith(SCHEMES)
+
+    def api_base(self) -> str:
+        scheme, _, rest = self.prom.base.partition("://")
+        return f"{scheme}://{rest.rpartition('@')[2]}"
 
     def read(self) -> Run:
         self._done, self._counts = self._start, {}
@@ -166,7 +172,7 @@ class PrometheusSource(LiveSource):
     def restore(self, cursor: dict[str, Any]) -> None:
         if cursor.get("version") != _CURSOR_VERSION:
             raise SourceError(
-                f"{self.spec}: saved cursor version {cursor.get('version')!r} is not "
+                f"{self.shown}: saved cursor version {cursor.get('version')!r} is not "
                 f"{_CURSOR_VERSION}; drop the saved position to re-read the run"
             )
         self._start = float(cursor["start"])
@@ -184,7 +190,7 @@ class PrometheusSource(LiveSource):
             data = self.api.get("/api/v1/query", {
                 "query": f"{self.prom.selector}[{window_ms}ms]", "time": f"{top:.3f}",
             })
-            for item in sorted(_matrix(data, self.spec), key=lambda r: self._name(r["metric"])):
+            for item in sorted(_matrix(data, self.shown), key=lambda r: self._name(r["metric"])):
                 name = self._name(item["metric"])
                 samples = [
                     (float(t), v) for t, v in item.get("values") or [] if lo < float(t) <= top
@@ -208,7 +214,7 @@ class PrometheusSource(LiveSource):
                 "query": self.prom.query, "start": f"{self._start + k * res:.3f}",
                 "end": f"{self._start + top * res:.3f}", "step": f"{res:g}",
             })
-            for item in _matrix(data, self.spec):
+            for item in _matrix(data, self.shown):
                 pairs = [(float(t), float(v)) for t, v in item.get("values") or []]
                 steps = [self._step(t, round((t - self._start) / res)) for t, _ in pairs]
                 out.append((self._name(item["metric"]), steps, [v for _, v in pairs]))
@@ -230,7 +236,7 @@ class PrometheusSource(LiveSource):
         started = datetime.fromtimestamp(self._start).astimezone().isoformat()
         return Run(
             name=self.prom.run,
-            source=self.spec,
+            source=self.shown,
             config={"prometheus": {"start": started, "resolution": self.prom.resolution}},
         )
 
