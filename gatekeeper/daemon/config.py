@@ -103,8 +103,8 @@ class Target(_Model):
         kinds = (self.source, self.glob, self.wandb, *self.family_filters())
         if sum(x is not None for x in kinds) != 1:
             raise ValueError(
-                "a target has exactly one of source:, glob:, wandb:, tensorboard:, mlflow: "
-                "or prometheus:"
+                "a target has exactly one of source:, glob: or wandb: (or one run filter "
+                "of another family: tensorboard:, mlflow:, prometheus:)"
             )
         return self
 
