@@ -85,3 +85,17 @@ def test_sources_command_lists_every_kind_with_an_example() -> None:
     assert proc.returncode == 0, proc.stderr
     for example in ("tensorboard://", "mlflow+http://", "prom+http://", "wandb://", ".jsonl"):
         assert example in proc.stdout
+
+
+def test_importing_the_cli_loads_no_optional_source_library() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gatekeeper.cli\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('mlflow', 'google_crc32c', 'tensorboardX', 'tensorboard', 'sqlalchemy')]\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

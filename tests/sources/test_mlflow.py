@@ -224,3 +224,39 @@ def test_credentials_never_reach_a_message(monkeypatch: pytest.MonkeyPatch) -> N
     text = str(err.value)
     assert "127.0.0.1" in text and "pa55word" not in text and "s3cr3t" not in text
     assert "bob" not in text
+
+
+def test_daemon_watches_the_running_runs_of_an_experiment_until_they_end(
+    mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    from gatekeeper.daemon.config import load_config
+    from gatekeeper.daemon.service import Daemon
+    from tests.daemon.harness import free_port
+
+    client = mlflow_server.client()
+    rid = _log_run(client, "watched", [1.0, 0.5, 8.0], status=None)
+    _policy(tmp_path)
+    (tmp_path / "gk.yaml").write_text(json.dumps({
+        "state": "state.db", "http": {"port": free_port()},
+        "poll": {"interval": 0.3, "jitter": 0, "timeout": 20, "discovery_interval": 0.5},
+        "targets": [{"mlflow": {"tracking_uri": mlflow_server.url, "experiments": ["watched"],
+                                "tags": {"team": "rl"}}, "policies": ["ml.yaml"]}],
+    }))
+    daemon = Daemon(load_config(str(tmp_path / "gk.yaml")))
+    key = f"mlflow+{mlflow_server.url}/runs/{rid}"
+    daemon.start()
+    watchers = lambda: {w.key: w for w in daemon.scheduler.snapshot()}  # noqa: E731
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+            key not in watchers() or watchers()[key].status != "fail"
+        ):
+            time.sleep(0.2)
+        assert watchers()[key].status == "fail" and watchers()[key].points == 3
+        client.set_terminated(rid, "FINISHED")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not watchers()[key].ended:
+            time.sleep(0.2)
+        assert watchers()[key].ended
+    finally:
+        daemon.stop()
