@@ -214,3 +214,17 @@ def test_annotate_writes_the_verdict_into_the_run_directory(tmp_path: Path) -> N
     assert proc.returncode == 1, proc.stdout + proc.stderr
     written = json.loads((tmp_path / "run" / "gatekeeper-verdict.json").read_text())
     assert written["tag"] == "gate:fail"
+
+
+def test_reading_in_small_chunks_gives_the_same_run(tmp_path: Path, monkeypatch) -> None:
+    import gatekeeper.sources.tensorboard.source as source
+
+    _write(tmp_path / "a", [float(i) for i in range(300)], images=True)
+    _write(tmp_path / "a", [1.0])  # a second file: record numbers continue across files
+    whole = TensorBoardSource(str(tmp_path / "a")).read().series
+    monkeypatch.setattr(source, "READ_CHUNK", 700)  # smaller than one image record
+    chunked = TensorBoardSource(str(tmp_path / "a")).read().series
+    assert sorted(whole) == sorted(chunked) == ["train/loss"]
+    assert whole["train/loss"].steps.tolist() == chunked["train/loss"].steps.tolist()
+    assert whole["train/loss"].values.tolist() == chunked["train/loss"].values.tolist()
+    assert len(whole["train/loss"]) == 301

@@ -42,6 +42,7 @@ class Columns:
     )
     plugins: dict[str, str] = field(default_factory=dict)
     points: int = 0
+    records: int = 0  # records decoded so far, across chunks and files: numbers them
 
     def add(self, tag: str, index: np.ndarray, steps: np.ndarray, values: np.ndarray) -> None:
         self.chunks.setdefault(tag, []).append((index, steps, values))
@@ -65,17 +66,19 @@ def decode(framed: Framed, columns: Columns, path: str) -> None:
     Event, or a scalar tensor that is not a number, raises naming its byte offset."""
     if not framed.starts:
         return
+    base = columns.records
+    columns.records += len(framed.starts)
     fast = simple_scalars(framed.data, framed.starts, framed.lengths)
     for k, name in enumerate(fast.names):
         mine = fast.tags == k
-        columns.add(name, fast.index[mine], fast.steps[mine], fast.values[mine])
+        columns.add(name, fast.index[mine] + base, fast.steps[mine], fast.values[mine])
     rest = np.ones(len(framed.starts), bool)
     rest[fast.index] = False
     slow: dict[str, tuple[list[int], list[int], list[float]]] = {}
     for i in np.flatnonzero(rest).tolist():
         for tag, step, value in _event_scalars(framed, i, columns.plugins, path):
             entry = slow.setdefault(tag, ([], [], []))
-            entry[0].append(i)
+            entry[0].append(base + i)
             entry[1].append(step)
             entry[2].append(value)
     for tag, (index, steps, values) in slow.items():

@@ -23,6 +23,7 @@ SCHEMES = ("tensorboard://", "tb://")
 FILE_MARK = "events.out.tfevents."
 STEP_KEY = "step"
 _CURSOR_VERSION = 1
+READ_CHUNK = 64 << 20
 _STAMP = re.compile(r"tfevents\.(\d+)")
 
 
@@ -148,16 +149,22 @@ class TensorBoardSource(LiveSource):
                         "it was replaced or truncated",
                         file=path,
                     )
-                if size == offset:
-                    return
-                fh.seek(offset)
-                data = fh.read(size - offset)
+                chunk = READ_CHUNK  # bounds memory on a first read of a large file
+                while offset < size:
+                    fh.seek(offset)
+                    want = min(size - offset, chunk)
+                    framed = frame(fh.read(want), offset, path)
+                    decode(framed, columns, path)
+                    if framed.end == offset and want < size - offset:
+                        chunk *= 2  # one record larger than the chunk: read more of it
+                        continue
+                    if framed.end == offset:
+                        break  # a partial record at the end: pending
+                    offset = framed.end
         except OSError as exc:
             raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
-        framed = frame(data, offset, path)
-        decode(framed, columns, path)
-        self._offsets[name] = framed.end
-        self._pending[name] = framed.pending
+        self._offsets[name] = offset
+        self._pending[name] = size - offset
 
     def _run(self) -> Run:
         directory = os.path.dirname(self.path) if is_event_file(self.path) else self.path
