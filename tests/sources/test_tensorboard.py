@@ -220,7 +220,12 @@ def test_reading_in_small_chunks_gives_the_same_run(tmp_path: Path, monkeypatch)
     import gatekeeper.sources.tensorboard.source as source
 
     _write(tmp_path / "a", [float(i) for i in range(300)], images=True)
-    _write(tmp_path / "a", [1.0])  # a second file: record numbers continue across files
+    # a second file (a restart): record numbers continue across files; the suffix keeps
+    # it apart from the first, which may share its start second
+    w = tensorboardX.SummaryWriter(str(tmp_path / "a"), filename_suffix=".restart")
+    w.add_scalar("train/loss", 1.0, 0)
+    w.close()
+    assert len(list((tmp_path / "a").glob("events.out.tfevents.*"))) == 2
     whole = TensorBoardSource(str(tmp_path / "a")).read().series
     monkeypatch.setattr(source, "READ_CHUNK", 700)  # smaller than one image record
     chunked = TensorBoardSource(str(tmp_path / "a")).read().series
