@@ -39,6 +39,7 @@ def _builtin_commands() -> dict[str, Callable[[Any], None]]:
         report,
         run,
         serve,
+        sources,
         suggest,
         test,
         validate,
@@ -47,7 +48,7 @@ def _builtin_commands() -> dict[str, Callable[[Any], None]]:
 
     modules = [
         check, validate, checks, serve, history, watch, run, test, export, suggest,
-        import_recipe, lint, report,
+        import_recipe, lint, report, sources,
     ]
     return {m.__name__.rsplit(".", 1)[1].replace("_", "-"): m.register for m in modules}
 

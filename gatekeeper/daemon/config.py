@@ -25,6 +25,9 @@ from pydantic import (
 from ruamel.yaml.comments import CommentedMap
 
 from gatekeeper.errors import ConfigError, PolicyError
+from gatekeeper.sources.mlflow.discover import MlflowFilter
+from gatekeeper.sources.prometheus.discover import PrometheusFilter
+from gatekeeper.sources.tensorboard.discover import TensorBoardFilter
 from gatekeeper.yamlfile import display_path, line_of, plain, read_yaml, validation_error
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -84,21 +87,33 @@ class WandbFilter(_Model):
 
 
 class Target(_Model):
-    """What to watch: one `source`, every run matching `glob`, or a `wandb` project filter."""
+    """What to watch: one `source`, every run matching `glob`, or a run filter of a source
+    family (`wandb`, `tensorboard`, `mlflow`, `prometheus`)."""
 
     name: str | None = None
     source: str | None = None
     glob: str | None = None
     wandb: WandbFilter | None = None
+    tensorboard: TensorBoardFilter | None = None
+    mlflow: MlflowFilter | None = None
+    prometheus: PrometheusFilter | None = None
     policies: list[str] = Field(min_length=1)
     interval: PositiveDuration | None = None
     tags: list[str] = []  # added to every run of this target
 
     @model_validator(mode="after")
     def _one_kind(self) -> Target:
-        if sum(x is not None for x in (self.source, self.glob, self.wandb)) != 1:
-            raise ValueError("a target has exactly one of source:, glob: or wandb:")
+        kinds = (self.source, self.glob, self.wandb, *self.family_filters())
+        if sum(x is not None for x in kinds) != 1:
+            raise ValueError(
+                "a target has exactly one of source:, glob: or wandb: (or one run filter "
+                "of another family: tensorboard:, mlflow:, prometheus:)"
+            )
         return self
+
+    def family_filters(self) -> tuple[Any, ...]:
+        """The filters whose family lists its runs itself (`runs()`, `describe()`)."""
+        return (self.tensorboard, self.mlflow, self.prometheus)
 
 
 class Notifier(_Model):
@@ -253,6 +268,9 @@ def _resolve(config: DaemonConfig, base: str, shown: str) -> DaemonConfig:
             update={
                 "source": at(t.source) if t.source else None,
                 "glob": at(t.glob) if t.glob else None,
+                "tensorboard": t.tensorboard.model_copy(
+                    update={"logdir": at(t.tensorboard.logdir)}
+                ) if t.tensorboard else None,
                 "policies": [at(p) for p in t.policies],
             }
         )

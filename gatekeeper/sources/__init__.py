@@ -9,14 +9,16 @@ kinds in order, and `register` adds a kind from outside (tests, plug-ins).
 from __future__ import annotations
 
 from gatekeeper.errors import UsageError
-from gatekeeper.sources import jsonl, wandb
+from gatekeeper.sources import jsonl, mlflow, prometheus, tensorboard, wandb
 from gatekeeper.sources.base import LiveSource, RunOverrides, Source, SourceFamily
 from gatekeeper.sources.jsonl import JsonlSource
 from gatekeeper.sources.plugins import with_plugins
 
 # Asked in order: a family whose SOURCE strings have a scheme or a recognisable layout
-# first (wandb), the catch-all local-path family last (jsonl).
-FAMILIES: tuple[SourceFamily, ...] = (wandb.KIND, jsonl.KIND)
+# first (tensorboard://, mlflow+, prom+, wandb), the catch-all local-path family last (jsonl).
+FAMILIES: tuple[SourceFamily, ...] = (
+    tensorboard.KIND, mlflow.KIND, prometheus.KIND, wandb.KIND, jsonl.KIND
+)
 
 # Tried in order by `open_source` (remote schemes first, the catch-all local kind last).
 SOURCE_KINDS: list[type[Source]] = [kind for family in FAMILIES for kind in family.sources]

@@ -148,3 +148,9 @@ class SourceFamily:
     annotator: Annotator | None = None
     target_key: str | None = None
     discovery: Callable[[Any], Discovery] | None = None
+
+
+def filter_lists_itself(value: Any) -> Any:
+    """`SourceFamily.discovery` for a family whose daemon target filter (a pydantic model
+    with `runs()` and `describe()`) is its own Discovery."""
+    return value

@@ -1,0 +1,218 @@
+"""`RestClient`: an MLflow tracking server's REST API (`/api/2.0/mlflow/...`) over httpx.
+
+Every request is bounded: a timeout per request (GATEKEEPER_MLFLOW_TIMEOUT, default 20 s),
+a cap on the answer's size (GATEKEEPER_MLFLOW_MAX_BYTES, default 64 MiB), and transient
+failures (connection errors, 429, 5xx) retried with backoff within a total budget
+(GATEKEEPER_MLFLOW_RETRY_SECONDS, default 60 s). Credentials come from the environment as
+the MLflow client reads them (MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and
+MLFLOW_TRACKING_PASSWORD) and never appear in a message: errors show the server without
+any user:password part.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+import orjson
+
+from gatekeeper.errors import SourceError, SourceNotFound, SourceUnavailable
+from gatekeeper.sources.mlflow.client import PAGE_SIZE, Page, Point, RunInfo, number
+
+API = "/api/2.0/mlflow"
+
+
+def public_url(uri: str) -> str:
+    """The URI without credentials, for messages."""
+    parts = urlsplit(uri)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+class RestClient:
+    def __init__(self, tracking_uri: str, *, timeout: float | None = None):
+        env = os.environ
+        parts = urlsplit(tracking_uri)
+        self.base = public_url(tracking_uri)
+        self.timeout = timeout or float(env.get("GATEKEEPER_MLFLOW_TIMEOUT", "20"))
+        self.budget = float(env.get("GATEKEEPER_MLFLOW_RETRY_SECONDS", "60"))
+        self.max_bytes = int(env.get("GATEKEEPER_MLFLOW_MAX_BYTES", str(64 << 20)))
+        self.requests = 0
+        headers = {"User-Agent": "gatekeeper"}
+        auth: tuple[str, str] | None = None
+        if env.get("MLFLOW_TRACKING_TOKEN"):
+            headers["Authorization"] = f"Bearer {env['MLFLOW_TRACKING_TOKEN']}"
+        elif env.get("MLFLOW_TRACKING_USERNAME"):
+            auth = (env["MLFLOW_TRACKING_USERNAME"], env.get("MLFLOW_TRACKING_PASSWORD", ""))
+        elif parts.username:
+            auth = (parts.username, parts.password or "")
+        verify = env.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() != "true"
+        self._http = httpx.Client(
+            base_url=self.base, headers=headers, auth=auth, verify=verify,
+            timeout=httpx.Timeout(self.timeout), follow_redirects=False,
+        )
+
+    # -- the calls the source makes -----------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunInfo:
+        data = self._call("GET", "/runs/get", params={"run_id": run_id}, what=f"run {run_id}")
+        return _run_info(data.get("run") or {})
+
+    def history_page(self, run_id: str, key: str, token: str | None) -> Page:
+        params: dict[str, Any] = {"run_id": run_id, "metric_key": key, "max_results": PAGE_SIZE}
+        if token:
+            params["page_token"] = token
+        data = self._call(
+            "GET", "/metrics/get-history", params=params, what=f"history of {key!r} in {run_id}"
+        )
+        points = [
+            Point(int(m.get("step", 0)), int(m.get("timestamp", 0)), number(m.get("value")))
+            for m in data.get("metrics") or []
+        ]
+        return Page(points, data.get("next_page_token") or None)
+
+    def search_runs(self, experiment_ids: list[str], filter_string: str) -> list[RunInfo]:
+        runs: list[RunInfo] = []
+        token: str | None = None
+        while True:
+            body: dict[str, Any] = {
+                "experiment_ids": experiment_ids, "filter": filter_string, "max_results": 1000,
+            }
+            if token:
+                body["page_token"] = token
+            data = self._call("POST", "/runs/search", json=body, what="run search")
+            runs.extend(_run_info(r) for r in data.get("runs") or [])
+            token = data.get("next_page_token")
+            if not token:
+                return runs
+
+    def experiment_ids(self, names: list[str]) -> list[str]:
+        ids = []
+        for name in names:
+            if name.isdigit():
+                ids.append(name)
+                continue
+            data = self._call(
+                "GET", "/experiments/get-by-name", params={"experiment_name": name},
+                what=f"experiment {name!r}",
+            )
+            ids.append(str((data.get("experiment") or {}).get("experiment_id")))
+        return ids
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        body = {"run_id": run_id, "tags": [{"key": k, "value": v} for k, v in tags.items()]}
+        self._call("POST", "/runs/log-batch", json=body, what=f"tag run {run_id}")
+
+    def put_artifact(self, run: RunInfo, name: str, body: bytes) -> bool:
+        """Upload through the server's artifact proxy; False when the run's artifacts live
+        elsewhere (S3, a path on the server) and the server does not proxy them."""
+        prefix = "mlflow-artifacts:"
+        if not run.artifact_uri.startswith(prefix):
+            return False
+        path = urlsplit(run.artifact_uri).path.lstrip("/")
+        url = f"/api/2.0/mlflow-artifacts/artifacts/{quote(path)}/{quote(name)}"
+        self._send("PUT", url, content=body, what=f"upload {name} to run {run.run_id}")
+        return True
+
+    def run_url(self, run: RunInfo) -> str | None:
+        return f"{self.base}/#/experiments/{run.experiment_id}/runs/{run.run_id}"
+
+    # -- transport ----------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, *, what: str, **kw: Any) -> dict[str, Any]:
+        raw = self._send(method, API + path, what=what, **kw)
+        try:
+            data = orjson.loads(raw) if raw else {}
+        except orjson.JSONDecodeError:
+            raise SourceError(f"{self.base}: {what}: the answer is not JSON") from None
+        if not isinstance(data, dict):
+            raise SourceError(f"{self.base}: {what}: unexpected answer {str(data)[:100]}")
+        return data
+
+    def _send(self, method: str, url: str, *, what: str, **kw: Any) -> bytes:
+        deadline = time.monotonic() + self.budget
+        delay = 0.5
+        while True:
+            problem, wait = self._attempt(method, url, what, kw)
+            if isinstance(problem, bytes):
+                return problem
+            left = deadline - time.monotonic()
+            if left <= delay:
+                raise SourceUnavailable(
+                    f"{self.base}: {what}: still failing after {self.budget:g}s of retries: "
+                    f"{problem}; check the tracking server and retry later"
+                )
+            time.sleep(min(wait or delay, left) * random.uniform(0.8, 1.0))
+            delay = min(delay * 2, 10.0)
+
+    def _attempt(
+        self, method: str, url: str, what: str, kw: dict[str, Any]
+    ) -> tuple[bytes | str, float | None]:
+        """The body, or why this attempt failed transiently and how long to wait."""
+        self.requests += 1
+        try:
+            with self._http.stream(method, url, **kw) as resp:
+                body = self._body(resp, what)
+        except httpx.TransportError as exc:
+            return f"{type(exc).__name__}", None
+        status = resp.status_code
+        if status < 300:
+            return body, None
+        if status == 429 or status >= 500:
+            after = resp.headers.get("Retry-After", "")
+            return f"HTTP {status}", float(after) if after.isdigit() else None
+        detail = _error_text(body)
+        if status == 404 or "RESOURCE_DOES_NOT_EXIST" in detail:
+            raise SourceNotFound(f"{self.base}: {what}: not found ({detail})")
+        if status in (401, 403):
+            raise SourceError(
+                f"{self.base}: {what}: HTTP {status}, the server refused the credentials; "
+                "set MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD"
+            )
+        raise SourceError(f"{self.base}: {what}: HTTP {status} ({detail})")
+
+    def _body(self, resp: httpx.Response, what: str) -> bytes:
+        chunks, size = [], 0
+        for chunk in resp.iter_bytes():
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise SourceError(
+                    f"{self.base}: {what}: answer larger than {self.max_bytes} bytes "
+                    "(GATEKEEPER_MLFLOW_MAX_BYTES)"
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        data = orjson.loads(body)
+        return f"{data.get('error_code', '')}: {str(data.get('message', ''))[:200]}"
+    except (orjson.JSONDecodeError, AttributeError):
+        return body[:200].decode("utf-8", "replace")
+
+
+def _run_info(run: dict[str, Any]) -> RunInfo:
+    info = run.get("info") or {}
+    data = run.get("data") or {}
+    tags = {t["key"]: t.get("value", "") for t in data.get("tags") or []}
+    latest = {
+        m["key"]: Point(int(m.get("step", 0)), int(m.get("timestamp", 0)), number(m.get("value")))
+        for m in data.get("metrics") or []
+    }
+    run_id = info.get("run_id") or info.get("run_uuid") or ""
+    return RunInfo(
+        run_id=run_id,
+        name=info.get("run_name") or tags.get("mlflow.runName") or run_id,
+        status=str(info.get("status", "")),
+        experiment_id=str(info.get("experiment_id", "")),
+        artifact_uri=info.get("artifact_uri") or "",
+        params={p["key"]: p.get("value", "") for p in data.get("params") or []},
+        tags=tags,
+        latest=latest,
+    )

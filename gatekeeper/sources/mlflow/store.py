@@ -1,0 +1,120 @@
+"""`StoreClient`: a local MLflow store (`file:` / `mlruns/` file store, `sqlite:///db`),
+opened through mlflow's own store classes, so the layout and schema migrations stay
+mlflow's business. Needs the mlflow client: `pip install 'gatekeeper[mlflow]'`.
+
+Runs come back as the same protobuf messages the REST API sends (`Run.to_proto()`), so one
+decoder serves both backends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from gatekeeper.errors import SourceError, SourceNotFound
+from gatekeeper.sources.mlflow.client import PAGE_SIZE, Page, Point, RunInfo
+from gatekeeper.sources.mlflow.rest import _run_info
+
+
+def _mlflow() -> Any:
+    try:
+        import mlflow
+        from mlflow.tracking import MlflowClient  # noqa: F401
+    except ImportError:
+        raise SourceError(
+            "reading a local MLflow store needs the mlflow client: "
+            "pip install 'gatekeeper[mlflow]'"
+        ) from None
+    return mlflow
+
+
+class StoreClient:
+    def __init__(self, tracking_uri: str):
+        mlflow = _mlflow()
+        if tracking_uri.startswith("file:"):
+            # mlflow 3 refuses file stores unless opted in; the user named one explicitly,
+            # and gatekeeper only reads it (and tags runs with --annotate).
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.uri = tracking_uri
+        self.requests = 0
+        self.client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
+        # The store itself pages metric history (max_results + page_token); the client
+        # facade only offers the whole history at once.
+        self.store = self.client._tracking_client.store
+
+    def _guard(self, what: str, fn: Any) -> Any:
+        from mlflow.exceptions import MlflowException
+
+        self.requests += 1
+        try:
+            return fn()
+        except MlflowException as exc:
+            code = getattr(exc, "error_code", "")
+            if "RESOURCE_DOES_NOT_EXIST" in str(code) or "not found" in str(exc).lower():
+                raise SourceNotFound(f"{self.uri}: {what}: not found") from None
+            raise SourceError(f"{self.uri}: {what}: {str(exc)[:300]}") from None
+
+    def get_run(self, run_id: str) -> RunInfo:
+        from mlflow.utils.proto_json_utils import message_to_json
+
+        run = self._guard(f"run {run_id}", lambda: self.store.get_run(run_id))
+        return _run_info(json.loads(message_to_json(run.to_proto())))
+
+    def history_page(self, run_id: str, key: str, token: str | None) -> Page:
+        page = self._guard(
+            f"history of {key!r} in {run_id}",
+            lambda: self.store.get_metric_history(
+                run_id, key, max_results=PAGE_SIZE, page_token=token
+            ),
+        )
+        points = [Point(int(m.step), int(m.timestamp), float(m.value)) for m in page]
+        token_out = getattr(page, "token", None)
+        return Page(points, token_out.decode() if isinstance(token_out, bytes) else token_out)
+
+    def search_runs(self, experiment_ids: list[str], filter_string: str) -> list[RunInfo]:
+        from mlflow.utils.proto_json_utils import message_to_json
+
+        runs: list[RunInfo] = []
+        token = None
+        while True:
+            page = self._guard(
+                "run search",
+                lambda t=token: self.client.search_runs(
+                    experiment_ids, filter_string, max_results=1000, page_token=t
+                ),
+            )
+            runs.extend(_run_info(json.loads(message_to_json(r.to_proto()))) for r in page)
+            token = page.token
+            if not token:
+                return runs
+
+    def experiment_ids(self, names: list[str]) -> list[str]:
+        ids = []
+        for name in names:
+            if name.isdigit():
+                ids.append(name)
+                continue
+            exp = self._guard(
+                f"experiment {name!r}", lambda n=name: self.client.get_experiment_by_name(n)
+            )
+            if exp is None:
+                raise SourceNotFound(f"{self.uri}: experiment {name!r} not found")
+            ids.append(str(exp.experiment_id))
+        return ids
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        for key, value in tags.items():
+            self._guard(
+                f"tag run {run_id}", lambda k=key, v=value: self.client.set_tag(run_id, k, v)
+            )
+
+    def put_artifact(self, run: RunInfo, name: str, body: bytes) -> bool:
+        self._guard(
+            f"write {name} to run {run.run_id}",
+            lambda: self.client.log_text(run.run_id, body.decode(), name),
+        )
+        return True
+
+    def run_url(self, run: RunInfo) -> str | None:
+        return None

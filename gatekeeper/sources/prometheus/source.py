@@ -1,0 +1,248 @@
+"""`PrometheusSource`: series from a Prometheus server as one run's metrics.
+
+    prom+http://HOST:9090?selector={run="grpo-7b"}[&start=-6h][&end=...][&axis=index|time]
+    prom+http://HOST:9090?query=rate(nccl_errors_total{run="grpo-7b"}[1m])&name=nccl_errors
+        [&resolution=15s][&start=...][&end=...][&run=grpo-7b]
+
+`selector` reads every raw sample of every series it matches (an instant query of a range
+vector: no lookback fill, no resampling), one metric per series; `query` evaluates any
+PromQL on a grid of `resolution` (a range query). A series' metric name is its `__name__`
+(or `name=`), followed by `{labels}` that the selector does not fix, `job` and `instance`
+aside. Steps are the sample's index since `start` (`axis=index`, the default; on the grid
+for a query) or its Unix time in whole seconds (`axis=time`). A relative `start` (`-6h`,
+default `-24h`) is fixed when the source is opened and kept in the cursor. Prometheus runs
+carry no state; a run with an `end` ends when a poll has read past it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+
+from gatekeeper.errors import SourceError, UsageError
+from gatekeeper.model import Run, merge_chunks
+from gatekeeper.sources.base import LiveSource, Poll
+from gatekeeper.sources.prometheus.api import PrometheusApi
+
+SCHEMES = ("prom+http://", "prom+https://")
+_CURSOR_VERSION = 1
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_RAW_WINDOW = 6 * 3600.0  # seconds of raw samples asked per request
+_GRID_POINTS = 10000  # Prometheus refuses range queries over 11,000 points per series
+_KEYS = {"selector", "query", "name", "start", "end", "resolution", "axis", "run"}
+
+
+def seconds(text: str) -> float:
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise UsageError(f"expected a duration like 15s, 5m or 6h, got {text!r}")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def timestamp(text: str, now: float) -> float:
+    """Unix seconds, RFC 3339, or relative to now (`-6h`)."""
+    text = text.strip()
+    if text.startswith("-"):
+        return now - seconds(text[1:])
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise UsageError(
+            f"expected a time as Unix seconds, RFC 3339 or -6h, got {text!r}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class PromSpec:
+    base: str
+    selector: str | None
+    query: str | None
+    name: str | None
+    start: float
+    end: float | None
+    resolution: float
+    axis: str
+    run: str
+
+    def fixed_labels(self) -> set[str]:
+        return {k for k, _ in _MATCHER.findall(self.selector or self.query or "")}
+
+
+def parse_spec(spec: str, now: float) -> PromSpec:
+    url = urlsplit(spec.removeprefix("prom+"))
+    params: dict[str, str] = {}
+    for part in url.query.split("&") if url.query else []:
+        key, _, value = part.partition("=")  # PromQL may hold `=`; `+` stays a plus
+        params[unquote(key)] = unquote(value)
+    unknown = set(params) - _KEYS
+    if unknown or ("selector" in params) == ("query" in params):
+        raise UsageError(
+            f"source {spec!r}: expected prom+http://HOST:PORT?selector={{run=\"NAME\"}} or "
+            f"?query=PROMQL&name=METRIC (and start, end, resolution, axis, run)"
+            + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
+        )
+    axis = params.get("axis", "index")
+    if axis not in ("index", "time"):
+        raise UsageError(f"source {spec!r}: axis is index or time, got {axis!r}")
+    expr = params.get("selector") or params.get("query") or ""
+    run = params.get("run") or dict(_MATCHER.findall(expr)).get("run") or expr
+    return PromSpec(
+        base=f"{url.scheme}://{url.netloc}{url.path.rstrip('/')}",
+        selector=params.get("selector"),
+        query=params.get("query"),
+        name=params.get("name"),
+        start=timestamp(params.get("start", "-24h"), now),
+        end=timestamp(params["end"], now) if "end" in params else None,
+        resolution=seconds(params.get("resolution", "15s")),
+        axis=axis,
+        run=run,
+    )
+
+
+class PrometheusSource(LiveSource):
+    """Samples of the series a selector or PromQL query names, read and polled by time."""
+
+    kind = "prom+http://HOST:9090?selector={run=\"NAME\"} (or ?query=PROMQL&name=METRIC)"
+    example = 'prom+http://127.0.0.1:9090?selector={run="grpo-7b"}&start=-6h'
+
+    def __init__(self, spec: str, api: PrometheusApi | None = None):
+        super().__init__(spec)
+        self.prom = parse_spec(spec, time.time())
+        # what messages and reports show: never a user:password@ from the URL
+        self.shown = spec.replace(self.prom.base, self.api_base(), 1) if "@" in spec else spec
+        self.api = api or PrometheusApi(self.prom.base)
+        self._start = self.prom.start
+        self._done = self._start  # everything at or before this time has been read
+        self._counts: dict[str, int] = {}
+
+    @classmethod
+    def accepts(cls, spec: str) -> bool:
+        return spec.startswith(SCHEMES)
+
+    def api_base(self) -> str:
+        scheme, _, rest = self.prom.base.partition("://")
+        return f"{scheme}://{rest.rpartition('@')[2]}"
+
+    def read(self) -> Run:
+        self._done, self._counts = self._start, {}
+        poll = self.poll()
+        poll.run.series = poll.series
+        return poll.run
+
+    def poll(self) -> Poll:
+        upper = time.time()
+        if self.prom.query is not None:
+            upper -= self.prom.resolution  # the newest grid point may still change
+        if self.prom.end is not None:
+            upper = min(upper, self.prom.end)
+        found: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        if upper > self._done:
+            read = self._raw if self.prom.selector is not None else self._grid
+            for name, steps, values in read(self._done, upper):
+                found.setdefault(name, []).append(
+                    (np.asarray(steps, np.int64), np.asarray(values, np.float64))
+                )
+            self._done = upper
+        series = {n: merge_chunks(n, parts, self.step_key) for n, parts in sorted(found.items())}
+        ended = self.prom.end is not None and self._done >= self.prom.end
+        points = sum(len(s) for s in series.values())
+        return Poll(series=series, run=self._run(), ended=ended, points=points)
+
+    @property
+    def step_key(self) -> str:
+        return "time" if self.prom.axis == "time" else "sample"
+
+    def cursor(self) -> dict[str, Any]:
+        return {"version": _CURSOR_VERSION, "start": self._start, "done": self._done,
+                "counts": dict(self._counts)}
+
+    def restore(self, cursor: dict[str, Any]) -> None:
+        if cursor.get("version") != _CURSOR_VERSION:
+            raise SourceError(
+                f"{self.shown}: saved cursor version {cursor.get('version')!r} is not "
+                f"{_CURSOR_VERSION}; drop the saved position to re-read the run"
+            )
+        self._start = float(cursor["start"])
+        self._done = float(cursor["done"])
+        self._counts = {str(k): int(v) for k, v in cursor.get("counts", {}).items()}
+
+    # -- reading ------------------------------------------------------------------------
+
+    def _raw(self, lo: float, hi: float) -> list[tuple[str, list[int], list[float]]]:
+        """Raw samples with lo < t <= hi, in windows, each series' index continuing."""
+        out = []
+        while lo < hi:
+            top = min(hi, lo + _RAW_WINDOW)
+            window_ms = max(1, math.ceil((top - lo) * 1000))
+            data = self.api.get("/api/v1/query", {
+                "query": f"{self.prom.selector}[{window_ms}ms]", "time": f"{top:.3f}",
+            })
+            for item in sorted(_matrix(data, self.shown), key=lambda r: self._name(r["metric"])):
+                name = self._name(item["metric"])
+                samples = [
+                    (float(t), v) for t, v in item.get("values") or [] if lo < float(t) <= top
+                ]
+                first = self._counts.get(name, 0)
+                self._counts[name] = first + len(samples)
+                steps = [self._step(t, first + i) for i, (t, _) in enumerate(samples)]
+                out.append((name, steps, [float(v) for _, v in samples]))
+            lo = top
+        return out
+
+    def _grid(self, lo: float, hi: float) -> list[tuple[str, list[int], list[float]]]:
+        """A range query on the grid start + k * resolution, for grid times in (lo, hi]."""
+        res = self.prom.resolution
+        k = math.floor((lo - self._start) / res) + 1 if lo > self._start else 0
+        last = math.floor((hi - self._start) / res)
+        out = []
+        while k <= last:
+            top = min(last, k + _GRID_POINTS - 1)
+            data = self.api.get("/api/v1/query_range", {
+                "query": self.prom.query, "start": f"{self._start + k * res:.3f}",
+                "end": f"{self._start + top * res:.3f}", "step": f"{res:g}",
+            })
+            for item in _matrix(data, self.shown):
+                pairs = [(float(t), float(v)) for t, v in item.get("values") or []]
+                steps = [self._step(t, round((t - self._start) / res)) for t, _ in pairs]
+                out.append((self._name(item["metric"]), steps, [v for _, v in pairs]))
+            k = top + 1
+        return out
+
+    def _step(self, t: float, index: int) -> int:
+        return int(t) if self.prom.axis == "time" else index
+
+    def _name(self, labels: dict[str, str]) -> str:
+        base = self.prom.name or labels.get("__name__") or "value"
+        skip = self.prom.fixed_labels() | {"__name__", "job", "instance"}
+        rest = sorted((k, v) for k, v in labels.items() if k not in skip)
+        if not rest:
+            return base
+        return base + "{" + ",".join(f'{k}="{v}"' for k, v in rest) + "}"
+
+    def _run(self) -> Run:
+        started = datetime.fromtimestamp(self._start).astimezone().isoformat()
+        return Run(
+            name=self.prom.run,
+            source=self.shown,
+            config={"prometheus": {"start": started, "resolution": self.prom.resolution}},
+        )
+
+
+def _matrix(data: Any, spec: str) -> list[dict[str, Any]]:
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+        raise SourceError(f"{spec}: expected a matrix of series from Prometheus, got {kind}")
+    return list(data.get("result") or [])

@@ -1,0 +1,31 @@
+"""Daemon discovery of TensorBoard runs: every directory holding event files under a glob."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from pydantic import BaseModel, ConfigDict
+
+from gatekeeper.sources.tensorboard.source import event_files
+
+
+class TensorBoardFilter(BaseModel):
+    """`tensorboard: {logdir: "logs/*"}`: each match that holds event files is a run, and
+    so is each directory below a match that does (a log dir of runs, TensorBoard's way)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    logdir: str
+
+    def runs(self) -> list[str]:
+        found: set[str] = set()
+        for match in glob.glob(self.logdir):
+            if not os.path.isdir(match):
+                continue
+            for directory, _, _ in os.walk(match):
+                if event_files(directory):
+                    found.add(f"tensorboard://{os.path.normpath(directory)}")
+        return sorted(found)
+
+    def describe(self) -> str:
+        return f"TensorBoard runs under {self.logdir}"

@@ -1,0 +1,71 @@
+"""A real MLflow tracking server (sqlite backend, artifacts proxied), one per test session.
+
+Started only when a test asks for it; loopback only. mlflow's first start creates the
+schema (alembic migrations), which takes a while on a loaded machine: hence one server.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.daemon.harness import free_port
+
+
+@dataclass
+class MlflowServer:
+    url: str
+    db: Path  # the sqlite backend store, also readable as mlflow+sqlite:///...
+
+    def client(self):  # type: ignore[no-untyped-def]
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(self.url)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    pytest.importorskip("mlflow")
+    exe = Path(sys.executable).with_name("mlflow")
+    if not exe.exists() and shutil.which("mlflow") is None:
+        pytest.skip("needs the mlflow server: pip install mlflow")
+    tmp = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    db = tmp / "mlflow.db"
+    log = open(tmp / "server.log", "wb")
+    proc = subprocess.Popen(
+        [str(exe if exe.exists() else shutil.which("mlflow")), "server",
+         "--backend-store-uri", f"sqlite:///{db}", "--artifacts-destination", str(tmp / "art"),
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240  # schema migrations on a loaded 2-core machine
+    try:
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"mlflow server did not start: {(tmp / 'server.log').read_text()[-2000:]}"
+                )
+            time.sleep(0.5)
+        yield MlflowServer(url, db)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

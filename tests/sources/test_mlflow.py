@@ -1,0 +1,262 @@
+"""MLflow runs logged through the real mlflow client (3.x) to a real tracking server
+(`mlflow server`, sqlite backend, started by conftest.py), read over REST, from the server's
+sqlite store directly, and from a file store (`mlruns/`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gatekeeper.errors import UsageError
+from gatekeeper.sources import open_live_source, open_source
+from gatekeeper.sources.mlflow import MlflowSource
+from gatekeeper.sources.mlflow.source import parse_spec
+from tests.helpers import gatekeeper, write_policy
+from tests.sources.conftest import MlflowServer
+
+pytest.importorskip("mlflow")
+WRITER = str(Path(__file__).with_name("mlflow_writer.py"))
+
+
+def _log_run(client, experiment: str, losses: list[float], status: str | None = "FINISHED",
+             **params: str) -> str:  # type: ignore[no-untyped-def]
+    from mlflow.entities import Metric, Param
+
+    try:
+        exp = client.create_experiment(experiment)
+    except Exception:
+        exp = client.get_experiment_by_name(experiment).experiment_id
+    run = client.create_run(exp, run_name="grpo-7b", tags={"team": "rl"})
+    start = int(time.time() * 1000) - len(losses)  # one point a millisecond, up to now
+    metrics = [Metric("train/loss", v, start + i, i) for i, v in enumerate(losses)]
+    client.log_batch(run.info.run_id, metrics=metrics,
+                     params=[Param(k, v) for k, v in params.items()])
+    if status:
+        client.set_terminated(run.info.run_id, status)
+    return run.info.run_id
+
+
+def _policy(tmp: Path) -> Path:
+    return write_policy(
+        tmp / "ml.yaml",
+        """
+        version: 1
+        name: ml
+        rules:
+          - id: loss-bounded
+            metric: train/loss
+            check: {max: 2.0}
+        """,
+    )
+
+
+def _check(tmp: Path, source: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = tmp / "verdict.json"
+    proc = gatekeeper("check", source, "-p", str(_policy(tmp)), "--json", str(out), *extra)
+    return proc, (json.loads(out.read_text()) if out.exists() else {})
+
+
+def _result(verdict: dict) -> dict:
+    return next(r for r in verdict["results"] if r["rule"] == "loss-bounded")
+
+
+def test_source_forms() -> None:
+    assert parse_spec("mlflow+http://127.0.0.1:5000/runs/abc") == ("http://127.0.0.1:5000", "abc")
+    assert parse_spec("mlflow+sqlite:////x/mlflow.db/runs/abc") == ("sqlite:////x/mlflow.db", "abc")
+    with pytest.raises(UsageError, match="Databricks"):
+        parse_spec("mlflow+databricks://profile/runs/abc")
+    with pytest.raises(UsageError, match="expected mlflow"):
+        parse_spec("mlflow+http://127.0.0.1:5000/abc")
+
+
+def test_server_run_healthy_passes_broken_fails_at_its_step(
+    mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    client = mlflow_server.client()
+    good = _log_run(client, "verdicts", [1.0, 0.5, 0.25], lora_rank="8")
+    bad = _log_run(client, "verdicts", [1.0, 0.5, 7.5, 0.2])
+    proc, verdict = _check(tmp_path, f"mlflow+{mlflow_server.url}/runs/{good}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert verdict["run"]["state"] == "finished" and verdict["run"]["name"] == "grpo-7b"
+    proc, verdict = _check(tmp_path, f"mlflow+{mlflow_server.url}/runs/{bad}")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    res = _result(verdict)
+    assert res["status"] == "fail" and res["step"] == 2 and res["value"] == 7.5
+    run = open_source(f"mlflow+{mlflow_server.url}/runs/{good}").read()
+    assert run.config == {"lora_rank": 8} and "team:rl" in run.tags
+
+
+def test_nan_is_an_error_at_its_step_and_failed_status_is_the_run_state(
+    mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    rid = _log_run(mlflow_server.client(), "nan", [1.0, float("nan"), 0.2], status="FAILED")
+    proc, verdict = _check(tmp_path, f"mlflow+{mlflow_server.url}/runs/{rid}")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    res = _result(verdict)
+    assert res["status"] == "error" and res["step"] == 1
+    assert verdict["run"]["state"] == "failed"
+
+
+def test_local_sqlite_store_and_file_store_read_the_same_run(
+    mlflow_server: MlflowServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow 3 file stores: opt-in
+
+    rid = _log_run(mlflow_server.client(), "local", [1.0, 0.5, 0.25])
+    run = open_source(f"mlflow+sqlite:///{mlflow_server.db}/runs/{rid}").read()
+    assert run.series["train/loss"].values.tolist() == [1.0, 0.5, 0.25]
+    store = f"file://{tmp_path / 'mlruns'}"
+    frid = _log_run(MlflowClient(store), "files", [0.5, 9.0], status="KILLED")
+    run = open_source(f"mlflow+{store}/runs/{frid}").read()
+    assert run.series["train/loss"].steps.tolist() == [0, 1]
+    assert run.state.value == "killed"
+
+
+def test_poll_costs_one_request_per_unchanged_run_and_reads_only_new_points(
+    mlflow_server: MlflowServer,
+) -> None:
+    client = mlflow_server.client()
+    rid = _log_run(client, "polls", [1.0] * 7000, status=None)  # two history pages
+    client.log_metric(rid, "train/kl", 0.0, step=0)
+    src = open_live_source(f"mlflow+{mlflow_server.url}/runs/{rid}")
+    assert isinstance(src, MlflowSource)
+    first = src.poll()
+    assert len(first.series["train/loss"]) == 7000 and first.points == 7001
+    before = src.client.requests
+    assert src.poll().points == 0
+    assert src.client.requests - before == 1  # the run only: no history asked
+    client.log_metric(rid, "train/loss", 0.5, step=7000)
+    before = src.client.requests
+    poll = src.poll()
+    assert poll.series["train/loss"].steps.tolist() == [7000] and poll.points == 1
+    assert src.client.requests - before == 2  # the run + one page of the changed metric
+    client.set_terminated(rid, "FINISHED")
+    assert src.poll().ended
+
+
+def test_annotate_sets_gate_tags_and_the_verdict_artifact(
+    mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    client = mlflow_server.client()
+    rid = _log_run(client, "annotate", [1.0, 9.0])
+    proc, _ = _check(tmp_path, f"mlflow+{mlflow_server.url}/runs/{rid}", "--annotate")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    tags = client.get_run(rid).data.tags
+    assert tags["gate"] == "fail" and tags["gatekeeper.status"] == "fail"
+    assert json.loads(tags["gatekeeper.failing_rules"]) == ["ml/loss-bounded"]
+    local = client.download_artifacts(rid, "gatekeeper-verdict.json", str(tmp_path))
+    assert json.loads(Path(local).read_text())["status"] == "fail"
+
+
+def test_run_stops_when_a_bad_point_is_logged(mlflow_server: MlflowServer, tmp_path: Path) -> None:
+    client = mlflow_server.client()
+    exp = client.create_experiment("live")
+    rid = client.create_run(exp, run_name="live").info.run_id
+    out = tmp_path / "v.json"
+    proc = gatekeeper(
+        "run", "-p", str(_policy(tmp_path)), "--source", f"mlflow+{mlflow_server.url}/runs/{rid}",
+        "--json", str(out), "--interval", "0.2", "--progress-every", "1", "--grace", "5",
+        "--", sys.executable, WRITER, mlflow_server.url, rid, "--steps", "300", "--delay", "0.05",
+        "--bad-at", "5",
+        timeout=240,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    stopped = json.loads(out.read_text())["stopped"]
+    assert stopped["rule"] == "ml/loss-bounded" and stopped["step"] == 5
+    history = client.get_metric_history(rid, "train/loss")
+    assert len(history) < 300
+
+
+def test_daemon_discovery_lists_running_runs_with_the_tags(mlflow_server: MlflowServer) -> None:
+    from gatekeeper.sources.mlflow.discover import MlflowFilter
+
+    client = mlflow_server.client()
+    running = _log_run(client, "discover", [1.0], status=None)
+    _log_run(client, "discover", [1.0])  # finished: not listed
+    other = client.create_run(client.get_experiment_by_name("discover").experiment_id,
+                              tags={"team": "vision"})
+    found = MlflowFilter(
+        tracking_uri=mlflow_server.url, experiments=["discover"], tags={"team": "rl"}
+    ).runs()
+    assert found == [f"mlflow+{mlflow_server.url}/runs/{running}"]
+    assert other.info.run_id not in "".join(found)
+
+
+def test_experiment_poll_costs_one_search_plus_one_request_per_changed_metric(
+    mlflow_server: MlflowServer,
+) -> None:
+    from gatekeeper.sources.mlflow.experiment import ExperimentPoller
+
+    client = mlflow_server.client()
+    ids = [_log_run(client, "fleet", [1.0, 0.5], status=None) for _ in range(12)]
+    exp = client.get_experiment_by_name("fleet").experiment_id
+    poller = ExperimentPoller(mlflow_server.url, [exp])
+    first = poller.poll()
+    assert len(first) == 12 and sum(p.points for p in first.values()) == 24
+    before = poller.client.requests
+    assert sum(p.points for p in poller.poll().values()) == 0
+    assert poller.client.requests - before == 1  # one run search, no history
+    client.log_metric(ids[3], "train/loss", 9.0, step=2)
+    before = poller.client.requests
+    polls = poller.poll()
+    assert poller.client.requests - before == 2
+    changed = {k: p for k, p in polls.items() if p.points}
+    assert list(changed) == [f"mlflow+{mlflow_server.url}/runs/{ids[3]}"]
+    assert changed[list(changed)[0]].series["train/loss"].values.tolist() == [9.0]
+
+
+def test_credentials_never_reach_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gatekeeper.errors import SourceError
+    from tests.daemon.harness import free_port
+
+    monkeypatch.setenv("GATEKEEPER_MLFLOW_RETRY_SECONDS", "1")
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok-s3cr3t")
+    src = open_source(f"mlflow+http://bob:pa55word@127.0.0.1:{free_port()}/runs/abc")
+    with pytest.raises(SourceError) as err:
+        src.read()
+    text = str(err.value)
+    assert "127.0.0.1" in text and "pa55word" not in text and "s3cr3t" not in text
+    assert "bob" not in text
+
+
+def test_daemon_watches_the_running_runs_of_an_experiment_until_they_end(
+    mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    from gatekeeper.daemon.config import load_config
+    from gatekeeper.daemon.service import Daemon
+    from tests.daemon.harness import free_port
+
+    client = mlflow_server.client()
+    rid = _log_run(client, "watched", [1.0, 0.5, 8.0], status=None)
+    _policy(tmp_path)
+    (tmp_path / "gk.yaml").write_text(json.dumps({
+        "state": "state.db", "http": {"port": free_port()},
+        "poll": {"interval": 0.3, "jitter": 0, "timeout": 20, "discovery_interval": 0.5},
+        "targets": [{"mlflow": {"tracking_uri": mlflow_server.url, "experiments": ["watched"],
+                                "tags": {"team": "rl"}}, "policies": ["ml.yaml"]}],
+    }))
+    daemon = Daemon(load_config(str(tmp_path / "gk.yaml")))
+    key = f"mlflow+{mlflow_server.url}/runs/{rid}"
+    daemon.start()
+    watchers = lambda: {w.key: w for w in daemon.scheduler.snapshot()}  # noqa: E731
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+            key not in watchers() or watchers()[key].status != "fail"
+        ):
+            time.sleep(0.2)
+        assert watchers()[key].status == "fail" and watchers()[key].points == 3
+        client.set_terminated(rid, "FINISHED")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not watchers()[key].ended:
+            time.sleep(0.2)
+        assert watchers()[key].ended
+    finally:
+        daemon.stop()

@@ -1,0 +1,178 @@
+"""Prometheus series read by a real Prometheus (Debian's 2.42): a history backfilled with
+its own `promtool tsdb create-blocks-from openmetrics`, and a live gauge it scrapes from a
+prometheus_client (0.2x) exporter in this process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+from gatekeeper.errors import UsageError
+from gatekeeper.sources import open_live_source, open_source
+from gatekeeper.sources.prometheus import PrometheusSource
+from gatekeeper.sources.prometheus.source import parse_spec
+from tests.daemon.harness import free_port
+from tests.helpers import gatekeeper, write_policy
+
+PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
+pytestmark = pytest.mark.skipif(
+    PROMETHEUS is None or PROMTOOL is None,
+    reason="needs Debian's prometheus: apt-get install -y prometheus",
+)
+T0 = int(time.time()) - 3 * 3600  # backfilled history starts here, every 15 s
+GOOD = [90, 91, 92, 93, 94]
+BAD = [90, 91, "NaN", 93, 94]
+
+
+class Prom:
+    def __init__(self, url: str, gauge: Gauge):
+        self.url = url
+        self.gauge = gauge
+
+
+def _openmetrics() -> str:
+    lines = ["# TYPE gpu_util gauge"]
+    for run, values in (("good", GOOD), ("bad", BAD)):
+        lines += [
+            f'gpu_util{{run="{run}",gpu="0"}} {v} {T0 + 15 * i}' for i, v in enumerate(values)
+        ]
+    return "\n".join(lines + ["# EOF", ""])
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
+    tmp = tmp_path_factory.mktemp("prom")
+    (tmp / "history.om").write_text(_openmetrics())
+    subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics",
+                    str(tmp / "history.om"), str(tmp / "tsdb")], check=True, capture_output=True)
+    registry = CollectorRegistry()
+    gauge = Gauge("trainer_loss", "loss", ["run"], registry=registry)
+    exporter_port = free_port()
+    server, _ = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
+    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [{
+        "job_name": "trainer", "scrape_interval": "300ms",
+        "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}]}
+    (tmp / "prometheus.yml").write_text(json.dumps(config))
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(PROMETHEUS), f"--config.file={tmp / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "wb"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "prometheus did not start"
+            time.sleep(0.2)
+        yield Prom(url, gauge)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        server.shutdown()
+
+
+def _policy(tmp: Path) -> Path:
+    return write_policy(
+        tmp / "prom.yaml",
+        """
+        version: 1
+        name: cluster
+        rules:
+          - id: gpu-busy
+            metric: gpu_util{gpu="0"}
+            check: {min: 50}
+        """,
+    )
+
+
+def _check(tmp: Path, source: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = tmp / "verdict.json"
+    proc = gatekeeper("check", source, "-p", str(_policy(tmp)), "--json", str(out))
+    return proc, (json.loads(out.read_text()) if out.exists() else {})
+
+
+def test_spec_forms() -> None:
+    spec = parse_spec('prom+http://h:9090?selector={run="a",job="x"}&start=-1h', 10000.0)
+    assert spec.base == "http://h:9090" and spec.run == "a" and spec.start == 10000.0 - 3600
+    assert spec.fixed_labels() == {"run", "job"}
+    with pytest.raises(UsageError, match="expected prom"):
+        parse_spec("prom+http://h:9090?start=-1h", 0.0)
+
+
+def test_every_raw_sample_on_its_index_and_nan_is_an_error_at_its_step(
+    prom: Prom, tmp_path: Path
+) -> None:
+    window = f"&start={T0 - 60}&end={T0 + 3600}"
+    good = f'prom+{prom.url}?selector={{run="good"}}{window}'
+    run = open_source(good).read()
+    assert isinstance(open_source(good), PrometheusSource)
+    s = run.series['gpu_util{gpu="0"}']
+    assert s.steps.tolist() == [0, 1, 2, 3, 4] and s.values.tolist() == GOOD
+    proc, _ = _check(tmp_path, good)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc, verdict = _check(tmp_path, f'prom+{prom.url}?selector={{run="bad"}}{window}')
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    res = next(r for r in verdict["results"] if r["rule"] == "gpu-busy")
+    assert res["status"] == "error" and res["step"] == 2
+    timed = open_source(f'prom+{prom.url}?selector={{run="good"}}{window}&axis=time').read()
+    assert timed.series['gpu_util{gpu="0"}'].steps.tolist() == [T0 + 15 * i for i in range(5)]
+
+
+def test_promql_range_query_on_a_grid(prom: Prom) -> None:
+    query = 'max by (run) (gpu_util{run="good"})'
+    src = open_source(
+        f"prom+{prom.url}?query={query}&name=gpu_max&resolution=15s&start={T0}&end={T0 + 60}"
+    )
+    run = src.read()
+    assert run.series["gpu_max"].steps.tolist() == [0, 1, 2, 3, 4]
+    assert run.series["gpu_max"].values.tolist() == GOOD
+
+
+def test_live_poll_reads_only_samples_scraped_since_the_last_poll(prom: Prom) -> None:
+    prom.gauge.labels(run="live").set(1.0)
+    src = open_live_source(f'prom+{prom.url}?selector={{run="live"}}&start=-10s')
+    seen: list[float] = []
+    deadline = time.monotonic() + 20
+    while not seen and time.monotonic() < deadline:
+        poll = src.poll()
+        seen += poll.series["trainer_loss"].values.tolist() if poll.series else []
+        time.sleep(0.3)
+    assert seen and set(seen) == {1.0}
+    prom.gauge.labels(run="live").set(float("nan"))
+    new: list[float] = []
+    steps: list[int] = []
+    deadline = time.monotonic() + 20
+    while not new and time.monotonic() < deadline:
+        time.sleep(0.5)
+        poll = src.poll()
+        if poll.series:
+            s = poll.series["trainer_loss"]
+            steps, new = s.steps.tolist(), [v for v in s.values.tolist() if v != 1.0]
+    assert new and all(v != v for v in new)  # NaN scraped, read as NaN
+    assert steps[0] >= len(seen)  # indices continue where the last poll stopped
+
+
+def test_daemon_discovery_lists_one_run_per_label_value(prom: Prom) -> None:
+    from gatekeeper.sources.prometheus.discover import PrometheusFilter
+
+    found = PrometheusFilter(
+        url=prom.url, selector="{__name__=\"gpu_util\"}", start=str(T0 - 60)
+    ).runs()
+    assert len(found) == 2 and all(s.startswith(f"prom+{prom.url}?selector=") for s in found)
+    runs = {open_source(s).read().name: open_source(s).read() for s in found}
+    assert sorted(runs) == ["bad", "good"]
+    assert runs["good"].series['gpu_util{gpu="0"}'].values.tolist() == GOOD
