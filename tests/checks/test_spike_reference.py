@@ -86,3 +86,15 @@ def test_chunked_feeding_with_nan_gives_the_whole_run_verdict(tmp_path, seed):
         )
     if seed % 2:
         assert whole.status is Status.ERROR
+
+
+def test_non_finite_values_get_the_exact_paths_answer(monkeypatch):
+    """The engine never hands a window with NaN/Inf to the check (that is an ERROR at its
+    step), but a direct caller may: the bound stands aside and the exact path decides."""
+    rng = np.random.default_rng(7)
+    values = rng.normal(size=300)
+    values[rng.integers(0, 300, 6)] = [np.nan, np.inf, -np.inf, np.nan, 1e308, -1e308]
+    check = Spike(window=9, factor=2, direction="both")
+    fast = check.violations(values, 0)
+    monkeypatch.setattr(Spike, "_may_violate", lambda self, part: None)
+    assert np.array_equal(fast, check.violations(values, 0))
