@@ -7,10 +7,10 @@ rules read a baseline of 20 trusted values per coordinate, built in memory befor
 store read happens before evaluation and is not the engine's cost). Also times reading the
 same run from a JSONL record, to show the end-to-end `check` ratio.
 
-Target (issue #7): `check` with the anomaly policy <= 2x `check` with the threshold
-policy on the same run (read + judge, what a CI job waits for). The engine-only ratio is
-printed too: a rolling median over 20 points per point is inherently several times the
-work of one comparison per point, so it is a figure to watch, not the target.
+Targets: `check` with the anomaly policy <= 2x `check` with the threshold policy on the
+same run (issue #7: read + judge, what a CI job waits for), and the engine alone <= 2x
+(issue #14: spike's rolling median/MAD is bounded in O(n log w), not sorted per point).
+Times are the best of R interleaved rounds; the machine's load is printed beside them.
 Usage: python bench/bench_anomaly.py [--steps N] [--metrics M] [--repeat R]
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -124,18 +123,22 @@ def main() -> int:
         a_times.append(timed(lambda: evaluate(anomaly, run, history=base)))
     verdict = evaluate(anomaly, run, history=base)
     assert len(verdict.results) == args.metrics
-    t, a = statistics.median(t_times), statistics.median(a_times)
+    t, a = min(t_times), min(a_times)  # best of R: the least disturbed by other work
     ratio = a / t
     e2e = (parse_t + a) / (parse_t + t)
-    print(f"engine only: threshold {t:6.3f}s  anomaly {a:6.3f}s  ratio {ratio:5.2f}x")
+    print(
+        f"engine only: threshold {t:6.3f}s  anomaly {a:6.3f}s  ratio {ratio:5.2f}x "
+        "(target <= 2x, issue 14)"
+    )
     print(f"reading the JSONL record {parse_t:6.3f}s")
     print(
         f"check end to end: threshold {parse_t + t:6.3f}s  anomaly {parse_t + a:6.3f}s  "
         f"ratio {e2e:4.2f}x (target <= 2x)"
     )
+    print("machine load (1/5/15 min): " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     counts = verdict.counts()
     print("anomaly verdict:", ", ".join(f"{k} {v}" for k, v in counts.items() if v))
-    return 0 if e2e <= 2 else 1
+    return 0 if e2e <= 2 and ratio <= 2 else 1
 
 
 if __name__ == "__main__":

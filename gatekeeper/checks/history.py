@@ -35,11 +35,15 @@ class HistoryState:
 
     steps: list[np.ndarray] = field(default_factory=list)
     values: list[np.ndarray] = field(default_factory=list)
+    # (points fed, baseline) -> its Judgement: a verdict asks twice (outcome, plot overlay)
+    memo: tuple[int, RuleBaseline | None, Judgement] | None = None
 
     def points(self) -> tuple[np.ndarray, np.ndarray]:
         if not self.steps:
             return np.empty(0, np.int64), np.empty(0)
-        return np.concatenate(self.steps), np.concatenate(self.values)
+        if len(self.steps) > 1:  # joined once: a verdict reads them several times
+            self.steps, self.values = [np.concatenate(self.steps)], [np.concatenate(self.values)]
+        return self.steps[0], self.values[0]
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,7 @@ class Judgement:
 def duplicate_step(state: HistoryState) -> int | None:
     """The first step selected twice, if any (points arrive sorted by step)."""
     steps, _ = state.points()
-    if steps.size < 2:
+    if steps.size < 2 or bool(np.all(steps[1:] > steps[:-1])):  # the usual: increasing
         return None
     same = np.flatnonzero(np.diff(np.sort(steps, kind="stable")) == 0)
     return int(np.sort(steps)[same[0]]) if same.size else None
@@ -129,12 +133,10 @@ class History(AggregateCheck):
     def bands(self, ref: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper band widths for references `ref` with history std `std`."""
         k = (self.k_std or 0.0) * std
-        up = np.maximum.reduce(
-            [(self.rel_up or 0.0) * np.abs(ref), np.full_like(ref, self.abs_floor_up or 0.0), k]
-        )
-        down = np.maximum.reduce(
-            [(self.rel_down or 0.0) * np.abs(ref), np.full_like(ref, self.abs_floor_down or 0.0), k]
-        )
+        size = np.abs(ref)
+        # np.maximum of arrays and scalars: the same values as stacking full arrays
+        up = np.maximum(np.maximum((self.rel_up or 0.0) * size, self.abs_floor_up or 0.0), k)
+        down = np.maximum(np.maximum((self.rel_down or 0.0) * size, self.abs_floor_down or 0.0), k)
         return down, up
 
     def describe(self) -> str:
@@ -173,19 +175,37 @@ class History(AggregateCheck):
         return state
 
     def judge(self, state: HistoryState, baseline: RuleBaseline | None) -> Judgement:
-        """Each selected point against its coordinate's corridor, vectorized."""
+        """Each selected point against its coordinate's corridor, vectorized (remembered
+        until a point is fed or the baseline changes)."""
+        fed = sum(s.size for s in state.steps)
+        memo = state.memo
+        if memo is not None and memo[0] == fed and memo[1] is baseline:
+            return memo[2]
+        judged = self._judge(state, baseline)
+        state.memo = (fed, baseline, judged)
+        return judged
+
+    def _judge(self, state: HistoryState, baseline: RuleBaseline | None) -> Judgement:
         steps, values = state.points()
         coords = np.arange(-steps.size, 0) if baseline and baseline.positional else steps
         stats = baseline.stats(self.last_n) if baseline is not None else None
         if stats is None or not stats.steps.size:
             empty = np.empty(0)
             return Judgement(steps[:0], empty, empty, empty, empty, empty, int(steps.size))
-        pos = np.clip(np.searchsorted(stats.steps, coords), 0, stats.steps.size - 1)
-        found = stats.steps[pos] == coords
-        pos = pos[found]
-        active = found.copy()
-        active[found] = stats.count[pos] >= self.min_history
-        pos = pos[stats.count[pos] >= self.min_history]
+        if (
+            coords.size == stats.steps.size
+            and np.array_equal(coords, stats.steps)
+            and bool(np.all(stats.count >= self.min_history))
+        ):  # the usual: the run has the baseline's steps, all active; no gathering
+            pos: np.ndarray | slice = slice(None)
+            active = np.ones(steps.size, dtype=bool)
+        else:
+            where = np.clip(np.searchsorted(stats.steps, coords), 0, stats.steps.size - 1)
+            found = stats.steps[where] == coords
+            where = where[found]
+            active = found.copy()
+            active[found] = stats.count[where] >= self.min_history
+            pos = where[stats.count[where] >= self.min_history]
         ref, std = stats.ref[pos], stats.std[pos]
         down, up = self.bands(ref, std)
         return Judgement(
@@ -207,10 +227,16 @@ class History(AggregateCheck):
         if not j.steps.size:
             return None
         bad = j.bad()
-        pick = np.unique(np.concatenate([
-            np.linspace(0, j.steps.size - 1, min(j.steps.size, OVERLAY_POINTS)).astype(np.int64),
-            np.flatnonzero(bad)[:OVERLAY_POINTS],
-        ]))
+        pick = np.unique(
+            np.concatenate(
+                [
+                    np.linspace(0, j.steps.size - 1, min(j.steps.size, OVERLAY_POINTS)).astype(
+                        np.int64
+                    ),
+                    np.flatnonzero(bad)[:OVERLAY_POINTS],
+                ]
+            )
+        )
         return {
             "steps": j.steps[pick].tolist(),
             "ref": j.ref[pick].tolist(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import bottleneck as bn
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from pydantic import Field
@@ -16,6 +17,11 @@ from gatekeeper.checks.base import MaskCheck, fmt
 # "this many sigmas" while one outlier inside the window cannot inflate it.
 MAD_TO_SIGMA = 1.4826
 BLOCK = 4096
+# Slack of the pre-filter, relative to the largest |value|: the float error of every
+# quantity it bounds is a few ulps of that (~1e-16), so 1e-12 keeps it strictly safe.
+SLACK = 1e-12
+# Beyond this, differences of values could overflow and the bounds would mean nothing.
+HUGE = 1e300
 
 
 def median_and_mad(windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -86,17 +92,51 @@ class Spike(MaskCheck):
             return out
         # Row j holds the w points before point first + j.
         windows = sliding_window_view(values[first - w : values.size - 1], w)
-        med, mad = np.empty(windows.shape[0]), np.empty(windows.shape[0])
-        for lo in range(0, windows.shape[0], BLOCK):  # blocks that fit in cache: ~2x faster
-            med[lo : lo + BLOCK], mad[lo : lo + BLOCK] = median_and_mad(windows[lo : lo + BLOCK])
-        scale = np.maximum(MAD_TO_SIGMA * mad, self.min_scale)
-        dev = values[first:] - med
-        if self.direction == "down":
-            dev = -dev
-        elif self.direction == "both":
-            dev = np.abs(dev)
-        out[first - n_context :] = dev > self.factor * scale
+        points = values[first:]
+        maybe = self._may_violate(values[first - w :])
+        rows = np.arange(points.size) if maybe is None else np.flatnonzero(maybe)
+        # The exact median/MAD (one sort per window) only where the bound cannot clear a
+        # point: on ordinary noise that is almost none of them.
+        for lo in range(0, rows.size, BLOCK):  # blocks that fit in cache: ~2x faster
+            sel = rows[lo : lo + BLOCK]
+            med, mad = median_and_mad(windows[sel])
+            out[first - n_context + sel] = self._exceeds(points[sel], med, mad)
         return out
+
+    def _exceeds(self, x: np.ndarray, med: np.ndarray, mad: np.ndarray) -> np.ndarray:
+        scale = np.maximum(MAD_TO_SIGMA * mad, self.min_scale)
+        return self._deviation(x, med) > self.factor * scale
+
+    def _deviation(self, x: np.ndarray, med: np.ndarray) -> np.ndarray:
+        dev = x - med
+        if self.direction == "down":
+            return -dev
+        if self.direction == "both":
+            return np.abs(dev)
+        return dev
+
+    def _may_violate(self, part: np.ndarray) -> np.ndarray | None:
+        """For each point after the first w of `part`: False where the point certainly
+        does not violate, by a lower bound on its window's MAD computed in O(n log w)
+        (bottleneck's moving median/max/min); None: no bound (non-finite or huge values).
+
+        The bound: with R_j the median of the w points ending at j and M the window's
+        median, |x_j - M| >= |x_j - R_j| - |R_j - M|, so (medians being monotone)
+        MAD >= median_j |x_j - R_j| - max_j |R_j - M|. Both terms are moving statistics.
+        """
+        big = float(np.max(np.abs(part)))
+        if not np.isfinite(big) or big > HUGE:
+            return None
+        w = self.window
+        r = bn.move_median(part, w)
+        r[: w - 1] = part[: w - 1]  # any finite centre keeps the bound valid
+        med = r[w - 1 : -1]  # median of the window before each point
+        spread = bn.move_median(np.abs(part - r), w)[w - 1 : -1]
+        drift = np.maximum(bn.move_max(r, w)[w - 1 : -1] - med, med - bn.move_min(r, w)[w - 1 : -1])
+        slack = SLACK * big
+        low = np.maximum(spread - drift - slack, 0.0)
+        bound = self.factor * np.maximum(MAD_TO_SIGMA * low, self.min_scale)
+        return self._deviation(part[w:], med) + slack * (1.0 + self.factor) > bound
 
     def explain(self, value: float) -> str:
         return f"spike x = {fmt(value)}, expected {self.describe()}"

@@ -98,23 +98,25 @@ class Trend(AggregateCheck):
             return state
         slope, growth = rolling_fit(js, jv, w)
         ends = js[w - 1 :]
+        tests = [
+            (label, arr, op, bound)
+            for label, arr, op, bound in (
+                ("slope", slope, np.greater, self.max_slope),
+                ("slope", slope, np.less, self.min_slope),
+                ("growth", growth, np.greater, self.max_growth),
+                ("growth", growth, np.less, self.min_growth),
+            )
+            if bound is not None
+        ]
         bad = np.zeros(slope.shape, bool)
-        why = np.full(slope.shape, "", dtype=object)
-        for arr, bound, op, label in (
-            (slope, self.max_slope, np.greater, "slope"),
-            (slope, self.min_slope, np.less, "slope"),
-            (growth, self.max_growth, np.greater, "growth"),
-            (growth, self.min_growth, np.less, "growth"),
-        ):
-            if bound is not None:
-                hit = op(arr, bound) & ~bad
-                why[hit] = label
-                bad |= hit
+        for _, arr, op, bound in tests:
+            bad |= op(arr, bound)
         state.windows += int(slope.size)
         state.violations += int(bad.sum())
         if state.first_bad is None and bad.any():
             i = int(np.argmax(bad))
-            label = str(why[i])
+            # the first bound in the order above that the window breaks names it
+            label = next(lbl for lbl, arr, op, bound in tests if op(arr[i], bound))
             state.first_bad = (
                 int(ends[i]),
                 float(slope[i] if label == "slope" else growth[i]),

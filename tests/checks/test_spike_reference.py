@@ -1,0 +1,100 @@
+"""spike's fast path (a bound on the MAD from moving medians, exact median/MAD only where
+the bound cannot clear a point) against a straightforward reference: the median and MAD of
+every window with np.median, point by point, on random data of many shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gatekeeper.checks.spike import Spike
+from gatekeeper.verdict import Status
+from tests.checks.util import judge, judge_in_chunks, policy, run_of, series
+
+
+def reference(check: Spike, values: np.ndarray, n_context: int) -> np.ndarray:
+    out = np.zeros(values.size - n_context, dtype=bool)
+    w = check.window
+    for i in range(max(n_context, w), values.size):
+        window = values[i - w : i]
+        med = np.median(window)
+        scale = max(1.4826 * np.median(np.abs(window - med)), check.min_scale)
+        dev = {"up": values[i] - med, "down": med - values[i], "both": abs(values[i] - med)}
+        out[i - n_context] = dev[check.direction] > check.factor * scale
+    return out
+
+
+def shaped(rng: np.random.Generator, n: int, shape: int) -> np.ndarray:
+    v = rng.normal(size=n)
+    if shape == 1:
+        v = np.round(v, 1)  # many ties
+    elif shape == 2:
+        v = np.cumsum(v)  # a random walk: the window median drifts
+    elif shape == 3:
+        v[rng.random(n) < 0.05] *= 50  # real spikes
+    elif shape == 4:
+        v = rng.integers(0, 3, n).astype(float)  # few distinct values, MAD often 0
+    elif shape == 5:
+        v = 1e6 + v * 1e-6  # a large level, tiny noise: the slack must stay safe
+    elif shape == 6:
+        v = np.linspace(3.0, 1.0, n) + rng.normal(0, 0.01, n)  # a loss curve
+    return v
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_the_reference_on_random_data(seed):
+    rng = np.random.default_rng(seed)
+    for trial in range(120):
+        n = int(rng.integers(1, 400))
+        values = shaped(rng, n, trial % 7)
+        check = Spike(
+            window=int(rng.integers(3, 30)),
+            factor=float(rng.choice([0.5, 1, 2, 3, 5, 8])),
+            direction=str(rng.choice(["up", "down", "both"])),
+            min_scale=float(rng.choice([0.0, 0.0, 0.1, 1.0])),
+        )
+        n_context = int(rng.integers(0, n))
+        got = check.violations(values, n_context)
+        assert np.array_equal(got, reference(check, values, n_context)), (trial, check)
+
+
+def test_huge_values_take_the_exact_path():
+    values = np.array([1e305, -1e305] * 20 + [1e306])
+    check = Spike(window=5, factor=1, direction="both")
+    assert np.array_equal(check.violations(values, 0), reference(check, values, 0))
+
+
+RULE = "  - {{id: s, metric: train/loss, check: {{spike: {{window: {w}, factor: {k}}}}}}}\n"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chunked_feeding_with_nan_gives_the_whole_run_verdict(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    values = shaped(rng, 1000, seed + 2)
+    if seed % 2:
+        values[int(rng.integers(100, 1000))] = np.nan  # an ERROR at its step, never a pass
+    pol = policy(tmp_path, RULE.format(w=int(rng.integers(3, 40)), k=3))
+    run = run_of(series("train/loss", values))
+    whole = judge(pol, run)
+    for chunk in (1, 7, 333):
+        part = judge_in_chunks(pol, run, chunk)
+        assert (part.status, part.step, part.violations, part.judged) == (
+            whole.status,
+            whole.step,
+            whole.violations,
+            whole.judged,
+        )
+    if seed % 2:
+        assert whole.status is Status.ERROR
+
+
+def test_non_finite_values_get_the_exact_paths_answer(monkeypatch):
+    """The engine never hands a window with NaN/Inf to the check (that is an ERROR at its
+    step), but a direct caller may: the bound stands aside and the exact path decides."""
+    rng = np.random.default_rng(7)
+    values = rng.normal(size=300)
+    values[rng.integers(0, 300, 6)] = [np.nan, np.inf, -np.inf, np.nan, 1e308, -1e308]
+    check = Spike(window=9, factor=2, direction="both")
+    fast = check.violations(values, 0)
+    monkeypatch.setattr(Spike, "_may_violate", lambda self, part: None)
+    assert np.array_equal(fast, check.violations(values, 0))
