@@ -36,17 +36,18 @@ def test_importing_sources_does_not_import_the_wandb_sdk(extra: str) -> None:
 
 
 def test_every_family_is_a_complete_descriptor() -> None:
-    assert [f.name for f in FAMILIES] == ["wandb", "jsonl"]
+    assert [f.name for f in FAMILIES] == ["tensorboard", "mlflow", "prometheus", "wandb", "jsonl"]
     for family in FAMILIES:
         assert isinstance(family, SourceFamily)
         assert family.examples and family.sources
-        assert isinstance(family.annotator, Annotator)
+        # Prometheus series belong to no run object a verdict could be written onto
+        assert isinstance(family.annotator, Annotator) or family.name == "prometheus"
         assert family.target_key and family.discovery is not None
         assert all(issubclass(k, LiveSource) for k in family.live_sources)
 
 
 def test_source_kinds_follow_the_family_order() -> None:
-    assert SOURCE_KINDS[:3] == [WandbApiSource, WandbLocalSource, JsonlSource]
+    assert SOURCE_KINDS[-3:] == [WandbApiSource, WandbLocalSource, JsonlSource]
 
 
 def test_open_picks_the_family_by_spec(tmp_path) -> None:
@@ -67,7 +68,12 @@ def test_discoveries_describe_what_they_list(tmp_path) -> None:
 
 
 def test_annotators_claim_their_runs(tmp_path) -> None:
-    wandb_family, jsonl_family = FAMILIES
+    tb_family, mlflow_family, _, wandb_family, jsonl_family = FAMILIES
+    assert tb_family.annotator and mlflow_family.annotator
+    assert tb_family.annotator.accepts("tensorboard://runs/a")
+    assert not tb_family.annotator.accepts(str(tmp_path / "r.jsonl"))
+    assert mlflow_family.annotator.accepts("mlflow+http://127.0.0.1:5000/runs/abc")
+    assert not mlflow_family.annotator.accepts("wandb://team/proj/abc")
     assert wandb_family.annotator and jsonl_family.annotator
     run_dir = tmp_path / "wandb" / "offline-run-20260101_000000-abc"
     run_dir.mkdir(parents=True)
