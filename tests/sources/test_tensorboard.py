@@ -233,3 +233,24 @@ def test_reading_in_small_chunks_gives_the_same_run(tmp_path: Path, monkeypatch)
     assert whole["train/loss"].steps.tolist() == chunked["train/loss"].steps.tolist()
     assert whole["train/loss"].values.tolist() == chunked["train/loss"].values.tolist()
     assert len(whole["train/loss"]) == 301
+
+
+def test_torch_writer_both_scalar_forms_nan_at_its_step(tmp_path: Path) -> None:
+    """`torch.utils.tensorboard.SummaryWriter` (torch 2.13.0 CPU, installed by the test
+    command): the legacy `simple_value` form and `new_style=True` (the tensor-summary form),
+    a NaN an error at its own step, a breach failing at its step."""
+    torch_tb = pytest.importorskip("torch.utils.tensorboard")
+    w = torch_tb.SummaryWriter(str(tmp_path / "run"))
+    for step, value in enumerate([1.0, 0.5, float("nan"), 0.25]):
+        w.add_scalar("train/loss", value, step)
+        w.add_scalar("train/kl", 0.1 * step, step, new_style=True)
+    w.close()
+    run = open_source(str(tmp_path / "run")).read()
+    assert run.series["train/loss"].steps.tolist() == [0, 1, 2, 3]
+    assert np.isnan(run.series["train/loss"].values[2])
+    assert run.series["train/kl"].steps.tolist() == [0, 1, 2, 3]
+    np.testing.assert_allclose(run.series["train/kl"].values, [0.0, 0.1, 0.2, 0.3], rtol=1e-6)
+    proc, verdict = _check(tmp_path, str(tmp_path / "run"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    res = _result(verdict)
+    assert res["status"] == "error" and res["step"] == 2, res
