@@ -102,6 +102,24 @@ def test_nan_is_an_error_at_its_step_and_failed_status_is_the_run_state(
     assert verdict["run"]["state"] == "failed"
 
 
+def test_a_failed_or_still_running_run_cannot_pass_on_healthy_data(
+    mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    """MLflow records how a run ends: FAILED/KILLED are the run-state ERROR, and a RUNNING
+    run judged as final is incomplete — each relaxable with --allow-state and a reason."""
+    client = mlflow_server.client()
+    for status, state in (("FAILED", "failed"), ("KILLED", "killed"), (None, "running")):
+        rid = _log_run(client, f"state-{state}", [1.0, 0.5, 0.25], status=status)
+        source = f"mlflow+{mlflow_server.url}/runs/{rid}"
+        proc, verdict = _check(tmp_path, source)
+        assert proc.returncode == 1, (state, proc.stdout + proc.stderr)
+        assert _result(verdict)["status"] == "pass"
+        ended = next(r for r in verdict["results"] if r["rule"] == "run-state")
+        assert ended["status"] == "error" and state in ended["message"], ended
+        proc, _ = _check(tmp_path, source, "--allow-state", f"{state}:known flaky node")
+        assert proc.returncode == 0, (state, proc.stdout + proc.stderr)
+
+
 def test_local_sqlite_store_and_file_store_read_the_same_run(
     mlflow_server: MlflowServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -190,6 +190,8 @@ class MlflowSource(LiveSource):
             tags=tags,
             config={k: param_value(v) for k, v in info.params.items()},
             state=info.state,
+            # MLflow records how a run ends: a RUNNING run judged as final is incomplete
+            carries_state=True,
             url=self.client.run_url(info),
             run_id=info.run_id or self.run_id,
         )
