@@ -11,8 +11,10 @@ from gatekeeper.checks.base import MaskCheck
 from gatekeeper.fmt import fmt
 
 
-class Between(MaskCheck):
-    kind = "between"
+class Interval(MaskCheck):
+    """The `[lo, hi]` parameters `between` and `strictly_between` share; no kind of its own
+    (the registry lists only classes that set `kind`)."""
+
     lo: float
     hi: float
 
@@ -20,7 +22,11 @@ class Between(MaskCheck):
     def from_shorthand(cls, value: Any) -> dict[str, Any]:
         if isinstance(value, list) and len(value) == 2:
             return {"lo": value[0], "hi": value[1]}
-        raise ValueError(f"between takes [lo, hi] or {{lo: .., hi: ..}}, got {value!r}")
+        raise ValueError(f"{cls.kind} takes [lo, hi] or {{lo: .., hi: ..}}, got {value!r}")
+
+
+class Between(Interval):
+    kind = "between"
 
     @model_validator(mode="after")
     def _ordered(self) -> Between:

@@ -3,25 +3,15 @@ asserts `0 < entropy < 0.7`, so an entropy of exactly 0 (a collapsed policy) fai
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import model_validator
 
-from gatekeeper.checks.base import MaskCheck
+from gatekeeper.checks.between import Interval
 from gatekeeper.fmt import fmt
 
 
-class StrictlyBetween(MaskCheck):
+class StrictlyBetween(Interval):
     kind = "strictly_between"
-    lo: float
-    hi: float
-
-    @classmethod
-    def from_shorthand(cls, value: Any) -> dict[str, Any]:
-        if isinstance(value, list) and len(value) == 2:
-            return {"lo": value[0], "hi": value[1]}
-        raise ValueError(f"strictly_between takes [lo, hi] or {{lo: .., hi: ..}}, got {value!r}")
 
     @model_validator(mode="after")
     def _ordered(self) -> StrictlyBetween:
