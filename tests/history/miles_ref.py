@@ -23,17 +23,13 @@ import os
 import re
 import sqlite3
 import uuid
+from pathlib import Path
 from typing import Any
 
-TARGET_METRIC_KEYS = (
-    "train/grad_norm",
-    "train/ppo_kl",
-    "train/train_rollout_logprob_abs_diff",
-    "train/train_rollout_kl",
-    "rollout/raw_reward",
-    "rollout/tito_session_mismatch_rate/v1/assistant_text",
-    "rollout/tito_session_mismatch_rate/v2/assistant_text",
-)
+from tests.miles import capture as capture_mod
+
+# The capture and the harness merge are tests/miles/capture.py's (the same miles commit).
+TARGET_METRIC_KEYS = capture_mod.TARGET_METRIC_KEYS
 
 GATE_DEFAULTS: dict[str, dict[str, Any]] = {
     "train/grad_norm": {
@@ -130,28 +126,19 @@ def canonical_key(raw: object) -> str:
     return json.dumps(raw, sort_keys=True, separators=(",", ":"))
 
 
-def encode_value(value: float) -> float | str:
-    if math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
+encode_value = capture_mod.encode_value
 
 
 def capture(record_dir: str, logs: list[tuple[int | None, dict[str, float]]]) -> str:
     """One process's CiHistoryBackend: `log(metrics, step)` calls -> its snapshot file."""
-    os.makedirs(record_dir, exist_ok=True)
-    path = os.path.join(record_dir, f"{os.getpid()}-{uuid.uuid4().hex}.jsonl")
-    series: dict[str, list[tuple[int | None, float]]] = {}
+    backend = capture_mod.CiCapture(Path(record_dir), os.getpid())
     for step, metrics in logs:
-        for key in TARGET_METRIC_KEYS:
-            if key in metrics:
-                series.setdefault(key, []).append((step, float(metrics[key])))
-    with open(path, "w", encoding="utf-8") as f:
-        for key, points in series.items():
-            line = {"metric": key, "series": [[s, encode_value(v)] for s, v in points]}
-            f.write(json.dumps(line, allow_nan=False) + "\n")
-    return path
+        # tracking.log passes metrics.get(step_key): a missing step key is a null step
+        backend.log(metrics if step is None else {**metrics, STEP: step}, STEP)
+    return str(backend.path)
+
+
+STEP = "__step__"
 
 
 def attempt_record_dir(base_dir: str, filename: str, attempt: int) -> str:
@@ -161,22 +148,7 @@ def attempt_record_dir(base_dir: str, filename: str, attempt: int) -> str:
 
 
 def merge_attempt_records(attempt_dir: str, merged_path: str) -> None:
-    merged: dict[str, list[list]] = {}
-    for fname in sorted(os.listdir(attempt_dir)):
-        if not fname.endswith(".jsonl"):
-            continue
-        with open(os.path.join(attempt_dir, fname), encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                rec = json.loads(line)
-                merged.setdefault(rec["metric"], []).extend(rec["series"])
-    for points in merged.values():
-        points.sort(key=lambda p: (p[0] is None, p[0]))
-    with open(merged_path, "w", encoding="utf-8") as f:
-        for metric, points in merged.items():
-            f.write(json.dumps({"metric": metric, "series": points}) + "\n")
+    capture_mod.merge_attempt(Path(attempt_dir), Path(merged_path))
 
 
 class MilesStore:

@@ -39,7 +39,7 @@ TARGET_METRIC_KEYS: tuple[str, ...] = (
 )
 
 
-def _encode(value: float) -> float | str:
+def encode_value(value: float) -> float | str:
     if math.isfinite(value):
         return value
     if math.isnan(value):
@@ -79,7 +79,7 @@ class CiCapture:
         tmp = f"{self.path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             for key, points in self.series.items():
-                line = {"metric": key, "series": [[s, _encode(v)] for s, v in points]}
+                line = {"metric": key, "series": [[s, encode_value(v)] for s, v in points]}
                 f.write(json.dumps(line, allow_nan=False) + "\n")
         os.replace(tmp, self.path)
 
