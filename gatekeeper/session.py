@@ -34,19 +34,23 @@ class Change:
 
 @dataclass
 class Progress:
-    """Per-metric counts for the progress line: points, last step and its axis."""
+    """Per-metric counts for the progress line: points, last step, the value logged at
+    that step (NaN/±Inf kept: the daemon exports it as `gatekeeper_metric_value`) and the
+    step axis."""
 
     points: dict[str, int] = field(default_factory=dict)
     last_step: dict[str, int] = field(default_factory=dict)
+    last_value: dict[str, float] = field(default_factory=dict)
     axis: dict[str, str] = field(default_factory=dict)
 
     def add(self, series: Mapping[str, Series]) -> None:
         for name, s in series.items():
             if len(s):
                 self.points[name] = self.points.get(name, 0) + len(s)
-                self.last_step[name] = max(
-                    self.last_step.get(name, int(s.steps[-1])), int(s.steps[-1])
-                )
+                step = int(s.steps[-1])
+                if step >= self.last_step.get(name, step):
+                    self.last_step[name] = step
+                    self.last_value[name] = float(s.values[-1])
                 self.axis[name] = s.step_key
 
     @property

@@ -28,6 +28,15 @@ class RuleView:
 
 
 @dataclass(frozen=True)
+class MetricView:
+    """A metric's latest point as read by this daemon process (by step, not arrival)."""
+
+    metric: str
+    step: int
+    value: float  # NaN/±Inf exported as they are: Prometheus keeps them
+
+
+@dataclass(frozen=True)
 class RunView:
     """What the exporter needs to know of one run, at scrape time."""
 
@@ -36,6 +45,7 @@ class RunView:
     last_success: float | None
     rules: tuple[RuleView, ...]
     ended: bool = False  # ended runs are not polled: no last-poll time to go stale
+    metrics: tuple[MetricView, ...] = ()
 
 
 class StateCollector(Collector):
@@ -58,6 +68,17 @@ class StateCollector(Collector):
             "Unix time of the last successful poll of a run still being watched",
             labels=["run"],
         )
+        # the names `gatekeeper export prometheus` reads by default (toolkit/promql.py)
+        value = GaugeMetricFamily(
+            "gatekeeper_metric_value",
+            "Latest value of a metric of a watched run (at the highest step read so far)",
+            labels=["run", "metric"],
+        )
+        step = GaugeMetricFamily(
+            "gatekeeper_metric_step",
+            "Step of the latest value of a metric of a watched run",
+            labels=["run", "metric"],
+        )
         counts = {s.value: 0 for s in GateStatus}
         for run in self.snapshot():
             counts[run.status] = counts.get(run.status, 0) + 1
@@ -65,11 +86,16 @@ class StateCollector(Collector):
                 last_ok.add_metric([run.name], run.last_success)
             for r in run.rules:
                 rule_status.add_metric([run.name, r.policy, r.rule, r.severity, r.status], 1.0)
+            for m in run.metrics:
+                value.add_metric([run.name, m.metric], m.value)
+                step.add_metric([run.name, m.metric], m.step)
         for status, n in counts.items():
             by_status.add_metric([status], n)
         yield rule_status
         yield by_status
         yield last_ok
+        yield value
+        yield step
 
 
 class DaemonMetrics:

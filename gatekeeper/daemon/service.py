@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from gatekeeper.daemon import payload as run_state
 from gatekeeper.daemon.config import DaemonConfig
 from gatekeeper.daemon.discovery import Lister, lister
-from gatekeeper.daemon.exporter import DaemonMetrics, RuleView, RunView
+from gatekeeper.daemon.exporter import DaemonMetrics, MetricView, RuleView, RunView
 from gatekeeper.daemon.http import Api, HttpServer
 from gatekeeper.daemon.scheduler import PollScheduler
 from gatekeeper.daemon.state import RunRecord, StateStore
@@ -63,8 +63,10 @@ def canonical(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value if not isinstance(value, float) or math.isfinite(value) else repr(value)
     if isinstance(value, BaseModel):
-        return {"__kind": getattr(value, "kind", type(value).__name__),
-                **canonical(value.model_dump(mode="json"))}
+        return {
+            "__kind": getattr(value, "kind", type(value).__name__),
+            **canonical(value.model_dump(mode="json")),
+        }
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
@@ -189,6 +191,7 @@ class Daemon:
                 rules=tuple(
                     RuleView(r.policy, r.rule, r.severity, r.status) for r in w.rules.values()
                 ),
+                metrics=tuple(MetricView(m, step, value) for m, step, value in w.latest()),
             )
             for w in watchers
         ]

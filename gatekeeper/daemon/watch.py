@@ -243,6 +243,14 @@ class RunWatcher:
         self.status = "error"
         return [(i, ch, p) for i, (ch, p) in zip(ids, alerts, strict=True)]
 
+    def latest(self) -> list[tuple[str, int, float]]:
+        """(metric, step, value) of each metric's latest point read by this process; after
+        a restart a metric appears again with its next new point (the cursor resumes)."""
+        if self.session is None:
+            return []
+        p = self.session.progress
+        return [(m, p.last_step[m], v) for m, v in sorted(p.last_value.items())]
+
     def store_record(self) -> RunRecord | None:
         return self.store.load_runs().get(self.key)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,11 +22,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def start_prometheus(tmp: Path, target_port: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_prometheus(
+    tmp: Path, target_port: int, rules: Path = RULES
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(RULES)],
+        "rule_files": [str(rules)],
         "scrape_configs": [
             {
                 "job_name": "gatekeeper",
@@ -103,6 +106,70 @@ def test_prometheus_scrapes_rule_status_and_evaluates_the_shipped_alert_rules(
             ]
         )
         assert [a["labels"]["run"] for a in alerts] == ["bad"]
+    finally:
+        prom.terminate()
+        prom.wait(10)
+        for kid in kids:
+            kid.kill()
+        daemon.stop()
+
+
+def test_rules_exported_from_the_policy_fire_on_the_daemons_metric_values(tmp_path: Path) -> None:
+    """`gatekeeper export prometheus` of the daemon's own policy, loaded into a real
+    Prometheus that scrapes `gatekeeper serve`: the daemon publishes the default names the
+    exported rules read (gatekeeper_metric_value/_step{run, metric}), so the same policy
+    fires in Prometheus on the bad run only, with the value and step the run logged."""
+    config = write_config(tmp_path)
+    exported = tmp_path / "exported-rules.yml"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gatekeeper",
+            "export",
+            "prometheus",
+            str(tmp_path / "kl.yaml"),
+            "-o",
+            str(exported),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    daemon = DaemonProcess(config).start()
+    kids = [
+        writer(tmp_path / "runs" / "good.jsonl", "--steps", "6"),
+        writer(tmp_path / "runs" / "bad.jsonl", "--steps", "6", "--bad-at", "2"),
+    ]
+    prom, base = start_prometheus(tmp_path, daemon.port, exported)
+    try:
+        for kid in kids:
+            kid.wait(30)
+        steps = eventually(
+            lambda: query(base, 'gatekeeper_metric_step{metric="train/ppo_kl"} == 5')
+        )
+        assert sorted(r["metric"]["run"] for r in steps) == ["bad", "good"]
+        values = {
+            r["metric"]["run"]: float(r["value"][1])
+            for r in query(base, 'gatekeeper_metric_value{metric="train/ppo_kl"}')
+        }
+        assert values == {"good": 0.001, "bad": 0.5}
+        alerts = eventually(
+            lambda: [
+                a
+                for a in httpx.get(f"{base}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+                if a["labels"]["alertname"] == "GatekeeperKlKlSmall"
+            ]
+        )
+        assert [(a["labels"]["run"], a["labels"]["gatekeeper_rule"]) for a in alerts] == [
+            ("bad", "kl-small")
+        ]
+        names = {
+            a["labels"]["alertname"]
+            for a in httpx.get(f"{base}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+        }
+        assert "GatekeeperKlLossFinite" not in names  # 1/(step+1) is finite on both runs
     finally:
         prom.terminate()
         prom.wait(10)
