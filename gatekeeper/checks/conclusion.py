@@ -1,6 +1,7 @@
-"""How a check that judges the selected series as a whole (`reach`, `rise`, `stale`)
-reports its one conclusion: passed, or failed as a single violation, at the point that
-decided it. No check kind here (the registry lists only classes that set `kind`)."""
+"""How a check that judges the selected series as a whole (`reach`, `rise`, `stale`,
+`isclose`) reports its one conclusion: passed, or failed as a single violation, at the
+point that decided it. No check kind here (the registry lists only classes that set
+`kind`)."""
 
 from __future__ import annotations
 
