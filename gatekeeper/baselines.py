@@ -17,7 +17,7 @@ import numpy as np
 
 from gatekeeper.checks.baseline import Baselines, RuleBaseline
 from gatekeeper.checks.history import INACTIVE, History
-from gatekeeper.engine import RuleTracker
+from gatekeeper.engine import RuleTracker, in_range
 from gatekeeper.errors import ConfigError
 from gatekeeper.history import keys, open_store
 from gatekeeper.history.base import HistoryStore, RunRecord
@@ -111,12 +111,7 @@ def needed_steps(rule: RuleSpec, run: Run) -> np.ndarray | None:
     if sel.kind == "first":
         return steps[:1]
     if sel.kind == "range":
-        keep = np.ones(steps.shape, bool)
-        if sel.start is not None:
-            keep &= steps >= sel.start
-        if sel.end is not None:
-            keep &= steps <= sel.end
-        return steps[keep]
+        return steps[in_range(sel, steps)]
     return steps
 
 

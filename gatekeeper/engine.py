@@ -37,6 +37,17 @@ _REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
 }
 
 
+def in_range(sel: Steps, steps: np.ndarray) -> np.ndarray:
+    """Which of `steps` a `steps: {from, to}` selection keeps: both ends inclusive, either
+    one open."""
+    keep = np.ones(steps.shape, bool)
+    if sel.start is not None:
+        keep &= steps >= sel.start
+    if sel.end is not None:
+        keep &= steps <= sel.end
+    return keep
+
+
 def _run_lengths(mask: np.ndarray, carry: int) -> np.ndarray:
     """Length of the run of consecutive True ending at each index (carry continues a run)."""
     counts = np.cumsum(mask)
@@ -222,11 +233,7 @@ class RuleTracker:
             steps, values = steps[keep], values[keep]
             self.missing_steps.difference_update(int(s) for s in steps)
         elif sel.kind == "range":
-            keep = np.ones(steps.shape, bool)
-            if sel.start is not None:
-                keep &= steps >= sel.start
-            if sel.end is not None:
-                keep &= steps <= sel.end
+            keep = in_range(sel, steps)
             steps, values = steps[keep], values[keep]
         if steps.size:
             self._judge(steps, values)
@@ -308,28 +315,17 @@ class RuleTracker:
             return self._reduced(final, axis)
         if self.error is not None:
             step, value, _ = self.error
-            return Outcome(
-                Status.ERROR,
-                f"non-finite value {fmt(value)} at {axis} {step}",
-                step=step,
-                value=value,
-                judged=self.judged,
-            )
+            nonfinite = f"non-finite value {fmt(value)} at {axis} {step}"
+            return self._at(Status.ERROR, nonfinite, step, value)
         if self.fail is not None:
             step, value = self.fail
             assert isinstance(rule.check, MaskCheck)
             streak = f" for {rule.for_} consecutive points" if rule.for_ > 1 else ""
-            return Outcome(
-                Status.FAIL,
-                f"{rule.check.explain(value)} at {axis} {step}{streak} "
-                # fixed wording (no singular): alerts group runs by the message minus its
-                # numbers, so the words must not change with the counts
-                f"({self.violations} of {self.judged} judged points violate)",
-                step=step,
-                value=value,
-                violations=self.violations,
-                judged=self.judged,
-            )
+            # fixed wording (no singular): alerts group runs by the message minus its
+            # numbers, so the words must not change with the counts
+            counts = f"({self.violations} of {self.judged} judged points violate)"
+            explained = f"{rule.check.explain(value)} at {axis} {step}{streak} {counts}"
+            return self._at(Status.FAIL, explained, step, value, self.violations)
         gap = self._selection_gap(axis)
         if gap:
             return Outcome(Status.ERROR if final else Status.PENDING, gap, judged=self.judged)
@@ -357,13 +353,20 @@ class RuleTracker:
         if self.violations:  # debounced: violating points, never `for` of them in a row
             what = f"{self.judged - self.violations} of {what}"
             last += f"; {self.violations} violating, none for {self.rule.for_} in a row"
+        within = f"{what} within {self.rule.check.describe()}{last}"
+        return self._at(Status.PASS, within, step, value, self.violations)
+
+    def _at(
+        self,
+        status: Status,
+        message: str,
+        step: int | None,
+        value: float | None,
+        violations: int = 0,
+    ) -> Outcome:
+        """An outcome at one point of the rule's metric, with the count of points judged."""
         return Outcome(
-            Status.PASS,
-            f"{what} within {self.rule.check.describe()}{last}",
-            step=step,
-            value=value,
-            violations=self.violations,
-            judged=self.judged,
+            status, message, step=step, value=value, violations=violations, judged=self.judged
         )
 
     def _absent(self, final: bool, ctx: EvalContext) -> Outcome:

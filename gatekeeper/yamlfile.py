@@ -229,6 +229,13 @@ def dotted(loc: tuple[Any, ...]) -> str:
     return out
 
 
+def exactly_one(a: object, b: object, message: str) -> None:
+    """A config model's validator: of two optional fields, exactly one is given. The
+    ValueError becomes a `validation_error` line at the model's place in the file."""
+    if (a is None) == (b is None):
+        raise ValueError(message)
+
+
 def validation_error(
     exc: ValidationError, tree: Any, shown: str, prefix: tuple[Any, ...] = ()
 ) -> PolicyError:

@@ -3,22 +3,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 from pydantic import Field
 
-from gatekeeper.checks.base import MaskCheck
-from gatekeeper.fmt import fmt
+from gatekeeper.checks.bound import Bound
 
 
-class AbsLt(MaskCheck):
+class AbsLt(Bound):
     kind = "abs_lt"
+    op = "<"
+    magnitude = True
     value: float = Field(gt=0)  # |x| < 0 holds for nothing: a policy typo, not a bound
-
-    def describe(self) -> str:
-        return f"|x| < {fmt(self.value)}"
-
-    def violations(self, values: np.ndarray, n_context: int) -> np.ndarray:
-        return ~(np.abs(values) < self.value)
-
-    def explain(self, value: float) -> str:
-        return f"|x| = {fmt(abs(value))} >= {fmt(self.value)}"

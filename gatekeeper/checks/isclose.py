@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import Field
 
 from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.checks.conclusion import failed
 from gatekeeper.fmt import fmt
 from gatekeeper.verdict import Status
 
@@ -65,15 +66,9 @@ class IsClose(AggregateCheck):
             return state.error
         if state.fail is not None:
             step, value, ref = state.fail
-            return Outcome(
-                Status.FAIL,
-                f"x = {fmt(value)} vs {self.reference} {fmt(ref)} at step {step}: "
-                f"|x - ref| = {fmt(abs(value - ref))} > {fmt(self._tolerance(value, ref))}",
-                step=step,
-                value=value,
-                violations=1,
-                judged=state.judged,
-            )
+            vs = f"x = {fmt(value)} vs {self.reference} {fmt(ref)} at step {step}"
+            gap = f"|x - ref| = {fmt(abs(value - ref))} > {fmt(self._tolerance(value, ref))}"
+            return failed(f"{vs}: {gap}", step, value, state.judged)
         worst = ""
         if state.worst is not None:
             step, value, ref = state.worst

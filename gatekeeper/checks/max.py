@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from gatekeeper.checks.base import MaskCheck
-from gatekeeper.fmt import fmt
+from gatekeeper.checks.bound import Bound
 
 
-class Max(MaskCheck):
+class Max(Bound):
     kind = "max"
-    value: float
-
-    def describe(self) -> str:
-        return f"x <= {fmt(self.value)}"
-
-    def violations(self, values: np.ndarray, n_context: int) -> np.ndarray:
-        return values > self.value
-
-    def explain(self, value: float) -> str:
-        return f"x = {fmt(value)} > {fmt(self.value)}"
+    op = "<="

@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import Field
 
 from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.checks.conclusion import failed, passed
 from gatekeeper.fmt import fmt
 from gatekeeper.verdict import Status
 
@@ -92,13 +93,12 @@ class Reach(AggregateCheck):
     def outcome(self, state: _ReachState, *, final: bool, ctx: EvalContext) -> Outcome:
         what = f"{self.window}-point mean" if self.window > 1 else "value"
         if state.reached_step is not None:
-            return Outcome(
-                Status.PASS,
-                f"{what} reached {fmt(state.reached_value)} {self._op} {fmt(self.value)} at step "
-                f"{state.reached_step}",
-                step=state.reached_step,
-                value=state.reached_value,
-                judged=state.judged,
+            reached = f"{fmt(state.reached_value)} {self._op} {fmt(self.value)}"
+            return passed(
+                f"{what} reached {reached} at step {state.reached_step}",
+                state.reached_step,
+                state.reached_value,
+                state.judged,
             )
         deadline_passed = state.last_step is not None and state.last_step >= self.by_step
         if not (final or deadline_passed):
@@ -120,12 +120,6 @@ class Reach(AggregateCheck):
                 f"{self.window}-point mean needs {self.window}",
                 judged=state.judged,
             )
-        return Outcome(
-            Status.FAIL,
-            f"{what} never reached {fmt(self.value)} by step {self.by_step} "
-            f"(best {fmt(state.best)} at step {state.best_step})",
-            step=state.best_step,
-            value=state.best,
-            violations=1,
-            judged=state.judged,
-        )
+        best = f"best {fmt(state.best)} at step {state.best_step}"
+        never = f"{what} never reached {fmt(self.value)} by step {self.by_step} ({best})"
+        return failed(never, state.best_step, state.best, state.judged)

@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.checks.conclusion import failed, passed
 from gatekeeper.fmt import fmt
 from gatekeeper.verdict import Status
 
@@ -79,14 +80,9 @@ class Rise(AggregateCheck):
             return Outcome(Status.ERROR, f"no value at step {self.from_step} to rise from")
         if state.reached is not None:
             step, value = state.reached
-            return Outcome(
-                Status.PASS,
-                f"rose {fmt(value - state.base)} (from {fmt(state.base)} at step "
-                f"{self.from_step} to {fmt(value)}) by step {step}",
-                step=step,
-                value=value,
-                judged=state.after + 1,
-            )
+            span = f"from {fmt(state.base)} at step {self.from_step} to {fmt(value)}"
+            rose = f"rose {fmt(value - state.base)} ({span}) by step {step}"
+            return passed(rose, step, value, state.after + 1)
         if not done:
             return Outcome(
                 Status.PENDING, f"not yet risen {fmt(self.min)}; waiting until step {self.by_step}"
@@ -96,12 +92,6 @@ class Rise(AggregateCheck):
                 Status.ERROR, f"no points after step {self.from_step} up to step {self.by_step}"
             )
         step, value = state.best
-        return Outcome(
-            Status.FAIL,
-            f"rose only {fmt(value - state.base)} < {fmt(self.min)} by step {self.by_step} "
-            f"(from {fmt(state.base)} at step {self.from_step}; best {fmt(value)} at step {step})",
-            step=step,
-            value=value,
-            violations=1,
-            judged=state.after + 1,
-        )
+        only = f"rose only {fmt(value - state.base)} < {fmt(self.min)} by step {self.by_step}"
+        best = f"from {fmt(state.base)} at step {self.from_step}; best {fmt(value)} at step {step}"
+        return failed(f"{only} ({best})", step, value, state.after + 1)

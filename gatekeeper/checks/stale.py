@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import Field
 
 from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.checks.conclusion import failed, passed
 from gatekeeper.fmt import fmt
 from gatekeeper.verdict import Status
 
@@ -52,21 +53,9 @@ class Stale(AggregateCheck):
         if ctx.now is None or ctx.last_arrival is None:
             return Outcome(Status.SKIP, "stale is judged only by a live watch (watch, run)")
         idle = ctx.now - ctx.last_arrival
+        limit, last = f"{fmt(self.max_seconds)} s", state.last_step
         if idle > self.max_seconds:
-            return Outcome(
-                Status.FAIL,
-                f"no new point for {idle:.1f} s > {fmt(self.max_seconds)} s "
-                f"(last at step {state.last_step}); the trainer looks hung",
-                step=state.last_step,
-                value=round(idle, 3),
-                violations=1,
-                judged=state.points,
-            )
-        return Outcome(
-            Status.PASS,
-            f"last point {idle:.1f} s ago (at step {state.last_step}), within "
-            f"{fmt(self.max_seconds)} s",
-            step=state.last_step,
-            value=round(idle, 3),
-            judged=state.points,
-        )
+            hung = f"no new point for {idle:.1f} s > {limit} (last at step {last})"
+            return failed(f"{hung}; the trainer looks hung", last, round(idle, 3), state.points)
+        within = f"last point {idle:.1f} s ago (at step {last}), within {limit}"
+        return passed(within, last, round(idle, 3), state.points)

@@ -28,7 +28,14 @@ from gatekeeper.errors import ConfigError, PolicyError
 from gatekeeper.sources.mlflow.discover import MlflowFilter
 from gatekeeper.sources.prometheus.discover import PrometheusFilter
 from gatekeeper.sources.tensorboard.discover import TensorBoardFilter
-from gatekeeper.yamlfile import display_path, line_of, plain, read_yaml, validation_error
+from gatekeeper.yamlfile import (
+    display_path,
+    exactly_one,
+    line_of,
+    plain,
+    read_yaml,
+    validation_error,
+)
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -171,8 +178,7 @@ class Notifier(_Model):
 
     @model_validator(mode="after")
     def _url(self) -> Notifier:
-        if (self.url is None) == (self.url_env is None):
-            raise ValueError("a notifier has exactly one of url: or url_env:")
+        exactly_one(self.url, self.url_env, "a notifier has exactly one of url: or url_env:")
         return self
 
     def resolved_url(self) -> str:

@@ -13,6 +13,7 @@ from gatekeeper.checks import registry
 from gatekeeper.expr import parse_expr
 from gatekeeper.policy.conditions import Condition, parse_conditions
 from gatekeeper.verdict import Mode, Severity
+from gatekeeper.yamlfile import exactly_one
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 
@@ -193,8 +194,8 @@ class Rule(BaseModel):
 
     @model_validator(mode="after")
     def _metric_or_expr(self) -> Rule:
-        if (self.metric is None) == (self.expr is None):
-            raise ValueError("a rule reads exactly one of metric or expr (a derived metric)")
+        message = "a rule reads exactly one of metric or expr (a derived metric)"
+        exactly_one(self.metric, self.expr, message)
         return self
 
     def conditions(self) -> list[Condition]:

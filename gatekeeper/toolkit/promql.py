@@ -11,21 +11,19 @@ Every exported expression also fires on NaN/±Inf, as gatekeeper errors on them.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gatekeeper.checks.abs_lt import AbsLt
-from gatekeeper.checks.abs_max import AbsMax
 from gatekeeper.checks.approx import Approx
+from gatekeeper.checks.base import Check
 from gatekeeper.checks.between import Between
+from gatekeeper.checks.bound import Bound
 from gatekeeper.checks.finite import Finite
-from gatekeeper.checks.gt import Gt
 from gatekeeper.checks.history import History
 from gatekeeper.checks.isclose import IsClose
-from gatekeeper.checks.lt import Lt
-from gatekeeper.checks.max import Max
-from gatekeeper.checks.min import Min
 from gatekeeper.checks.rise import Rise
 from gatekeeper.checks.stale import Stale
 from gatekeeper.checks.strictly_between import StrictlyBetween
@@ -104,47 +102,54 @@ def rule_expr(rule: RuleSpec, naming: Naming) -> str:
     if isinstance(check, Stale):
         return _stale(rule, naming)
     v = _value(rule, naming)
-    # "Fires unless judged good": a comparison with NaN is false, so NaN and the wrong
-    # infinity fire too, as gatekeeper errors on them instead of passing.
-    if isinstance(check, Max):
-        good = f"{v} <= {_num(check.value)} and {v} > -Inf"
-    elif isinstance(check, Min):
-        good = f"{v} >= {_num(check.value)} and {v} < +Inf"
-    elif isinstance(check, AbsMax):
-        good = f"abs({v}) <= {_num(check.value)}"
-    elif isinstance(check, Between):
-        good = f"{v} >= {_num(check.lo)} and {v} <= {_num(check.hi)}"
-    elif isinstance(check, Approx):
-        good = f"abs({v} - {_num(check.value)}) <= {_num(check.tolerance)}"
-    elif isinstance(check, Finite):
-        good = f"abs({v}) < +Inf"
-    # The strict checks are PromQL's own strict comparisons.
-    elif isinstance(check, Lt):
-        good = f"{v} < {_num(check.value)} and {v} > -Inf"
-    elif isinstance(check, Gt):
-        good = f"{v} > {_num(check.value)} and {v} < +Inf"
-    elif isinstance(check, AbsLt):
-        good = f"abs({v}) < {_num(check.value)}"
-    elif isinstance(check, StrictlyBetween):
-        good = f"{v} > {_num(check.lo)} and {v} < {_num(check.hi)}"
-    elif isinstance(check, IsClose):
-        raise NotExportable(
-            f"isclose compares with the same step of an earlier run (--reference "
-            f"{check.reference}=RUN), which Prometheus does not have"
-        )
-    elif isinstance(check, Rise):
-        raise NotExportable(
-            f"rise compares with the value at step {check.from_step}, which an alert on the "
-            "latest value no longer sees"
-        )
-    elif isinstance(check, History):
-        raise NotExportable("history judges against baselines of trusted past runs in a store")
-    else:
-        raise NotExportable(
-            f"check `{check.kind}` judges a window or history of points; Prometheus "
-            "sees the latest value per series"
-        )
-    return _in_steps(rule, naming, f"{v} unless ({good})")
+    return _in_steps(rule, naming, f"{v} unless ({_good(check, v)})")
+
+
+# "Fires unless judged good": a comparison with NaN is false, so NaN and the wrong
+# infinity fire too, as gatekeeper errors on them instead of passing.
+_GOOD: dict[type[Check], Callable[[Any, str], str]] = {
+    Between: lambda c, v: f"{v} >= {_num(c.lo)} and {v} <= {_num(c.hi)}",
+    Approx: lambda c, v: f"abs({v} - {_num(c.value)}) <= {_num(c.tolerance)}",
+    Finite: lambda c, v: f"abs({v}) < +Inf",
+    StrictlyBetween: lambda c, v: f"{v} > {_num(c.lo)} and {v} < {_num(c.hi)}",
+}
+
+# Kinds that judge against what Prometheus does not have, and what that is.
+_WHY_NOT: dict[type[Check], Callable[[Any], str]] = {
+    IsClose: lambda c: (
+        f"isclose compares with the same step of an earlier run (--reference "
+        f"{c.reference}=RUN), which Prometheus does not have"
+    ),
+    Rise: lambda c: (
+        f"rise compares with the value at step {c.from_step}, which an alert on the "
+        "latest value no longer sees"
+    ),
+    History: lambda c: "history judges against baselines of trusted past runs in a store",
+}
+
+
+def _good(check: Check, v: str) -> str:
+    """PromQL that holds where the latest value `v` passes the check."""
+    if isinstance(check, Bound):
+        return _bound(check, v)
+    for cls in type(check).__mro__:
+        if cls in _GOOD:
+            return _GOOD[cls](check, v)
+        if cls in _WHY_NOT:
+            raise NotExportable(_WHY_NOT[cls](check))
+    raise NotExportable(
+        f"check `{check.kind}` judges a window or history of points; Prometheus "
+        "sees the latest value per series"
+    )
+
+
+def _bound(check: Bound, v: str) -> str:
+    """The bound in PromQL's own comparison (a strict kind's is strict too)."""
+    if check.magnitude:
+        return f"abs({v}) {check.op} {_num(check.value)}"
+    # a signed bound holds for the infinity on its open side: that one must fire too
+    finite = f"{v} > -Inf" if check.op.startswith("<") else f"{v} < +Inf"
+    return f"{v} {check.op} {_num(check.value)} and {finite}"
 
 
 def _applicable(rule: RuleSpec) -> None:
@@ -216,11 +221,8 @@ def _in_steps(rule: RuleSpec, naming: Naming, expr: str) -> str:
     step = naming.step_of(rule.metric)
     if step is None:
         raise NotExportable(f"steps: {sel.describe()} needs the step series of {rule.metric}")
-    bounds = []
-    if sel.start is not None:
-        bounds.append(f"{step} >= {sel.start}")
-    if sel.end is not None:
-        bounds.append(f"{step} <= {sel.end}")
+    ends = ((">=", sel.start), ("<=", sel.end))
+    bounds = [f"{step} {op} {n}" for op, n in ends if n is not None]
     return f"({expr}) and {naming.on} ({' and '.join(bounds)})"
 
 
