@@ -163,6 +163,28 @@ def _short(filename: str) -> str:
     return norm[cut:] if cut >= 0 else os.path.basename(norm)
 
 
+# gatekeeper's arithmetic is element-wise over 1-D series: it never calls BLAS. OpenBLAS
+# still starts a thread per core when numpy is imported, and they spin for a while: on a
+# shared 2-core runner that costs more CPU than judging a small run (bench_startup.py).
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS",)
+
+
+def _import_numpy() -> None:
+    """Import numpy with OpenBLAS on one thread, unless the user set its thread count. The
+    variable is set for the import only (OpenBLAS reads it when it loads): the processes
+    gatekeeper starts (`gatekeeper run`'s trainer) get the environment as it was."""
+    if "numpy" in sys.modules:
+        return
+    added = [name for name in _BLAS_THREADS if name not in os.environ]
+    for name in added:
+        os.environ[name] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
 class _quiet_numpy:
     """NaN and Inf are data here (judged as errors by the engine), not a reason for numpy
     to print RuntimeWarnings ("invalid value encountered") into CI logs."""
@@ -170,6 +192,7 @@ class _quiet_numpy:
     def __enter__(self) -> None:
         import warnings
 
+        _import_numpy()
         import numpy as np
 
         self._err = np.seterr(all="ignore")
