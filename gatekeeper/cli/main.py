@@ -97,7 +97,22 @@ REPORT_BUGS = "the gatekeeper issue tracker, with the --debug output"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run the command line. Without `argv` this is the program (the console script,
+    `python -m gatekeeper`): the process exits right after, so its objects are frozen for
+    the garbage collector first. Python's shutdown would otherwise walk every object
+    numpy, pydantic and the checks made in full collections, tens of milliseconds that
+    change nothing (atexit handlers and the flushing of open files still run)."""
+    if argv is not None:
+        return _main(list(argv))
+    try:
+        return _main(sys.argv[1:])
+    finally:
+        import gc
+
+        gc.freeze()
+
+
+def _main(argv: list[str]) -> int:
     # --debug is read here, wherever it stands (before or after the command): it must
     # work even when building the parser is what fails
     debug = "--debug" in argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0")
