@@ -62,12 +62,13 @@ def write_policy(path: str) -> None:
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+def timed(cmd: list[str], env: dict[str, str] | None = None,
+          cwd: str | None = None) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of one child. On a loaded machine the
     CPU time is the closer estimate of what an idle machine's wall time would be."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV, cwd=cwd)
     took = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
@@ -105,13 +106,15 @@ def main() -> None:
             cases[f"{name} [against]"] = cmd
             envs[f"{name} [against]"] = other
     load_before = os.getloadavg()
+    # children run in the scratch directory: `python -m` puts the working directory first
+    # on sys.path, and a checkout's own `gatekeeper/` there would shadow --against
     for name, cmd in cases.items():  # warm the page cache and .pyc files once
-        timed(cmd, envs[name])
+        timed(cmd, envs[name], tmp)
     times: dict[str, list[float]] = {name: [] for name in cases}
     cpus: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.runs):
         for name, cmd in cases.items():
-            wall, cpu = timed(cmd, envs[name])
+            wall, cpu = timed(cmd, envs[name], tmp)
             times[name].append(wall)
             cpus[name].append(cpu)
     load_after = os.getloadavg()
