@@ -4,14 +4,23 @@ Wall time of fresh child processes, interleaved so machine noise hits every case
 best of N (the floor a quiet machine reaches; the median is printed beside it):
 
 - `python -c pass`                          the interpreter alone, the yardstick
-- `gatekeeper --version`                    target <= 2x `python -c pass` (issue 14)
+- `gatekeeper --version`                    target <= 2x `python -c pass` (issue 14): the
+                                            console script, and `python -m gatekeeper`
 - `gatekeeper check RUN -p POLICY`          a 1,000-step x 10-metric JSONL run and a
                                             20-rule policy; target <= 0.25 s on an idle
                                             machine
 
 The machine's load average is printed before and after: figures taken under load are
 not the idle targets, only their ratios are comparable.
-Usage: python bench/bench_startup.py [--runs N] [--json FILE]
+
+The children may write .pyc files (PYTHONDONTWRITEBYTECODE is removed from their
+environment; the warm-up run writes them), as an installed package has them: without,
+every gatekeeper module is compiled from source on each run.
+`--against DIR` adds the same gatekeeper cases run from another checkout's `gatekeeper`
+package (PYTHONPATH=DIR, e.g. `git archive <rev> gatekeeper | tar -x -C DIR`), interleaved
+with these: before/after ratios taken under the same load.
+
+Usage: python bench/bench_startup.py [--runs N] [--json FILE] [--against DIR]
 """
 
 from __future__ import annotations
@@ -49,12 +58,17 @@ def write_policy(path: str) -> None:
             fh.write(f"  - {{id: m{i}-min, metric: m{i}, check: {{min: 0}}}}\n")
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
+# what an installed package has: its bytecode (pip compiles it), not a compile per run
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None,
+          cwd: str | None = None) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of one child. On a loaded machine the
     CPU time is the closer estimate of what an idle machine's wall time would be."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV, cwd=cwd)
     took = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
@@ -67,6 +81,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15, help="children per case (default 15)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument("--against", metavar="DIR",
+                    help="also time the gatekeeper package in DIR (another revision)")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="gk-startup-")
@@ -74,20 +90,31 @@ def main() -> None:
     write_run(run)
     write_policy(policy)
     py = sys.executable
+    script = os.path.join(os.path.dirname(py), "gatekeeper")
     cases = {
         "python -c pass": [py, "-c", "pass"],
-        "gatekeeper --version": [py, "-m", "gatekeeper", "--version"],
+        "gatekeeper --version": [script, "--version"],
+        "python -m gatekeeper --version": [py, "-m", "gatekeeper", "--version"],
         "gatekeeper check (1k x 10, 20 rules)": [py, "-m", "gatekeeper", "check", run,
                                                  "-p", policy, "-q"],
     }
+    envs: dict[str, dict[str, str]] = {name: ENV for name in cases}
+    if args.against:
+        # the console script is this checkout's; `python -m` finds DIR's package first
+        other = {**ENV, "PYTHONPATH": os.path.abspath(args.against)}
+        for name, cmd in list(cases.items())[2:]:
+            cases[f"{name} [against]"] = cmd
+            envs[f"{name} [against]"] = other
     load_before = os.getloadavg()
-    for cmd in cases.values():  # warm the page cache and .pyc files once
-        timed(cmd)
+    # children run in the scratch directory: `python -m` puts the working directory first
+    # on sys.path, and a checkout's own `gatekeeper/` there would shadow --against
+    for name, cmd in cases.items():  # warm the page cache and .pyc files once
+        timed(cmd, envs[name], tmp)
     times: dict[str, list[float]] = {name: [] for name in cases}
     cpus: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.runs):
         for name, cmd in cases.items():
-            wall, cpu = timed(cmd)
+            wall, cpu = timed(cmd, envs[name], tmp)
             times[name].append(wall)
             cpus[name].append(cpu)
     load_after = os.getloadavg()
@@ -100,10 +127,16 @@ def main() -> None:
         print(f"  {name:40} {best[name] * 1000:7.1f} ms ({statistics.median(t) * 1000:7.1f})"
               f"  {best[name] / base:5.2f}x python; CPU {min(cpus[name]) * 1000:7.1f} ms")
     version_ratio = best["gatekeeper --version"] / base
+    module_ratio = best["python -m gatekeeper --version"] / base
     check_s = best["gatekeeper check (1k x 10, 20 rules)"]
-    print(f"--version / python -c pass = {version_ratio:.2f} (target <= 2)")
+    print(f"--version / python -c pass = {version_ratio:.2f} (script), {module_ratio:.2f} "
+          "(python -m) (target <= 2)")
     check_cpu = min(cpus["gatekeeper check (1k x 10, 20 rules)"])
     print(f"small check = {check_s:.3f} s wall, {check_cpu:.3f} s CPU (target <= 0.25 s idle)")
+    for name in [n for n in cases if n.endswith(" [against]")]:
+        mine = name.removesuffix(" [against]")
+        print(f"{mine}: {best[mine] / best[name]:.2f}x the --against revision's wall, "
+              f"{min(cpus[mine]) / min(cpus[name]):.2f}x its CPU")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"best_s": best, "best_cpu_s": {n: min(c) for n, c in cpus.items()},

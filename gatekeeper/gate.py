@@ -12,7 +12,6 @@ from gatekeeper.model import Run
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.policy.overrides import CliOverride, apply_cli_overrides
 from gatekeeper.policy.spec import PolicySpec
-from gatekeeper.report import console, github, json_report, junit
 from gatekeeper.session import judge_whole
 from gatekeeper.sources import RunOverrides, open_source
 from gatekeeper.verdict import Verdict
@@ -84,15 +83,24 @@ def github_enabled(mode: str) -> bool:
 
 
 def write_reports(verdict: Verdict, opts: ReportOptions, stream: TextIO | None = None) -> None:
-    """Every report the options ask for. Files are written atomically."""
+    """Every report the options ask for. Files are written atomically. Each reporter is
+    imported only when asked for (the console one pulls rich: not for `--quiet`)."""
     stream = stream or sys.stdout
     if not opts.quiet:
+        from gatekeeper.report import console
+
         console.render(verdict, stream, show_skipped=opts.show_skipped)
     if opts.json_path:
+        from gatekeeper.report import json_report
+
         json_report.write(verdict, opts.json_path)
     if opts.junit_path:
+        from gatekeeper.report import junit
+
         junit.write(verdict, opts.junit_path)
     if github_enabled(opts.github):
+        from gatekeeper.report import github
+
         github.emit(verdict, stream, os.environ.get("GITHUB_STEP_SUMMARY"))
 
 

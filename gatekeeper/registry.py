@@ -11,7 +11,13 @@ three places, later ones overriding earlier ones by name:
    my_check = "my_pkg.checks:MyCheck"`;
 3. `Registry.register(name, obj)` at run time (tests, notebooks).
 
-Entry points are loaded on first lookup, not at import: `gatekeeper --version` stays cheap.
+A built-in name is never replaced by an entry point of the same name (as with commands:
+`gatekeeper check` never scans installed packages), only by `register`.
+
+Start-up stays cheap: nothing is loaded at import. An owning package may give `one`, the
+lookup of a single built-in kind by name (checks: `checks/<kind>.py`), so `get(name)` of a
+built-in imports that kind's module alone; installed packages are scanned for entry points
+only when a name is not built in, or when every kind is asked for (`all`, `names`).
 A plug-in that fails to load is a ConfigError naming the distribution, never a crash.
 """
 
@@ -20,8 +26,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Generic, TypeVar
-
-from gatekeeper.errors import ConfigError
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -54,11 +58,13 @@ class Registry(Generic[T]):
         kind: str,
         builtins: Callable[[], dict[str, T]],
         check: Callable[[str, object], T] | None = None,
+        one: Callable[[str], T | None] | None = None,
     ) -> None:
         self.kind = kind
         self.group = GROUPS[kind]
         self._builtins = builtins
         self._check = check  # validates a plug-in's object; returns it typed
+        self._one = one  # one built-in kind by name (None: not built in, or not found so)
         self._added: dict[str, T] = {}
         self._loaded: dict[str, T] | None = None
 
@@ -67,18 +73,31 @@ class Registry(Generic[T]):
         self._loaded = None
 
     def all(self) -> dict[str, T]:
-        """Every kind by name: built-ins, then entry points, then `register`ed ones."""
+        """Every kind by name: built-ins, then entry points (except those named like a
+        built-in), then `register`ed ones."""
         if self._loaded is None:
-            self._loaded = {**self._builtins(), **self._plugins(), **self._added}
+            builtins = self._builtins()
+            plugins = {k: v for k, v in self._plugins().items() if k not in builtins}
+            self._loaded = {**builtins, **plugins, **self._added}
         return dict(self._loaded)
 
     def get(self, name: str) -> T | None:
+        """The kind called `name`, or None. A built-in one is found without building the
+        other kinds or scanning installed packages when the registry has `one`."""
+        if name in self._added:
+            return self._added[name]
+        if self._loaded is None and self._one is not None:
+            found = self._one(name)
+            if found is not None:
+                return found
         return self.all().get(name)
 
     def names(self) -> list[str]:
         return sorted(self.all())
 
     def _plugins(self) -> dict[str, T]:
+        from gatekeeper.errors import ConfigError  # not at the top: `--version` imports us
+
         found: dict[str, T] = {}
         for ep in _entry_points(self.group):
             where = f"entry point {ep.name!r} of group {self.group}"

@@ -1,28 +1,64 @@
 """Start-up stays cheap: building the command line and `--version` import none of the
-heavy optional dependencies; a command imports what it needs when it runs."""
+heavy optional dependencies; a command imports what it needs when it runs: `check` of a
+JSONL run imports the check kinds its policy names and no others, and no reporter it was
+not asked for."""
 
 from __future__ import annotations
 
+import json
+import os
+import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
-from tests.helpers import REPO
+import pytest
+
+import gatekeeper.checks
+from tests.helpers import REPO, write_policy, write_rows
 
 HEAVY = ("wandb", "httpx", "apscheduler", "prometheus_client", "torch")
 
 
-def _imported_after(code: str) -> list[str]:
-    """The HEAVY top-level packages in sys.modules after `code` runs in a fresh child."""
-    probe = (
-        f"{code}\n"
-        "import sys\n"
-        f"print('heavy:', *(m for m in {HEAVY!r} if m in sys.modules))\n"
-    )
+def _modules_after(code: str) -> list[str]:
+    """Every module in sys.modules after `code` runs in a fresh child."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
-    return out.stdout.splitlines()[-1].split()[1:]
+    modules: list[str] = json.loads(out.stdout.splitlines()[-1])
+    return modules
+
+
+def _imported_after(code: str) -> list[str]:
+    """The HEAVY top-level packages in sys.modules after `code` runs in a fresh child."""
+    return [m for m in HEAVY if m in _modules_after(code)]
+
+
+def _check(run: Path, policy: Path, *flags: str) -> str:
+    """`gatekeeper check` in-process, then asserting it passed."""
+    argv = ["check", str(run), "-p", str(policy), *flags]
+    return f"from gatekeeper.cli.main import main\nassert main({argv!r}) == 0\n"
+
+
+def _threshold_case(tmp_path: Path) -> tuple[Path, Path]:
+    run = write_rows(
+        tmp_path / "run.jsonl",
+        [{"step": s, "loss": 1.0 / (s + 1), "grad_norm": 0.5} for s in range(50)],
+    )
+    policy = write_policy(
+        tmp_path / "policy.yaml",
+        """
+        version: 1
+        name: thresholds
+        rules:
+          - {id: loss-max, metric: loss, check: {max: 2}}
+          - {id: loss-min, metric: loss, check: {min: 0}}
+          - {id: grad-max, metric: grad_norm, check: {max: 1}}
+        """,
+    )
+    return run, policy
 
 
 def test_importing_the_cli_imports_no_heavy_dependency() -> None:
@@ -45,6 +81,87 @@ def test_version_imports_no_heavy_dependency_nor_numpy() -> None:
 def test_building_every_command_imports_no_heavy_dependency() -> None:
     # `--help` of each command builds the whole parser, plug-in commands included
     assert _imported_after("from gatekeeper.cli.main import build_parser\nbuild_parser()") == []
+
+
+def test_version_imports_no_more_than_the_cli_entry_point() -> None:
+    gk = [m for m in _modules_after("from gatekeeper.cli.main import main\nmain(['--version'])")
+          if m.startswith("gatekeeper")]
+    assert gk == ["gatekeeper", "gatekeeper.cli", "gatekeeper.cli.main", "gatekeeper.registry"]
+
+
+def test_a_threshold_check_imports_only_the_check_kinds_its_policy_names(tmp_path: Path) -> None:
+    run, policy = _threshold_case(tmp_path)
+    modules = _modules_after(_check(run, policy, "--quiet"))
+    kinds = [m for m in modules if m.startswith("gatekeeper.checks.")]
+    assert kinds == ["gatekeeper.checks.base", "gatekeeper.checks.max", "gatekeeper.checks.min"]
+    # --quiet prints no console report: neither it nor rich is imported, nor any heavy
+    # dependency (httpx came with the Prometheus source kind), nor another command
+    assert "gatekeeper.report.console" not in modules
+    assert "rich" not in modules
+    assert [m for m in HEAVY if m in modules] == []
+    commands = [m for m in modules if m.startswith("gatekeeper.cli.")]
+    assert commands == ["gatekeeper.cli.args", "gatekeeper.cli.check", "gatekeeper.cli.main",
+                        "gatekeeper.cli.report"]
+
+
+def test_numpy_is_imported_with_one_blas_thread_and_the_environment_is_left_as_it_was(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("threadpoolctl")  # reads the thread count of the loaded OpenBLAS
+    run, policy = _threshold_case(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    code = _check(run, policy, "--quiet") + (
+        "import os\n"
+        "from threadpoolctl import threadpool_info\n"
+        "blas = [p['num_threads'] for p in threadpool_info() if p['internal_api'] == 'openblas']\n"
+        "print(blas, 'OPENBLAS_NUM_THREADS' in os.environ)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "[1] False"
+
+
+def test_the_console_report_is_imported_when_printed(tmp_path: Path) -> None:
+    run, policy = _threshold_case(tmp_path)
+    modules = _modules_after(_check(run, policy))
+    assert {"gatekeeper.report.console", "rich"} <= set(modules)
+
+
+def test_every_built_in_kind_lives_in_the_module_of_its_name() -> None:
+    # so a policy's kind is imported on its own (CHECKS.get); the full list (`gatekeeper
+    # checks`, the unknown-kind message) still names every one of them
+    from gatekeeper.checks import CHECKS, registry
+
+    modules = [m.name for m in pkgutil.iter_modules(gatekeeper.checks.__path__)]
+    kinds = sorted(registry())
+    assert set(kinds) <= set(modules)
+    for kind in kinds:
+        cls = CHECKS.get(kind)
+        assert cls is not None and cls.kind == kind
+        assert cls.__module__ == f"gatekeeper.checks.{kind}"
+    assert CHECKS.get("base") is None and CHECKS.get("nope") is None
+
+
+def test_an_unknown_kind_lists_every_kind(tmp_path: Path) -> None:
+    run, _ = _threshold_case(tmp_path)
+    policy = write_policy(tmp_path / "bad.yaml", """
+        version: 1
+        name: bad
+        rules:
+          - {id: r, metric: loss, check: {maxx: 1}}
+        """)
+    out = subprocess.run(
+        [sys.executable, "-m", "gatekeeper", "check", str(run), "-p", str(policy)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "GATEKEEPER_DEBUG": ""},
+    )
+    kinds = sorted(gatekeeper.checks.registry())
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"gatekeeper: error: {policy}:4: rules[0].check: unknown check 'maxx'; "
+        f"known checks: {', '.join(kinds)}"
+    )
 
 
 def test_the_follow_default_interval_is_the_live_loops() -> None:

@@ -1,13 +1,31 @@
 """Check kinds: one module per kind in this package, found by scanning it (nothing to
-register); a third-party package adds one through the `gatekeeper.checks` entry point."""
+register); a third-party package adds one through the `gatekeeper.checks` entry point.
+
+A kind's module is named after the kind (`max` in `max.py`), so a policy's kinds are
+looked up one by one: a policy that uses `max` and `min` imports (and builds the pydantic
+models of) those two modules only, not every kind in the package."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+from types import ModuleType
 
 from gatekeeper.checks.base import AggregateCheck, Check, EvalContext, MaskCheck, Outcome
 from gatekeeper.registry import Registry
+
+
+def _kinds_in(module: ModuleType) -> dict[str, type[Check]]:
+    """The check kinds a module defines (not the ones it imports)."""
+    return {
+        obj.kind: obj
+        for obj in vars(module).values()
+        if isinstance(obj, type)
+        and issubclass(obj, Check)
+        and obj.__module__ == module.__name__
+        and "kind" in vars(obj)
+    }
 
 
 def _scan() -> dict[str, type[Check]]:
@@ -15,16 +33,19 @@ def _scan() -> dict[str, type[Check]]:
     for info in pkgutil.iter_modules(__path__):
         if info.name.startswith("_") or info.name == "base":
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for obj in vars(module).values():
-            if (
-                isinstance(obj, type)
-                and issubclass(obj, Check)
-                and obj.__module__ == module.__name__
-                and "kind" in vars(obj)
-            ):
-                kinds[obj.kind] = obj
+        kinds.update(_kinds_in(importlib.import_module(f"{__name__}.{info.name}")))
     return kinds
+
+
+def _one(kind: str) -> type[Check] | None:
+    """The built-in kind `kind` from its own module `checks/<kind>.py`, or None when
+    there is no such module defining it (the registry then scans everything)."""
+    if not kind.isidentifier() or kind.startswith("_") or kind == "base":
+        return None
+    name = f"{__name__}.{kind}"
+    if importlib.util.find_spec(name) is None:
+        return None
+    return _kinds_in(importlib.import_module(name)).get(kind)
 
 
 def _plugin_check(name: str, obj: object) -> type[Check]:
@@ -35,11 +56,11 @@ def _plugin_check(name: str, obj: object) -> type[Check]:
     return obj
 
 
-CHECKS: Registry[type[Check]] = Registry("check", _scan, _plugin_check)
+CHECKS: Registry[type[Check]] = Registry("check", _scan, _plugin_check, _one)
 
 
 def registry() -> dict[str, type[Check]]:
-    """Every check kind by its YAML key."""
+    """Every check kind by its YAML key (imports every kind: to look one up, `CHECKS.get`)."""
     return dict(sorted(CHECKS.all().items()))
 
 

@@ -4,70 +4,88 @@ Exit codes: 0 gate passed (warnings allowed), 1 gate failed, 2 could not evaluat
 arguments, invalid policy, unreadable or malformed source), 70 internal error (a bug in
 gatekeeper: CI must never read a crash as a failing gate). Every error is one line on
 stderr; `--debug` or GATEKEEPER_DEBUG=1 adds the traceback of an internal error.
+
+Start-up: importing this module imports no more than `os` and `sys` (and the version);
+`--version` is answered before anything else, and a built-in command's run imports that
+command's module alone (`tests/test_startup.py`, `bench/bench_startup.py`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import traceback
-import warnings
-from collections.abc import Callable, Sequence
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from gatekeeper import __version__
-from gatekeeper.errors import INTERNAL_ERROR, GatekeeperError, UsageError, one_line
 from gatekeeper.registry import Registry
 
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Sequence
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse exits 2 itself; keep one message form
-        raise UsageError(f"{self.prog}: {message}")
+# Every built-in command in `--help` order; the module of each is gatekeeper/cli/<name>.py
+# (a dash in the name is an underscore there). Each command module imports only
+# argparse-level things at the top, so building its parser stays cheap.
+BUILTIN_COMMANDS = (
+    "check", "validate", "checks", "serve", "history", "watch", "run", "test", "export",
+    "suggest", "import-recipe", "lint", "report", "sources",
+)
+
+
+def _register_of(name: str) -> Callable[[Any], None]:
+    import importlib
+
+    register: Callable[[Any], None] = importlib.import_module(
+        f"gatekeeper.cli.{name.replace('-', '_')}"
+    ).register
+    return register
+
+
+def _builtin_command(name: str) -> Callable[[Any], None] | None:
+    return _register_of(name) if name in BUILTIN_COMMANDS else None
 
 
 def _builtin_commands() -> dict[str, Callable[[Any], None]]:
-    """Every command's `register`, in `--help` order. Each command module imports only
-    argparse-level things at the top, so building the parser stays cheap."""
-    from gatekeeper.cli import (
-        check,
-        checks,
-        export,
-        history,
-        import_recipe,
-        lint,
-        report,
-        run,
-        serve,
-        sources,
-        suggest,
-        test,
-        validate,
-        watch,
-    )
-
-    modules = [
-        check, validate, checks, serve, history, watch, run, test, export, suggest,
-        import_recipe, lint, report, sources,
-    ]
-    return {m.__name__.rsplit(".", 1)[1].replace("_", "-"): m.register for m in modules}
+    """Every built-in command's `register`, in `--help` order."""
+    return {name: _register_of(name) for name in BUILTIN_COMMANDS}
 
 
 # Every command by name; a third-party package adds one through the `gatekeeper.commands`
 # entry point (a `register(subparsers)` function).
-COMMANDS: Registry[Callable[[Any], None]] = Registry("command", _builtin_commands)
+COMMANDS: Registry[Callable[[Any], None]] = Registry(
+    "command", _builtin_commands, one=_builtin_command
+)
 
 
-def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
+@cache
+def _parser_class() -> type[argparse.ArgumentParser]:
+    import argparse
+
+    from gatekeeper.errors import UsageError
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> Any:  # argparse exits 2 itself; one message form
+            raise UsageError(f"{self.prog}: {message}")
+
+    return _Parser
+
+
+def build_parser(plugins: bool = True, only: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command; `plugins=False` leaves out the commands other packages
-    add (scanning installed packages is the slowest part of start-up)."""
-    parser = _Parser(prog="gatekeeper", description="Training-run health gate.")
+    add (scanning installed packages is the slowest part of start-up); `only` (a built-in
+    command's name) builds that command's parser alone."""
+    parser_class = _parser_class()
+    parser = parser_class(prog="gatekeeper", description="Training-run health gate.")
     parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
     parser.add_argument(
         "--debug", action="store_true",
         help="on an internal error, print the full traceback (also GATEKEEPER_DEBUG=1)",
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=parser_class)
+    if only is not None:
+        _register_of(only)(sub)
+        return parser
     commands = COMMANDS.all() if plugins else COMMANDS.builtins()
     for register in commands.values():
         register(sub)
@@ -79,13 +97,35 @@ REPORT_BUGS = "the gatekeeper issue tracker, with the --debug output"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run the command line. Without `argv` this is the program (the console script,
+    `python -m gatekeeper`): the process exits right after, so its objects are frozen for
+    the garbage collector first. Python's shutdown would otherwise walk every object
+    numpy, pydantic and the checks made in full collections, tens of milliseconds that
+    change nothing (atexit handlers and the flushing of open files still run)."""
+    if argv is not None:
+        return _main(list(argv))
+    try:
+        return _main(sys.argv[1:])
+    finally:
+        import gc
+
+        gc.freeze()
+
+
+def _main(argv: list[str]) -> int:
     # --debug is read here, wherever it stands (before or after the command): it must
     # work even when building the parser is what fails
     debug = "--debug" in argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
+    if argv[:1] == ["--version"]:  # what argparse answers (and exits 0), importing nothing
+        print(f"gatekeeper {__version__}")
+        return 0
+    from gatekeeper.errors import GatekeeperError, one_line
+
     try:
-        args = build_parser(plugins=_wants_plugins(argv)).parse_args(argv)
+        command = _builtin_named(argv)
+        parser = build_parser(plugins=False, only=command) if command else build_parser()
+        args = parser.parse_args(argv)
         with _quiet_numpy():  # numpy is imported only for a command, never for --version
             return int(args.func(args))
     except GatekeeperError as exc:
@@ -100,17 +140,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _internal_error(exc, debug)
 
 
-def _wants_plugins(argv: list[str]) -> bool:
-    """False when argv names a built-in command or asks for --version: then no installed
-    package needs to be scanned for the commands it adds."""
-    if "--version" in argv:
-        return False
-    first = next((a for a in argv if not a.startswith("-")), None)
-    return first is None or first not in COMMANDS.builtins()
+def _builtin_named(argv: list[str]) -> str | None:
+    """The built-in command argv runs, or None (no command, another package's command,
+    or an option before it that argparse answers from the whole parser: -h, --version).
+    Then only that command's module is imported and no installed package is scanned."""
+    for arg in argv:
+        if arg.startswith("-"):
+            return None  # the top-level options (-h, --version) need every command
+        return arg if arg in BUILTIN_COMMANDS else None
+    return None
 
 
 def _internal_error(exc: BaseException, debug: bool) -> int:
     """One line saying it is a bug, where it happened and where to report it."""
+    import traceback
+
+    from gatekeeper.errors import INTERNAL_ERROR, one_line
+
     frames = traceback.extract_tb(exc.__traceback__)
     ours = [f for f in frames if "gatekeeper" in f.filename.replace(os.sep, "/")] or frames
     where = f" at {_short(ours[-1].filename)}:{ours[-1].lineno}" if ours else ""
@@ -132,11 +178,36 @@ def _short(filename: str) -> str:
     return norm[cut:] if cut >= 0 else os.path.basename(norm)
 
 
+# gatekeeper's arithmetic is element-wise over 1-D series: it never calls BLAS. OpenBLAS
+# still starts a thread per core when numpy is imported, and they spin for a while: on a
+# shared 2-core runner that costs more CPU than judging a small run (bench_startup.py).
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS",)
+
+
+def _import_numpy() -> None:
+    """Import numpy with OpenBLAS on one thread, unless the user set its thread count. The
+    variable is set for the import only (OpenBLAS reads it when it loads): the processes
+    gatekeeper starts (`gatekeeper run`'s trainer) get the environment as it was."""
+    if "numpy" in sys.modules:
+        return
+    added = [name for name in _BLAS_THREADS if name not in os.environ]
+    for name in added:
+        os.environ[name] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
 class _quiet_numpy:
     """NaN and Inf are data here (judged as errors by the engine), not a reason for numpy
     to print RuntimeWarnings ("invalid value encountered") into CI logs."""
 
     def __enter__(self) -> None:
+        import warnings
+
+        _import_numpy()
         import numpy as np
 
         self._err = np.seterr(all="ignore")

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 from ruamel.yaml.comments import CommentedMap
 
-from gatekeeper.checks import registry
+from gatekeeper.checks import CHECKS
 from gatekeeper.errors import PolicyError
 from gatekeeper.expr import parse_expr
 from gatekeeper.policy.schema import Policy, Rule, RuleOverride
@@ -188,8 +188,11 @@ def apply_override(
 
 def parse_check(raw: dict[str, Any], tree: Any, where: tuple[Any, ...], shown: str) -> Any:
     ((kind, value),) = raw.items()
+    cls = CHECKS.get(kind)
+    if cls is None:  # the schema lets only known kinds through: a bug, as before
+        raise KeyError(kind)
     try:
-        return registry()[kind].parse(value)
+        return cls.parse(value)
     except ValidationError as exc:
         raise validation_error(exc, tree, shown, prefix=(*where, kind)) from None
     except ValueError as exc:

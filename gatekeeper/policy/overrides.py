@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from gatekeeper.checks import registry
+from gatekeeper.checks import CHECKS, registry
 from gatekeeper.errors import PolicyError, UsageError
 from gatekeeper.policy.loader import apply_override
 from gatekeeper.policy.schema import RuleOverride
@@ -69,7 +69,7 @@ def parse_override(text: str) -> CliOverride:
     elif "=" in action:
         kind, _, raw = action.partition("=")
         kind = kind.strip()
-        if kind not in registry():
+        if CHECKS.get(kind) is None:
             raise UsageError(
                 f"--override {text!r}: unknown check {kind!r}; known: {', '.join(registry())}"
             )

@@ -11,16 +11,20 @@ from __future__ import annotations
 import os
 import random
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 
 from gatekeeper.errors import SourceError, SourceUnavailable
 
+if TYPE_CHECKING:
+    import httpx
+
 
 class PrometheusApi:
     def __init__(self, base: str):
+        import httpx  # here, not at the top: every `check` imports the source kinds
+
         env = os.environ
         parts = httpx.URL(base.rstrip("/"))
         # credentials in the URL go to basic auth, never into a message
@@ -39,6 +43,8 @@ class PrometheusApi:
 
     def get(self, path: str, params: dict[str, Any] | list[tuple[str, Any]]) -> Any:
         """`data` of a successful answer; a PromQL error (bad query) raises at once."""
+        import httpx
+
         deadline = time.monotonic() + self.budget
         delay = 0.5
         while True:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import functools
 import math
-import multiprocessing
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,6 +178,10 @@ def decode(path: str, offset: int) -> Part:
         return decode_range(path, offset, None, False)
     if offset == 0:
         record_parser()  # import before forking, so workers inherit it
+    # here, not at the top: every `check` imports the source kinds, most never fork
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     bounds = _bounds(offset, size, workers)
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
