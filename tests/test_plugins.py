@@ -135,6 +135,17 @@ def test_a_plugin_check_and_source_judge_a_run(toys: Path, tmp_path: Path) -> No
     assert bad.returncode == 1 and "toys/n-even" in bad.stdout, bad.stdout + bad.stderr
 
 
+def test_a_source_no_kind_opens_names_the_plugin_kinds_too(toys: Path, tmp_path: Path) -> None:
+    policy = REPO / "policies" / "rl-health.yaml"
+    out = cli(toys, "check", "ftp://nowhere/run", "-p", str(policy), cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "cannot open source 'ftp://nowhere/run'" in out.stderr, out.stderr
+    assert "count://N" in out.stderr and "tensorboard" in out.stderr, out.stderr
+    live = cli(toys, "watch", "ftp://nowhere/run", "-p", str(policy), cwd=tmp_path)
+    assert live.returncode == 2 and "cannot follow source" in live.stderr, live.stderr
+    assert "count://N" not in live.stderr  # the toy kind reads whole runs only
+
+
 def test_a_plugin_command_runs_and_is_listed(toys: Path, tmp_path: Path) -> None:
     out = cli(toys, "hello", "world", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout == "hello, world\n", out.stderr
