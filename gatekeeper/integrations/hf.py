@@ -16,7 +16,7 @@ Mirrors transformers 5.24 (`TrainerCallback`, `TrainerControl`,
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 try:
@@ -26,7 +26,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
         "gatekeeper.integrations.hf needs transformers: pip install 'gatekeeper[hf]'"
     ) from exc
 
-from gatekeeper.inprocess.gate import PolicyInput
+from gatekeeper.gate import ReportOptions
+from gatekeeper.inprocess.gate import Gate, OnFail, PolicyInput
 from gatekeeper.inprocess.rows import is_scalar
 from gatekeeper.integrations.core import GateCallback
 from gatekeeper.model import RunState
@@ -57,20 +58,30 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
     """Gate a `Trainer` run with policy files. Add it with `callbacks=[...]`.
 
     - `policies`, `overrides`, `reports`, `on_fail`: as for `gatekeeper.Gate`; or pass
-      a ready `gate` (`GateCallback` takes them). Under on_fail="raise",
-      `trainer.train()` raises `GateFailed` (after the reports are written); "stop"
-      (default) ends training cleanly.
+      a ready `gate`. Under on_fail="raise", `trainer.train()` raises `GateFailed`
+      (after the reports are written); "stop" (default) ends training cleanly.
     - `wandb_names=False` keeps the Trainer's own names (`loss`, `eval_loss`).
     - Set `logging_steps=1` to judge every step, and `logging_nan_inf_filter=False`: by
       default the Trainer logs the running mean instead of a NaN/Inf loss, hiding it.
     """
 
     def __init__(
-        self, policies: PolicyInput | None = None, *, wandb_names: bool = True, **options: Any
+        self,
+        policies: PolicyInput | None = None,
+        *,
+        gate: Gate | None = None,
+        overrides: Sequence[str] = (),
+        on_fail: OnFail | str = OnFail.STOP,
+        reports: ReportOptions | None = None,
+        wandb_names: bool = True,
+        **gate_options: Any,
     ):
         self.wandb_names = wandb_names
         self.axis = AXIS if wandb_names else "global_step"
-        super().__init__(policies, **options)
+        super().__init__(
+            policies, gate=gate, overrides=overrides, on_fail=on_fail, reports=reports,
+            **gate_options,
+        )
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
