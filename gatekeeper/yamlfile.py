@@ -1,6 +1,6 @@
 """YAML files with line marks, for every config gatekeeper reads (policies, policy tests,
 the daemon config, export naming): `read_yaml`, `line_of`, and the one error format
-(`file:line: field: problem, got value`).
+(`file:line: field: problem, got value`), and the `Duration` type of config values.
 
 Bounds on what a YAML tree may hold, so a hostile file is refused, not obeyed: at most
 MAX_BYTES; depth, alias expansion and numbers: `check_flow_depth` before parsing (ruamel's scanner
@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import ValidationError
+from pydantic import BeforeValidator, Field, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -264,3 +264,25 @@ def validation_error(
         return PolicyError(lines[0])
     # one line: an error must not spill over lines a CI log reads one by one
     return PolicyError(f"{len(lines)} problems in {shown}: " + " | ".join(lines))
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def seconds(raw: Any) -> Any:
+    """`30`, `30s`, `5m`, `4h`, `1d`, `250ms` as seconds (float): a pydantic
+    BeforeValidator for durations in config files."""
+    if isinstance(raw, bool):
+        raise ValueError(f"expected a duration like 30s, 5m or 4h, got {raw!r}")
+    if isinstance(raw, (int, float)):
+        return float(raw)
+    if isinstance(raw, str):
+        m = _DURATION.match(raw)
+        if m:
+            return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    raise ValueError(f"expected a duration like 30s, 5m or 4h, got {raw!r}")
+
+
+Duration = Annotated[float, BeforeValidator(seconds), Field(ge=0)]
+PositiveDuration = Annotated[float, BeforeValidator(seconds), Field(gt=0)]

@@ -27,6 +27,7 @@ import numpy as np
 from gatekeeper.checks.base import MaskCheck
 from gatekeeper.model import Run, Series
 from gatekeeper.notify.base import Notifier
+from gatekeeper.notify.settings import NotifierSettings
 from gatekeeper.sources.base import Source
 
 
@@ -60,8 +61,15 @@ class Counting(Source):
         return run
 
 
+class PigeonSettings(NotifierSettings):
+    """A pigeon's own settings, validated with the rest of its `notifiers:` entry."""
+
+    loft: int = 1  # which loft the pigeon flies from
+
+
 class Pigeon(Notifier):
     kind = "pigeon"
+    settings_model = PigeonSettings
 
     def render(self, groups):  # type: ignore[no-untyped-def]
         return [{"groups": len(groups)}]
@@ -135,13 +143,24 @@ def test_a_plugin_check_and_source_judge_a_run(toys: Path, tmp_path: Path) -> No
     assert bad.returncode == 1 and "toys/n-even" in bad.stdout, bad.stdout + bad.stderr
 
 
+def test_a_source_no_kind_opens_names_the_plugin_kinds_too(toys: Path, tmp_path: Path) -> None:
+    policy = REPO / "policies" / "rl-health.yaml"
+    out = cli(toys, "check", "ftp://nowhere/run", "-p", str(policy), cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "cannot open source 'ftp://nowhere/run'" in out.stderr, out.stderr
+    assert "count://N" in out.stderr and "tensorboard" in out.stderr, out.stderr
+    live = cli(toys, "watch", "ftp://nowhere/run", "-p", str(policy), cwd=tmp_path)
+    assert live.returncode == 2 and "cannot follow source" in live.stderr, live.stderr
+    assert "count://N" not in live.stderr  # the toy kind reads whole runs only
+
+
 def test_a_plugin_command_runs_and_is_listed(toys: Path, tmp_path: Path) -> None:
     out = cli(toys, "hello", "world", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout == "hello, world\n", out.stderr
     assert "hello" in cli(toys, "--help", cwd=tmp_path).stdout
 
 
-def _daemon_config(tmp_path: Path, kind: str, url_env: str) -> Path:
+def _daemon_config(tmp_path: Path, kind: str, url_env: str, extra: str = "") -> Path:
     run = tmp_path / "run.jsonl"
     run.write_text('{"step": 0, "n": 0}\n')
     config = tmp_path / "gatekeeper.yaml"
@@ -151,7 +170,7 @@ def _daemon_config(tmp_path: Path, kind: str, url_env: str) -> Path:
           - source: {run}
             policies: [{REPO / "policies" / "rl-health.yaml"}]
         notifiers:
-          - {{name: coop, kind: {kind}, url_env: {url_env}}}
+          - {{name: coop, kind: {kind}, url_env: {url_env}{extra}}}
     """))
     return config
 
@@ -166,6 +185,22 @@ def test_a_plugin_notifier_is_a_config_kind_with_its_own_settings(
     bad = cli(toys, "serve", "-c", str(_daemon_config(tmp_path, "pigeon", "HOME")),
               "--check-config", cwd=tmp_path)
     assert bad.returncode == 2 and "coop:// addresses only" in bad.stderr, bad.stderr
+    # its settings model: its own field is accepted, and refused at file:line:field
+    loft = cli(toys, "serve", "-c", str(_daemon_config(tmp_path, "pigeon", "COOP_URL",
+               ", loft: 3")), "--check-config", cwd=tmp_path)
+    assert loft.returncode == 0, loft.stderr
+    bad_loft = cli(toys, "serve", "-c", str(_daemon_config(tmp_path, "pigeon", "COOP_URL",
+                   ", loft: high")), "--check-config", cwd=tmp_path)
+    assert bad_loft.returncode == 2, bad_loft.stderr
+    assert "gatekeeper.yaml:7: notifiers[0].loft: Input should be a valid integer" in (
+        bad_loft.stderr
+    ), bad_loft.stderr
+    # a built-in kind does not take the pigeon's field
+    slack = cli(toys, "serve", "-c", str(_daemon_config(tmp_path, "slack", "COOP_URL",
+                ", loft: 3")), "--check-config", cwd=tmp_path)
+    assert slack.returncode == 2 and "notifiers[0].loft: Extra inputs" in slack.stderr, (
+        slack.stderr
+    )
     unknown = cli(toys, "serve", "-c", str(_daemon_config(tmp_path, "owl", "COOP_URL")),
                   "--check-config", cwd=tmp_path)
     assert unknown.returncode == 2 and "unknown notifier kind 'owl'" in unknown.stderr

@@ -50,6 +50,15 @@ def add_policy_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_tuning_arg(
+    p: argparse.ArgumentParser, flag: str, default: float, metavar: str, help: str
+) -> None:
+    """A number that tunes a policy-writing command; its help ends with its default."""
+    p.add_argument(
+        flag, type=float, default=default, metavar=metavar, help=f"{help} (default {default:g})"
+    )
+
+
 def policy_options(args: argparse.Namespace) -> PolicyOptions:
     from gatekeeper.policy.overrides import parse_override
 

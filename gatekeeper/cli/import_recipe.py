@@ -9,6 +9,7 @@ import argparse
 import os
 from typing import Any
 
+from gatekeeper.cli.args import add_tuning_arg
 from gatekeeper.errors import UsageError
 
 
@@ -57,11 +58,5 @@ def register(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="apply the policy only to runs with this config value (repeatable)",
     )
-    p.add_argument(
-        "--about",
-        type=float,
-        default=0.2,
-        metavar="REL",
-        help="relative tolerance 'about'/'~' means (default 0.2)",
-    )
+    add_tuning_arg(p, "--about", 0.2, "REL", "relative tolerance 'about'/'~' means")
     p.set_defaults(func=cmd_import_recipe)

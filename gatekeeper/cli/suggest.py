@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gatekeeper.cli.args import add_tuning_arg
 from gatekeeper.errors import UsageError
 
 
@@ -79,25 +80,11 @@ def register(sub: Any) -> None:
         metavar="LO,HI",
         help="pooled quantiles an every-point band starts from (default 0.005,0.995)",
     )
-    p.add_argument(
-        "--margin",
-        type=float,
-        default=0.25,
-        metavar="FRAC",
-        help="widen every-point bands by this share of their width (default 0.25)",
+    add_tuning_arg(
+        p, "--margin", 0.25, "FRAC", "widen every-point bands by this share of their width"
     )
-    p.add_argument(
-        "--sigmas",
-        type=float,
-        default=3.0,
-        metavar="K",
-        help="widen across-run bands by K robust sigmas (default 3)",
-    )
-    p.add_argument(
-        "--noise",
-        type=float,
-        default=10.0,
-        metavar="X",
-        help="too noisy when a band is wider than X times the median (default 10)",
+    add_tuning_arg(p, "--sigmas", 3.0, "K", "widen across-run bands by K robust sigmas")
+    add_tuning_arg(
+        p, "--noise", 10.0, "X", "too noisy when a band is wider than X times the median"
     )
     p.set_defaults(func=cmd_suggest)

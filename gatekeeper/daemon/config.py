@@ -3,7 +3,9 @@
 Secrets never live in the file: a notifier names the environment variable that holds its
 URL or signing secret (`url_env`, `secret_env`), the HTTP listener its token
 (`http.token_env`). `GATEKEEPER_STATE` and `GATEKEEPER_HTTP_ADDRESS` override the state
-path and listen address (handy in containers).
+path and listen address (handy in containers). A `notifiers:` entry is validated by the
+settings model of its kind (`gatekeeper.notify.settings`), so a plug-in kind's own fields
+get the same file:line:field errors.
 """
 
 from __future__ import annotations
@@ -25,37 +27,20 @@ from pydantic import (
 from ruamel.yaml.comments import CommentedMap
 
 from gatekeeper.errors import ConfigError, PolicyError
+from gatekeeper.notify.settings import NotifierEntry
 from gatekeeper.sources.mlflow.discover import MlflowFilter
 from gatekeeper.sources.prometheus.discover import PrometheusFilter
 from gatekeeper.sources.tensorboard.discover import TensorBoardFilter
 from gatekeeper.yamlfile import (
+    Duration,
+    PositiveDuration,
     display_path,
-    exactly_one,
     line_of,
     plain,
     read_yaml,
+    seconds,
     validation_error,
 )
-
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-
-
-def _seconds(raw: Any) -> Any:
-    """`30`, `30s`, `5m`, `4h`, `1d`, `250ms` as seconds (float)."""
-    if isinstance(raw, bool):
-        raise ValueError(f"expected a duration like 30s, 5m or 4h, got {raw!r}")
-    if isinstance(raw, (int, float)):
-        return float(raw)
-    if isinstance(raw, str):
-        m = _DURATION.match(raw)
-        if m:
-            return float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    raise ValueError(f"expected a duration like 30s, 5m or 4h, got {raw!r}")
-
-
-Duration = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]
-PositiveDuration = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
 
 
 class _Model(BaseModel):
@@ -123,94 +108,13 @@ class Target(_Model):
         return (self.tensorboard, self.mlflow, self.prometheus)
 
 
-class Notifier(_Model):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-    kind: str  # a notifier kind: slack, lark, webhook, or one a plug-in registers
-    url: str | None = None  # prefer url_env: a webhook URL is a secret
-    url_env: str | None = None
-    secret_env: str | None = None  # lark: signing secret
-    statuses: list[Literal["fail", "error", "warn"]] = ["fail", "error"]
-    repeat_interval: Duration = 4 * 3600.0  # re-send while still firing; 0 = never
-    group_wait: Duration = 2.0  # collect state changes this long before sending
-    # The whole request (connect, send, answer), not each socket read.
-    timeout: Annotated[float, BeforeValidator(_seconds), Field(gt=0, le=300)] = 10.0
-    # Keep retrying an undelivered alert until it is this old (across restarts), then
-    # count it expired; 0 = one attempt.
-    retry_for: Annotated[float, BeforeValidator(_seconds), Field(ge=0, le=7 * 86400)] = 3600.0
-    retry_backoff: PositiveDuration = 1.0  # first retry pause, doubling; Retry-After wins
-    retry_backoff_max: PositiveDuration = 60.0  # the pause between retries stops growing here
-    queue_size: int = Field(default=1000, ge=1)
-    max_lines: int = Field(default=20, ge=1)  # run lines per group before "+N more"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _replaced(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "retries" in data:
-            raise ValueError(
-                "retries was replaced by retry_for, a time horizon: alerts are retried with "
-                "backoff until they are that old, e.g. retry_for: 1h"
-            )
-        return data
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, value: str) -> str:
-        from gatekeeper.notify import notifier_kind
-
-        notifier_kind(value)
-        return value
-
-    @model_validator(mode="after")
-    def _kind_settings(self) -> Notifier:
-        from gatekeeper.notify import notifier_kind
-
-        notifier_kind(self.kind).check_settings(self)
-        return self
-
-    @model_validator(mode="after")
-    def _backoff(self) -> Notifier:
-        if self.retry_backoff > self.retry_backoff_max:
-            raise ValueError(
-                f"retry_backoff ({self.retry_backoff:g}s) must not exceed retry_backoff_max "
-                f"({self.retry_backoff_max:g}s)"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _url(self) -> Notifier:
-        exactly_one(self.url, self.url_env, "a notifier has exactly one of url: or url_env:")
-        return self
-
-    def resolved_url(self) -> str:
-        if self.url is not None:
-            return self.url
-        value = os.environ.get(self.url_env or "")
-        if not value:
-            raise ConfigError(
-                f"notifier {self.name}: environment variable {self.url_env} is not set "
-                "(it holds the webhook URL)"
-            )
-        return value
-
-    def resolved_secret(self) -> str | None:
-        if not self.secret_env:
-            return None
-        value = os.environ.get(self.secret_env)
-        if not value:
-            raise ConfigError(
-                f"notifier {self.name}: environment variable {self.secret_env} is not set "
-                "(it holds the signing secret)"
-            )
-        return value
-
-
 class HttpSettings(_Model):
     address: str = "127.0.0.1"
     port: int = Field(default=9464, ge=0, le=65535)
     token_env: str | None = None  # bearer token for /metrics and /api when set
     # A connection must send its request within this, and its answer is written within
     # it again: idle and trickling clients are closed instead of holding resources.
-    request_timeout: Annotated[float, BeforeValidator(_seconds), Field(gt=0, le=300)] = 10.0
+    request_timeout: Annotated[float, BeforeValidator(seconds), Field(gt=0, le=300)] = 10.0
     max_connections: int = Field(default=1024, ge=1, le=65536)  # then the oldest is closed
     workers: int = Field(default=4, ge=1, le=64)  # threads answering complete requests
 
@@ -232,7 +136,7 @@ class DaemonConfig(_Model):
     http: HttpSettings = HttpSettings()
     poll: PollSettings = PollSettings()
     targets: list[Target] = Field(min_length=1)
-    notifiers: list[Notifier] = []
+    notifiers: list[NotifierEntry] = []  # each validated by its kind's settings model
     file: str = ""  # where it was read from (set by the loader)
 
     @model_validator(mode="after")

@@ -122,6 +122,26 @@ def check_record(run: RunRecord) -> None:
             )
 
 
+class Enough:
+    """When a newest-first baseline read may stop: once every step of `needed` has
+    `limit` values (never, when `needed` is None: every row is read). A run lacking a
+    needed step does not count for it, so that step may reach further back. Part of the
+    contract, so that every backend reads the same rows."""
+
+    def __init__(self, limit: int, needed: np.ndarray | None):
+        self.limit = limit
+        self._want = None if needed is None else np.unique(np.asarray(needed, dtype=np.int64))
+        self._have = None if self._want is None else np.zeros(self._want.size, dtype=np.int64)
+
+    def add(self, steps: np.ndarray) -> None:
+        """Count one row (a run's steps at the coordinate prefix)."""
+        if self._want is not None and self._have is not None:
+            self._have += np.isin(self._want, steps)
+
+    def met(self) -> bool:
+        return self._have is not None and bool(np.all(self._have >= self.limit))
+
+
 class HistoryStore(ABC):
     """A baseline store. Use as a context manager; every method is one transaction."""
 
@@ -132,7 +152,6 @@ class HistoryStore(ABC):
         """Write a run and its values; a run id already stored is replaced whole.
         Raises StateError (and writes nothing) if any value is non-finite."""
 
-    @abstractmethod
     def baseline_rows(
         self,
         series: str,
@@ -145,6 +164,12 @@ class HistoryStore(ABC):
         """Newest-first rows of trusted runs of `series` at one coordinate prefix: as many
         as it takes for every step of `needed` to have `limit` values (all rows when
         `needed` is None)."""
+        return self._rows(series, (metric, steps_key, check_key), Enough(limit, needed))
+
+    @abstractmethod
+    def _rows(self, series: str, key: CoordKey, enough: Enough) -> list[Points]:
+        """Newest-first rows of trusted runs of `series` at `key`, read in batches of
+        `enough.limit` runs until a batch comes back short or `enough.met()`."""
 
     def baseline(
         self, series: str, metric: str, steps_key: str, check_key: str, limit: int = DEFAULT_LIMIT

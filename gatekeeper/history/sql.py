@@ -27,8 +27,8 @@ import numpy as np
 from gatekeeper.errors import StateError
 from gatekeeper.history import keys
 from gatekeeper.history.base import (
-    DEFAULT_LIMIT,
     CoordKey,
+    Enough,
     HistoryStore,
     Points,
     RunRecord,
@@ -222,34 +222,22 @@ class SqlStore(HistoryStore):
         cur.execute(select, args)
         return int(cur.fetchone()[0])
 
-    def baseline_rows(
-        self,
-        series: str,
-        metric: str,
-        steps_key: str,
-        check_key: str,
-        limit: int = DEFAULT_LIMIT,
-        needed: np.ndarray | None = None,
-    ) -> list[Points]:
+    def _rows(self, series: str, key: CoordKey, enough: Enough) -> list[Points]:
         rows: list[Points] = []
-        with self._tx(f"reading the baseline of {metric}") as cur:
-            sid = self._series_id(cur, series, (metric, steps_key, check_key), create=False)
+        with self._tx(f"reading the baseline of {key[0]}") as cur:
+            sid = self._series_id(cur, series, key, create=False)
             if sid is None:
                 return rows
-            want = None if needed is None else np.unique(np.asarray(needed, dtype=np.int64))
-            have = None if want is None else np.zeros(want.size, dtype=np.int64)
             before = 1 << 62
             while True:
-                # Newest first in batches of `limit` runs: a run lacking a needed step
-                # does not count for it, so that step may reach further back.
-                cur.execute(self._sql(_ROWS), (sid, True, before, limit))
+                # Newest first in batches of `limit` runs, in one transaction.
+                cur.execute(self._sql(_ROWS), (sid, True, before, enough.limit))
                 batch = cur.fetchall()
                 for run_seq, first, n, steps, vals in batch:
                     before = int(run_seq)
                     rows.append(unpack(int(first), int(n), steps, vals))
-                    if want is not None and have is not None:
-                        have += np.isin(want, rows[-1][0])
-                if len(batch) < limit or (have is not None and bool(np.all(have >= limit))):
+                    enough.add(rows[-1][0])
+                if len(batch) < enough.limit or enough.met():
                     return rows
 
     def mark_untrusted(self, *, run_id: str | None = None, commit: str | None = None) -> int:

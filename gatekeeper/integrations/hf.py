@@ -27,8 +27,9 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
     ) from exc
 
 from gatekeeper.gate import ReportOptions
-from gatekeeper.inprocess.gate import Gate, GateFailed, OnFail, PolicyInput
+from gatekeeper.inprocess.gate import Gate, OnFail, PolicyInput
 from gatekeeper.inprocess.rows import is_scalar
+from gatekeeper.integrations.core import GateCallback
 from gatekeeper.model import RunState
 
 AXIS = "train/global_step"
@@ -53,7 +54,7 @@ def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class GatekeeperCallback(TrainerCallback):
+class GatekeeperCallback(GateCallback, TrainerCallback):
     """Gate a `Trainer` run with policy files. Add it with `callbacks=[...]`.
 
     - `policies`, `overrides`, `reports`, `on_fail`: as for `gatekeeper.Gate`; or pass
@@ -75,18 +76,10 @@ class GatekeeperCallback(TrainerCallback):
         wandb_names: bool = True,
         **gate_options: Any,
     ):
-        if (gate is None) == (policies is None):
-            raise TypeError("GatekeeperCallback needs policies or a gate (one of them)")
-        self.on_fail = OnFail(on_fail)
         self.wandb_names = wandb_names
-        axis = AXIS if wandb_names else "global_step"
-        self.gate = gate or Gate(
-            policies,  # type: ignore[arg-type]
-            overrides=overrides,
-            # raising is done here, after the reports are written
-            on_fail=OnFail.REPORT if self.on_fail is OnFail.REPORT else OnFail.STOP,
-            reports=reports,
-            axis=axis,
+        self.axis = AXIS if wandb_names else "global_step"
+        super().__init__(
+            policies, gate=gate, overrides=overrides, on_fail=on_fail, reports=reports,
             **gate_options,
         )
 
@@ -117,16 +110,14 @@ class GatekeeperCallback(TrainerCallback):
             return
         if self.wandb_names:
             scalars = rewrite_logs(scalars)
-        try:
-            observed = self.gate.observe(state.global_step, scalars)
-        except GateFailed:  # a caller's gate built with on_fail="raise"
-            self.gate.finalize(write=state.is_world_process_zero)
-            raise
-        if observed.stop:
+
+        def stop_training() -> None:
             control.should_training_stop = True
-            if self.on_fail is OnFail.RAISE:
-                self.gate.finalize(write=state.is_world_process_zero)
-                raise GateFailed(self.gate.verdict())
+
+        self.judge(
+            state.global_step, scalars, write=state.is_world_process_zero,
+            stop_training=stop_training,
+        )
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl,

@@ -16,7 +16,7 @@ Mirrors lightning 2.6: `Callback` hooks, `_LoggerConnector.update_train_step_met
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 try:
@@ -30,9 +30,9 @@ except ImportError:  # pragma: no cover - the pre-2.0 package name
             "pip install 'gatekeeper[lightning]'"
         ) from exc
 
-from gatekeeper.gate import ReportOptions
-from gatekeeper.inprocess.gate import Gate, GateFailed, OnFail, PolicyInput
+from gatekeeper.inprocess.gate import GateFailed
 from gatekeeper.inprocess.rows import is_scalar
+from gatekeeper.integrations.core import GateCallback
 from gatekeeper.model import RunState
 
 AXIS = "trainer/global_step"
@@ -57,7 +57,7 @@ def _logger_step(trainer: pl.Trainer) -> int:
     return int(trainer.fit_loop.epoch_loop._batches_that_stepped)
 
 
-class GatekeeperCallback(pl.Callback):
+class GatekeeperCallback(GateCallback, pl.Callback):
     """Gate a Lightning run with policy files. Add it with `Trainer(callbacks=[...])`.
 
     `policies`, `overrides`, `reports`, `on_fail`: as for `gatekeeper.Gate`, or pass a
@@ -65,27 +65,7 @@ class GatekeeperCallback(pl.Callback):
     reports are written; "stop" (default) ends training cleanly.
     """
 
-    def __init__(
-        self,
-        policies: PolicyInput | None = None,
-        *,
-        gate: Gate | None = None,
-        overrides: Sequence[str] = (),
-        on_fail: OnFail | str = OnFail.STOP,
-        reports: ReportOptions | None = None,
-        **gate_options: Any,
-    ):
-        if (gate is None) == (policies is None):
-            raise TypeError("GatekeeperCallback needs policies or a gate (one of them)")
-        self.on_fail = OnFail(on_fail)
-        self.gate = gate or Gate(
-            policies,  # type: ignore[arg-type]
-            overrides=overrides,
-            on_fail=OnFail.REPORT if self.on_fail is OnFail.REPORT else OnFail.STOP,
-            reports=reports,
-            axis=AXIS,
-            **gate_options,
-        )
+    axis = AXIS
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         hparams = getattr(pl_module, "hparams", None)
@@ -121,15 +101,14 @@ class GatekeeperCallback(pl.Callback):
     def _observe(self, trainer: pl.Trainer, metrics: dict[str, Any], step: int) -> None:
         if not metrics:
             return
-        try:
-            stop = self.gate.observe(step, metrics).stop
-        except GateFailed:  # a caller's gate built with on_fail="raise"
-            self.gate.finalize(write=trainer.is_global_zero)
-            raise
-        if trainer.world_size > 1:  # every rank must stop at the same step
-            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
-        if stop:
+
+        def stop_training() -> None:
             trainer.should_stop = True
-            if self.on_fail is OnFail.RAISE:
-                self.gate.finalize(write=trainer.is_global_zero)
-                raise GateFailed(self.gate.verdict())
+
+        def agree(stop: bool) -> bool:  # every rank must stop at the same step
+            return bool(trainer.strategy.reduce_boolean_decision(stop, all=False))
+
+        self.judge(
+            step, metrics, write=trainer.is_global_zero, stop_training=stop_training,
+            agree=agree if trainer.world_size > 1 else None,
+        )

@@ -1,38 +1,13 @@
-"""Notifiers: one module per destination kind, found by kind in the NOTIFIERS registry;
-a third-party package adds a kind through the `gatekeeper.notifiers` entry point."""
+"""Notifiers: one module per destination kind, found by kind in the NOTIFIERS registry
+(kinds.py); a third-party package adds a kind through the `gatekeeper.notifiers` entry
+point. A kind's `settings_model` validates its `notifiers:` entries (settings.py)."""
 
 from __future__ import annotations
 
-from gatekeeper.notify.base import Notifier, NotifierSettings, SendError
+from gatekeeper.notify.base import Notifier, SendError
 from gatekeeper.notify.channel import Channel, ChannelHooks
-from gatekeeper.registry import Registry
-
-
-def _builtins() -> dict[str, type[Notifier]]:
-    from gatekeeper.notify.lark import LarkNotifier
-    from gatekeeper.notify.slack import SlackNotifier
-    from gatekeeper.notify.webhook import WebhookNotifier
-
-    return {k.kind: k for k in (SlackNotifier, LarkNotifier, WebhookNotifier)}
-
-
-def _plugin(name: str, obj: object) -> type[Notifier]:
-    if not (isinstance(obj, type) and issubclass(obj, Notifier)):
-        raise TypeError(f"{obj!r} is not a gatekeeper.notify.Notifier subclass")
-    if getattr(obj, "kind", None) != name:
-        raise ValueError(f"its kind is {getattr(obj, 'kind', None)!r}, the entry point {name!r}")
-    return obj
-
-
-NOTIFIERS: Registry[type[Notifier]] = Registry("notifier", _builtins, _plugin)
-
-
-def notifier_kind(kind: str) -> type[Notifier]:
-    """The Notifier class of a config `kind`; ValueError naming the known kinds."""
-    found = NOTIFIERS.get(kind)
-    if found is None:
-        raise ValueError(f"unknown notifier kind {kind!r}; known: {', '.join(NOTIFIERS.names())}")
-    return found
+from gatekeeper.notify.kinds import NOTIFIERS, notifier_kind
+from gatekeeper.notify.settings import NotifierEntry, NotifierSettings
 
 
 def build_notifier(cfg: NotifierSettings) -> Notifier:
@@ -41,6 +16,6 @@ def build_notifier(cfg: NotifierSettings) -> Notifier:
 
 
 __all__ = [
-    "Channel", "ChannelHooks", "NOTIFIERS", "Notifier", "NotifierSettings", "SendError",
-    "build_notifier", "notifier_kind",
+    "Channel", "ChannelHooks", "NOTIFIERS", "Notifier", "NotifierEntry", "NotifierSettings",
+    "SendError", "build_notifier", "notifier_kind",
 ]

@@ -13,12 +13,15 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
 from gatekeeper.notify import deadline
 from gatekeeper.notify.grouping import Group
+
+if TYPE_CHECKING:
+    from gatekeeper.notify.settings import NotifierSettings
 
 log = logging.getLogger("gatekeeper.notify")
 
@@ -38,33 +41,22 @@ class Limit:
     per: float  # seconds
 
 
-class NotifierSettings(Protocol):
-    """What a notifier needs from its configuration entry (the daemon's `notifiers:` item
-    is one; notify/ does not import the daemon)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def timeout(self) -> float: ...
-    @property
-    def max_lines(self) -> int: ...
-    def resolved_url(self) -> str: ...
-    def resolved_secret(self) -> str | None: ...
-
-
 class Notifier(ABC):
     """One chat/webhook destination. Subclasses set `kind` and `limits`; a kind that
-    needs more of its settings than the common ones checks them in `check_settings`."""
+    takes settings of its own names a `NotifierSettings` subclass declaring them as
+    `settings_model` (and reads them in `from_settings`)."""
 
     kind: ClassVar[str]
     limits: ClassVar[tuple[Limit, ...]] = ()
+    # The model of this kind's `notifiers:` entry, a NotifierSettings subclass declaring
+    # its own fields; None: the common NotifierSettings, all the built-in kinds need.
+    settings_model: ClassVar[type[NotifierSettings] | None] = None
 
     @classmethod
     def check_settings(cls, settings: NotifierSettings) -> None:
-        """Refuse settings this kind cannot use (ValueError, shown at the entry's line)."""
-        return None  # the common settings are all the built-in kinds need
+        """Refuse settings this kind cannot use beyond what its model states (e.g. the
+        resolved URL): ValueError, shown at the entry's line."""
+        return None
 
     @classmethod
     def from_settings(cls, settings: NotifierSettings) -> Notifier:

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,3 +168,32 @@ def cut_lines(lines: list[str], max_lines: int, max_chars: int) -> list[str]:
         kept.append(line)
         used += len(line) + 1
     return kept
+
+
+def headline(groups: Sequence[Group]) -> str:
+    """A message's title: how many of its groups fire and how many resolved."""
+    firing = sum(1 for g in groups if g.state == "firing")
+    return f"gatekeeper: {firing} firing, {len(groups) - firing} resolved"
+
+
+def group_blocks(
+    groups: Sequence[Group],
+    room: int,
+    block: Callable[[Group], dict[str, Any]],
+    divider: dict[str, Any],
+    more: Callable[[str], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A chat message's body: each of the first `room` groups as its `block` and a
+    `divider`, then, when groups are left over, one `more("+N more groups")` element."""
+    out: list[dict[str, Any]] = []
+    for group in groups[:room]:
+        out += [block(group), dict(divider)]
+    if len(groups) > room:
+        left = len(groups) - room
+        out.append(more(f"+{left} more group{'s' if left != 1 else ''}"))
+    return out
+
+
+def group_text(head: str, lines: list[str], max_lines: int, max_chars: int) -> str:
+    """A group's text: `head`, then its run lines cut to fit `max_chars` in all."""
+    return head + "\n" + "\n".join(cut_lines(lines, max_lines, max_chars - len(head) - 1))

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from gatekeeper.notify.base import Limit, Notifier, SendError
-from gatekeeper.notify.grouping import Group, cut_lines, run_line
+from gatekeeper.notify.grouping import Group, group_blocks, group_text, headline, run_line
 
 MAX_ELEMENTS = 40  # keep the card well inside Lark's size limit
 MAX_TEXT = 3000
@@ -35,35 +35,18 @@ class LarkNotifier(Notifier):
     limits = (Limit(5, 1.0), Limit(100, 60.0))
 
     def render(self, groups: Sequence[Group]) -> list[dict[str, Any]]:
-        firing = sum(1 for g in groups if g.state == "firing")
-        elements: list[dict[str, Any]] = []
-        room = MAX_ELEMENTS // 2
-        for group in groups[:room]:
-            elements.append(
-                {"tag": "div", "text": {"tag": "lark_md", "content": self._text(group)}}
-            )
-            elements.append({"tag": "hr"})
-        if len(groups) > room:
-            more = len(groups) - room
-            elements.append(
-                {
-                    "tag": "note",
-                    "elements": [
-                        {
-                            "tag": "plain_text",
-                            "content": f"+{more} more group{'s' if more != 1 else ''}",
-                        }
-                    ],
-                }
-            )
+        elements = group_blocks(
+            groups,
+            MAX_ELEMENTS // 2,
+            lambda g: {"tag": "div", "text": {"tag": "lark_md", "content": self._text(g)}},
+            {"tag": "hr"},
+            lambda more: {"tag": "note", "elements": [{"tag": "plain_text", "content": more}]},
+        )
         card = {
             "config": {"wide_screen_mode": True},
             "header": {
-                "template": "red" if firing else "green",
-                "title": {
-                    "tag": "plain_text",
-                    "content": f"gatekeeper: {firing} firing, {len(groups) - firing} resolved",
-                },
+                "template": "red" if any(g.state == "firing" for g in groups) else "green",
+                "title": {"tag": "plain_text", "content": headline(groups)},
             },
             "elements": elements,
         }
@@ -74,7 +57,7 @@ class LarkNotifier(Notifier):
         if group.reason:
             head += f"\n{group.reason}"
         lines = ["- " + run_line(a, "[{text}]({url})") for a in group.alerts]
-        return head + "\n" + "\n".join(cut_lines(lines, self.max_lines, MAX_TEXT - len(head) - 1))
+        return group_text(head, lines, self.max_lines, MAX_TEXT)
 
     def post(self, body: dict[str, Any]) -> None:
         if self.secret:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gatekeeper.notify.base import Limit, Notifier
-from gatekeeper.notify.grouping import Group, cut_lines, run_line
+from gatekeeper.notify.grouping import Group, group_blocks, group_text, headline, run_line
 
 MAX_BLOCKS = 50
 MAX_TEXT = 3000
@@ -25,27 +25,15 @@ class SlackNotifier(Notifier):
     limits = (Limit(1, 1.0),)
 
     def render(self, groups: Sequence[Group]) -> list[dict[str, Any]]:
-        blocks: list[dict[str, Any]] = []
-        firing = sum(1 for g in groups if g.state == "firing")
-        header = f"gatekeeper: {firing} firing, {len(groups) - firing} resolved"
-        blocks.append({"type": "header", "text": {"type": "plain_text", "text": header[:150]}})
+        header = {"type": "plain_text", "text": headline(groups)[:150]}
         # Two blocks per group (section + divider); keep room for the "+N more" context.
-        room = (MAX_BLOCKS - 2) // 2
-        for group in groups[:room]:
-            blocks.append(
-                {"type": "section", "text": {"type": "mrkdwn", "text": self._text(group)}}
-            )
-            blocks.append({"type": "divider"})
-        if len(groups) > room:
-            more = len(groups) - room
-            blocks.append(
-                {
-                    "type": "context",
-                    "elements": [
-                        {"type": "mrkdwn", "text": f"+{more} more group{'s' if more != 1 else ''}"}
-                    ],
-                }
-            )
+        blocks = [{"type": "header", "text": header}] + group_blocks(
+            groups,
+            (MAX_BLOCKS - 2) // 2,
+            lambda g: {"type": "section", "text": {"type": "mrkdwn", "text": self._text(g)}},
+            {"type": "divider"},
+            lambda more: {"type": "context", "elements": [{"type": "mrkdwn", "text": more}]},
+        )
         fallback = "; ".join(g.title for g in groups)[:MAX_TEXT]
         return [{"text": fallback, "blocks": blocks}]
 
@@ -62,5 +50,4 @@ class SlackNotifier(Notifier):
             )
             for a in group.alerts
         ]
-        budget = MAX_TEXT - len(head) - 1
-        return head + "\n" + "\n".join(cut_lines(lines, self.max_lines, budget))
+        return group_text(head, lines, self.max_lines, MAX_TEXT)

@@ -31,12 +31,13 @@ def register(kind: type[Source], *, first: bool = True) -> None:
 
 def open_source(spec: str) -> Source:
     """The source that understands `spec`, or a UsageError naming the accepted forms."""
-    for kind in with_plugins(SOURCE_KINDS):
+    kinds = with_plugins(SOURCE_KINDS)
+    for kind in kinds:
         if kind.accepts(spec):
             return kind(spec)
     raise UsageError(
         f"cannot open source {spec!r}: expected a JSONL file or directory"
-        + "".join(f", {k.kind}" for k in SOURCE_KINDS if k is not JsonlSource)
+        + "".join(f", {k.kind}" for k in kinds if k is not JsonlSource)
     )
 
 
@@ -44,8 +45,9 @@ def open_live_source(spec: str) -> LiveSource:
     """The source that follows `spec` while it is written: the first registered kind that
     accepts it and can be polled (wandb), else a family's tail that waits for the run to
     appear (JSONL: a file or directory that does not exist yet)."""
-    for kind in with_plugins(SOURCE_KINDS):
-        if issubclass(kind, LiveSource) and kind.accepts(spec):
+    kinds = [k for k in with_plugins(SOURCE_KINDS) if issubclass(k, LiveSource)]
+    for kind in kinds:
+        if kind.accepts(spec):
             return kind(spec)
     for family in FAMILIES:
         for live in family.live_sources:
@@ -53,7 +55,7 @@ def open_live_source(spec: str) -> LiveSource:
                 return live(spec)
     raise UsageError(
         f"cannot follow source {spec!r} live: expected a JSONL file or directory"
-        + "".join(f", {k.kind}" for k in SOURCE_KINDS if issubclass(k, LiveSource))
+        + "".join(f", {k.kind}" for k in kinds)
     )
 
 

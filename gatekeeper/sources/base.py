@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from gatekeeper.errors import SourceError
 from gatekeeper.model import Run, RunState, set_dotted
 
 if TYPE_CHECKING:
@@ -101,6 +102,16 @@ class LiveSource(Source):
     @abstractmethod
     def restore(self, cursor: dict[str, Any]) -> None:
         """Resume from a position `cursor()` returned earlier."""
+
+
+def check_cursor_version(cursor: dict[str, Any], version: int, where: str) -> None:
+    """Refuse a saved cursor of another layout than `version` (this source's): a
+    SourceError naming `where`, so the saved position is dropped and the run re-read."""
+    if cursor.get("version") != version:
+        raise SourceError(
+            f"{where}: saved cursor version {cursor.get('version')!r} is not "
+            f"{version}; drop the saved position to re-read the run"
+        )
 
 
 class Annotator(ABC):

@@ -8,6 +8,7 @@ classes. Both return these plain records, so the source never sees which one it 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -69,6 +70,12 @@ class TrackingClient(Protocol):
     def put_artifact(self, run: RunInfo, name: str, body: bytes) -> bool: ...
 
     def run_url(self, run: RunInfo) -> str | None: ...
+
+
+def resolve_experiment_ids(names: list[str], lookup: Callable[[str], str]) -> list[str]:
+    """Experiment ids of `names` in order: a number is an id already (never looked up), a
+    name is asked of the backend through `lookup`."""
+    return [name if name.isdigit() else lookup(name) for name in names]
 
 
 def number(raw: Any) -> float:

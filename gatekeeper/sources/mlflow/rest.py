@@ -12,16 +12,21 @@ any user:password part.
 from __future__ import annotations
 
 import os
-import random
-import time
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-import httpx
 import orjson
 
-from gatekeeper.errors import SourceError, SourceNotFound, SourceUnavailable
-from gatekeeper.sources.mlflow.client import PAGE_SIZE, Page, Point, RunInfo, number
+from gatekeeper.errors import SourceError, SourceNotFound
+from gatekeeper.sources.mlflow.client import (
+    PAGE_SIZE,
+    Page,
+    Point,
+    RunInfo,
+    number,
+    resolve_experiment_ids,
+)
+from gatekeeper.sources.rest import Answer, BoundedHttp, Limits, Transient
 
 API = "/api/2.0/mlflow"
 
@@ -34,27 +39,22 @@ def public_url(uri: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
-class RestClient:
+class RestClient(BoundedHttp):
     def __init__(self, tracking_uri: str, *, timeout: float | None = None):
         env = os.environ
         parts = urlsplit(tracking_uri)
-        self.base = public_url(tracking_uri)
-        self.timeout = timeout or float(env.get("GATEKEEPER_MLFLOW_TIMEOUT", "20"))
-        self.budget = float(env.get("GATEKEEPER_MLFLOW_RETRY_SECONDS", "60"))
-        self.max_bytes = int(env.get("GATEKEEPER_MLFLOW_MAX_BYTES", str(64 << 20)))
-        self.requests = 0
-        headers = {"User-Agent": "gatekeeper"}
+        token = env.get("MLFLOW_TRACKING_TOKEN")  # a bearer token wins over basic auth
         auth: tuple[str, str] | None = None
-        if env.get("MLFLOW_TRACKING_TOKEN"):
-            headers["Authorization"] = f"Bearer {env['MLFLOW_TRACKING_TOKEN']}"
-        elif env.get("MLFLOW_TRACKING_USERNAME"):
+        if not token and env.get("MLFLOW_TRACKING_USERNAME"):
             auth = (env["MLFLOW_TRACKING_USERNAME"], env.get("MLFLOW_TRACKING_PASSWORD", ""))
-        elif parts.username:
+        elif not token and parts.username:
             auth = (parts.username, parts.password or "")
-        verify = env.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() != "true"
-        self._http = httpx.Client(
-            base_url=self.base, headers=headers, auth=auth, verify=verify,
-            timeout=httpx.Timeout(self.timeout), follow_redirects=False,
+        super().__init__(
+            public_url(tracking_uri),
+            Limits.from_env("GATEKEEPER_MLFLOW", retry_seconds=60, timeout=timeout),
+            token=token,
+            auth=auth,
+            verify=env.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() != "true",
         )
 
     # -- the calls the source makes -----------------------------------------------------
@@ -92,17 +92,14 @@ class RestClient:
                 return runs
 
     def experiment_ids(self, names: list[str]) -> list[str]:
-        ids = []
-        for name in names:
-            if name.isdigit():
-                ids.append(name)
-                continue
-            data = self._call(
-                "GET", "/experiments/get-by-name", params={"experiment_name": name},
-                what=f"experiment {name!r}",
-            )
-            ids.append(str((data.get("experiment") or {}).get("experiment_id")))
-        return ids
+        return resolve_experiment_ids(names, self._experiment_id)
+
+    def _experiment_id(self, name: str) -> str:
+        data = self._call(
+            "GET", "/experiments/get-by-name", params={"experiment_name": name},
+            what=f"experiment {name!r}",
+        )
+        return str((data.get("experiment") or {}).get("experiment_id"))
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         body = {"run_id": run_id, "tags": [{"key": k, "value": v} for k, v in tags.items()]}
@@ -135,38 +132,27 @@ class RestClient:
         return data
 
     def _send(self, method: str, url: str, *, what: str, **kw: Any) -> bytes:
-        deadline = time.monotonic() + self.budget
-        delay = 0.5
-        while True:
-            problem, wait = self._attempt(method, url, what, kw)
-            if isinstance(problem, bytes):
-                return problem
-            left = deadline - time.monotonic()
-            if left <= delay:
-                raise SourceUnavailable(
-                    f"{self.base}: {what}: still failing after {self.budget:g}s of retries: "
-                    f"{problem}; check the tracking server and retry later"
-                )
-            time.sleep(min(wait or delay, left) * random.uniform(0.8, 1.0))
-            delay = min(delay * 2, 10.0)
+        return self.request(
+            method,
+            url,
+            judge=lambda answer: self._judge(answer, what),
+            too_large=f"{self.base}: {what}: answer larger than {self.limits.max_bytes} bytes "
+            "(GATEKEEPER_MLFLOW_MAX_BYTES)",
+            gave_up=lambda problem: f"{self.base}: {what}: still failing after "
+            f"{self.limits.budget:g}s of retries: {problem}; check the tracking server and "
+            "retry later",
+            **kw,
+        )
 
-    def _attempt(
-        self, method: str, url: str, what: str, kw: dict[str, Any]
-    ) -> tuple[bytes | str, float | None]:
+    def _judge(self, answer: Answer, what: str) -> bytes | Transient:
         """The body, or why this attempt failed transiently and how long to wait."""
-        self.requests += 1
-        try:
-            with self._http.stream(method, url, **kw) as resp:
-                body = self._body(resp, what)
-        except httpx.TransportError as exc:
-            return f"{type(exc).__name__}", None
-        status = resp.status_code
+        status = answer.status
         if status < 300:
-            return body, None
+            return answer.body
         if status == 429 or status >= 500:
-            after = resp.headers.get("Retry-After", "")
-            return f"HTTP {status}", float(after) if after.isdigit() else None
-        detail = _error_text(body)
+            after = answer.headers.get("Retry-After", "")
+            return Transient(f"HTTP {status}", float(after) if after.isdigit() else None)
+        detail = _error_text(answer.body)
         if status == 404 or "RESOURCE_DOES_NOT_EXIST" in detail:
             raise SourceNotFound(f"{self.base}: {what}: not found ({detail})")
         if status in (401, 403):
@@ -175,18 +161,6 @@ class RestClient:
                 "set MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD"
             )
         raise SourceError(f"{self.base}: {what}: HTTP {status} ({detail})")
-
-    def _body(self, resp: httpx.Response, what: str) -> bytes:
-        chunks, size = [], 0
-        for chunk in resp.iter_bytes():
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise SourceError(
-                    f"{self.base}: {what}: answer larger than {self.max_bytes} bytes "
-                    "(GATEKEEPER_MLFLOW_MAX_BYTES)"
-                )
-            chunks.append(chunk)
-        return b"".join(chunks)
 
 
 def _error_text(body: bytes) -> str:

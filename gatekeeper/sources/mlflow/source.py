@@ -22,7 +22,7 @@ import numpy as np
 
 from gatekeeper.errors import SourceError, UsageError
 from gatekeeper.model import Run, Series, merge_chunks
-from gatekeeper.sources.base import LiveSource, Poll
+from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.mlflow.client import Point, RunInfo, TrackingClient, param_value
 
 PREFIX = "mlflow+"
@@ -137,11 +137,7 @@ class MlflowSource(LiveSource):
         return {"version": _CURSOR_VERSION, "metrics": self._cursors}
 
     def restore(self, cursor: dict[str, Any]) -> None:
-        if cursor.get("version") != _CURSOR_VERSION:
-            raise SourceError(
-                f"{self.shown}: saved cursor version {cursor.get('version')!r} is not "
-                f"{_CURSOR_VERSION}; drop the saved position to re-read the run"
-            )
+        check_cursor_version(cursor, _CURSOR_VERSION, self.shown)
         self._cursors = {k: dict(v) for k, v in cursor.get("metrics", {}).items()}
 
     # -- internals ----------------------------------------------------------------------

@@ -13,7 +13,13 @@ import os
 from typing import Any
 
 from gatekeeper.errors import SourceError, SourceNotFound
-from gatekeeper.sources.mlflow.client import PAGE_SIZE, Page, Point, RunInfo
+from gatekeeper.sources.mlflow.client import (
+    PAGE_SIZE,
+    Page,
+    Point,
+    RunInfo,
+    resolve_experiment_ids,
+)
 from gatekeeper.sources.mlflow.rest import _run_info
 
 
@@ -90,18 +96,13 @@ class StoreClient:
                 return runs
 
     def experiment_ids(self, names: list[str]) -> list[str]:
-        ids = []
-        for name in names:
-            if name.isdigit():
-                ids.append(name)
-                continue
-            exp = self._guard(
-                f"experiment {name!r}", lambda n=name: self.client.get_experiment_by_name(n)
-            )
-            if exp is None:
-                raise SourceNotFound(f"{self.uri}: experiment {name!r} not found")
-            ids.append(str(exp.experiment_id))
-        return ids
+        return resolve_experiment_ids(names, self._experiment_id)
+
+    def _experiment_id(self, name: str) -> str:
+        exp = self._guard(f"experiment {name!r}", lambda: self.client.get_experiment_by_name(name))
+        if exp is None:
+            raise SourceNotFound(f"{self.uri}: experiment {name!r} not found")
+        return str(exp.experiment_id)
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         for key, value in tags.items():

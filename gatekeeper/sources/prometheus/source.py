@@ -28,7 +28,7 @@ import numpy as np
 
 from gatekeeper.errors import SourceError, UsageError
 from gatekeeper.model import Run, merge_chunks
-from gatekeeper.sources.base import LiveSource, Poll
+from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.prometheus.api import PrometheusApi
 
 SCHEMES = ("prom+http://", "prom+https://")
@@ -170,11 +170,7 @@ class PrometheusSource(LiveSource):
                 "counts": dict(self._counts)}
 
     def restore(self, cursor: dict[str, Any]) -> None:
-        if cursor.get("version") != _CURSOR_VERSION:
-            raise SourceError(
-                f"{self.shown}: saved cursor version {cursor.get('version')!r} is not "
-                f"{_CURSOR_VERSION}; drop the saved position to re-read the run"
-            )
+        check_cursor_version(cursor, _CURSOR_VERSION, self.shown)
         self._start = float(cursor["start"])
         self._done = float(cursor["done"])
         self._counts = {str(k): int(v) for k, v in cursor.get("counts", {}).items()}

@@ -17,7 +17,7 @@ from typing import Any
 
 from gatekeeper.errors import RecordError, SourceError, SourceNotFound
 from gatekeeper.model import Run, merge_chunks
-from gatekeeper.sources.base import LiveSource, Poll
+from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 
 SCHEMES = ("tensorboard://", "tb://")
 FILE_MARK = "events.out.tfevents."
@@ -124,11 +124,7 @@ class TensorBoardSource(LiveSource):
         }
 
     def restore(self, cursor: dict[str, Any]) -> None:
-        if cursor.get("version") != _CURSOR_VERSION:
-            raise SourceError(
-                f"{self.spec}: saved cursor version {cursor.get('version')!r} is not "
-                f"{_CURSOR_VERSION}; drop the saved position to re-read the run"
-            )
+        check_cursor_version(cursor, _CURSOR_VERSION, self.spec)
         self._offsets = {str(k): int(v) for k, v in cursor.get("offsets", {}).items()}
         self._plugins = {str(k): str(v) for k, v in cursor.get("plugins", {}).items()}
 

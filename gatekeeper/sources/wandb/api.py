@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from gatekeeper.errors import SourceError, SourceNotFound, SourceUnavailable, UsageError
 from gatekeeper.model import Run, RunState, Series, merge_chunks
-from gatekeeper.sources.base import LiveSource, Poll
+from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.wandb.axes import NESTED, Columns, StepAxes
 
 SCHEME = "wandb://"
@@ -157,11 +157,7 @@ class WandbApiSource(LiveSource):
         return {"version": _CURSOR_VERSION, "next_step": self._next_step, "carry": self._carry}
 
     def restore(self, cursor: dict[str, Any]) -> None:
-        if cursor.get("version") != _CURSOR_VERSION:
-            raise SourceError(
-                f"{self.spec}: saved cursor version {cursor.get('version')!r} is not "
-                f"{_CURSOR_VERSION}; drop the saved position to re-read the run"
-            )
+        check_cursor_version(cursor, _CURSOR_VERSION, self.spec)
         self._next_step = int(cursor["next_step"])
         self._carry = {k: float(v) for k, v in cursor.get("carry", {}).items()}
 
