@@ -33,14 +33,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,7 +48,10 @@ try:  # the data generators need numpy/orjson; the daemon driver needs httpx
     import numpy  # noqa: F401
     import orjson  # noqa: F401
 except ImportError:  # pragma: no cover - re-run under the new checkout's venv
-    for cand in ("/work/wt/new/.venv/bin/python", os.path.join(HERE, "..", ".venv", "bin", "python")):
+    for cand in (
+        "/work/wt/new/.venv/bin/python",
+        os.path.join(HERE, "..", ".venv", "bin", "python"),
+    ):
         if os.path.exists(cand) and os.path.realpath(cand) != os.path.realpath(sys.executable):
             os.execv(cand, [cand, *sys.argv])
     raise
@@ -73,18 +74,27 @@ class Side:
         for p in (self.python, self.cli):
             if not os.path.exists(p):
                 raise SystemExit(f"{p} missing: run scripts/bootstrap.sh in {self.root}")
-        self.commit = subprocess.run(
-            ["git", "-C", self.root, "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True,
-        ).stdout.strip() or "?"
+        self.commit = (
+            subprocess.run(
+                ["git", "-C", self.root, "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            or "?"
+        )
 
     def child(self, code: str, *args: str, timeout: float = 900) -> str:
         proc = subprocess.run(
-            [self.python, "-c", code, *args], cwd=self.root, capture_output=True, text=True,
+            [self.python, "-c", code, *args],
+            cwd=self.root,
+            capture_output=True,
+            text=True,
             timeout=timeout,
         )
         if proc.returncode != 0:
-            raise SystemExit(f"[{self.name}] child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+            raise SystemExit(
+                f"[{self.name}] child failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+            )
         return proc.stdout
 
 
@@ -100,7 +110,9 @@ class Results:
             self.rows.append((bench, metric, unit, agg))
         ld = load()
         self.samples.setdefault((bench, metric, side), []).append((value, ld))
-        print(f"    {side:3} {bench:6} {metric:34} {value:10.4g} {unit:5} load {ld:5.2f}", flush=True)
+        print(
+            f"    {side:3} {bench:6} {metric:34} {value:10.4g} {unit:5} load {ld:5.2f}", flush=True
+        )
 
     def agg(self, bench: str, metric: str, agg: str, side: str) -> tuple[float, list[float]]:
         s = self.samples.get((bench, metric, side), [])
@@ -112,7 +124,7 @@ class Results:
 
     def table(self) -> str:
         lines = [
-            f"| bench | metric | old | new | new/old | load (1-min, min-max) |",
+            "| bench | metric | old | new | new/old | load (1-min, min-max) |",
             "| --- | --- | ---: | ---: | ---: | --- |",
         ]
         for bench, metric, unit, agg in self.rows:
@@ -131,11 +143,20 @@ class Results:
         for bench, metric, unit, agg in self.rows:
             o, lo = self.agg(bench, metric, agg, "old")
             n, ln = self.agg(bench, metric, agg, "new")
-            out.append({
-                "bench": bench, "metric": metric, "unit": unit, "agg": agg, "old": o, "new": n,
-                "ratio": n / o if o else None,
-                "samples": {s: self.samples.get((bench, metric, s), []) for s in ("old", "new")},
-            })
+            out.append(
+                {
+                    "bench": bench,
+                    "metric": metric,
+                    "unit": unit,
+                    "agg": agg,
+                    "old": o,
+                    "new": n,
+                    "ratio": n / o if o else None,
+                    "samples": {
+                        s: self.samples.get((bench, metric, s), []) for s in ("old", "new")
+                    },
+                }
+            )
         return {"rows": out}
 
 
@@ -173,9 +194,12 @@ def bench_check_pair(sides: list[Side], res: Results, args: argparse.Namespace, 
     t0 = time.perf_counter()
     bench_check.OUT = os.path.join(work, "check")
     record, rows, policy = bench_check.generate(args.check_steps, args.check_metrics)
-    print(f"  check data {args.check_steps}x{args.check_metrics} ready in "
-          f"{time.perf_counter() - t0:.1f}s (record {os.path.getsize(record) / 1e6:.0f} MB, "
-          f"rows {os.path.getsize(rows) / 1e6:.0f} MB)", flush=True)
+    print(
+        f"  check data {args.check_steps}x{args.check_metrics} ready in "
+        f"{time.perf_counter() - t0:.1f}s (record {os.path.getsize(record) / 1e6:.0f} MB, "
+        f"rows {os.path.getsize(rows) / 1e6:.0f} MB)",
+        flush=True,
+    )
     rcs: dict[tuple[str, str], set[int]] = {}
     for rnd in range(args.rounds):
         print(f"  check round {rnd + 1}/{args.rounds}", flush=True)
@@ -184,8 +208,12 @@ def bench_check_pair(sides: list[Side], res: Results, args: argparse.Namespace, 
                 secs, cpu, mem = (float(x) for x in side.child(CHECK_CHILD, path, policy).split())
                 res.add("check", f"{label}: gate.check wall", "s", "min", side.name, secs)
                 res.add("check", f"{label}: gate.check CPU", "s", "min", side.name, cpu)
-                res.add("check", f"{label}: gate.check peak mem", "MB", "median", side.name, mem / 1e6)
-                wall, cpu, rc = run_cli(side, ["check", "-p", policy, path, "-q", "--github", "never"])
+                res.add(
+                    "check", f"{label}: gate.check peak mem", "MB", "median", side.name, mem / 1e6
+                )
+                wall, cpu, rc = run_cli(
+                    side, ["check", "-p", policy, path, "-q", "--github", "never"]
+                )
                 if rc not in (0, 1):
                     raise SystemExit(f"[{side.name}] gatekeeper check exit {rc}")
                 rcs.setdefault((label, side.name), set()).add(rc)
@@ -193,7 +221,10 @@ def bench_check_pair(sides: list[Side], res: Results, args: argparse.Namespace, 
                 res.add("check", f"{label}: CLI check CPU", "s", "min", side.name, cpu)
     for label in ("record", "rows"):
         if rcs[(label, "old")] != rcs[(label, "new")]:
-            print(f"  WARNING: {label}: exit codes differ old {rcs[(label, 'old')]} new {rcs[(label, 'new')]}")
+            print(
+                f"  WARNING: {label}: exit codes differ old {rcs[(label, 'old')]} "
+                f"new {rcs[(label, 'new')]}"
+            )
 
 
 # ---- live --------------------------------------------------------------------------------
@@ -212,7 +243,8 @@ sys.path.insert(0, "bench")
 import bench_live
 small, big, policy, polls = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 n_small, n_big = int(sys.argv[5]), int(sys.argv[6])
-runs = {"small": bench_live.Follow(small, n_small, policy), "big": bench_live.Follow(big, n_big, policy)}
+runs = {"small": bench_live.Follow(small, n_small, policy),
+        "big": bench_live.Follow(big, n_big, policy)}
 cpu = {k: [] for k in runs}
 def step(f, key, new_rows=10):  # bench_live.Follow.step, timing CPU as well as wall
     with open(f.path, "ab") as fh:
@@ -242,8 +274,11 @@ def bench_live_pair(sides: list[Side], res: Results, args: argparse.Namespace, w
     t0 = time.perf_counter()
     small = bench_live.make_run(lw, args.poll_small)
     big = bench_live.make_run(lw, args.poll_big)
-    print(f"  live runs {args.poll_small:,} and {args.poll_big:,} rows ready in "
-          f"{time.perf_counter() - t0:.1f}s", flush=True)
+    print(
+        f"  live runs {args.poll_small:,} and {args.poll_big:,} rows ready in "
+        f"{time.perf_counter() - t0:.1f}s",
+        flush=True,
+    )
     per_round = [list(range(args.lat_trials))[r :: args.rounds] for r in range(args.rounds)]
     for rnd in range(args.rounds):
         print(f"  live round {rnd + 1}/{args.rounds}", flush=True)
@@ -254,17 +289,51 @@ def bench_live_pair(sides: list[Side], res: Results, args: argparse.Namespace, w
                 shutil.copy(os.path.join(lw, "kl.yaml"), sw)
                 trials = ",".join(map(str, per_round[rnd]))
                 for v in json.loads(side.child(LAT_CHILD, sw, "kl.yaml", trials)):
-                    res.add("live", "detection latency (gatekeeper run)", "s", "median", side.name, v)
+                    res.add(
+                        "live", "detection latency (gatekeeper run)", "s", "median", side.name, v
+                    )
         for side in sides:
-            s_copy, b_copy = (os.path.join(lw, f"{side.name}-{os.path.basename(p)}") for p in (small, big))
+            s_copy, b_copy = (
+                os.path.join(lw, f"{side.name}-{os.path.basename(p)}") for p in (small, big)
+            )
             shutil.copy(small, s_copy)
             shutil.copy(big, b_copy)
-            out = json.loads(side.child(POLL_CHILD, s_copy, b_copy, poll_policy, str(args.polls),
-                                        str(args.poll_small), str(args.poll_big)))
+            out = json.loads(
+                side.child(
+                    POLL_CHILD,
+                    s_copy,
+                    b_copy,
+                    poll_policy,
+                    str(args.polls),
+                    str(args.poll_small),
+                    str(args.poll_big),
+                )
+            )
             for key, n in (("small", args.poll_small), ("big", args.poll_big)):
-                res.add("live", f"poll wall, {n:,} rows history", "ms", "min", side.name, out[key][1] * 1e3)
-                res.add("live", f"poll CPU, {n:,} rows history", "ms", "min", side.name, out[key][2] * 1e3)
-            res.add("live", f"catch-up read, {args.poll_big:,} rows", "s", "min", side.name, out["big"][0])
+                res.add(
+                    "live",
+                    f"poll wall, {n:,} rows history",
+                    "ms",
+                    "min",
+                    side.name,
+                    out[key][1] * 1e3,
+                )
+                res.add(
+                    "live",
+                    f"poll CPU, {n:,} rows history",
+                    "ms",
+                    "min",
+                    side.name,
+                    out[key][2] * 1e3,
+                )
+            res.add(
+                "live",
+                f"catch-up read, {args.poll_big:,} rows",
+                "s",
+                "min",
+                side.name,
+                out["big"][0],
+            )
             os.unlink(s_copy)
             os.unlink(b_copy)
 
@@ -276,7 +345,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def daemon_once(side: Side, policies: list[str], args: argparse.Namespace, work: str) -> dict[str, float]:
+def daemon_once(
+    side: Side, policies: list[str], args: argparse.Namespace, work: str
+) -> dict[str, float]:
     """bench_daemon.py's run, against `side`'s CLI with the given policies; returns figures."""
     import httpx
 
@@ -288,8 +359,13 @@ def daemon_once(side: Side, policies: list[str], args: argparse.Namespace, work:
     config = {
         "state": os.path.join(tmp, "state.db"),
         "http": {"port": port},
-        "poll": {"interval": args.daemon_interval, "jitter": 1, "timeout": 20,
-                 "discovery_interval": 10, "workers": 4},
+        "poll": {
+            "interval": args.daemon_interval,
+            "jitter": 1,
+            "timeout": 20,
+            "discovery_interval": 10,
+            "workers": 4,
+        },
         "targets": [{"glob": os.path.join(runs, "*.jsonl"), "policies": policies}],
     }
     cfg = os.path.join(tmp, "gatekeeper.yaml")
@@ -300,8 +376,12 @@ def daemon_once(side: Side, policies: list[str], args: argparse.Namespace, work:
     writer = bench_daemon.Writer(paths)
     writer.start()
     log = open(os.path.join(tmp, "daemon.log"), "wb")
-    daemon = subprocess.Popen([side.cli, "serve", "-c", cfg, "--log-level", "warning"],
-                              cwd=side.root, stdout=log, stderr=subprocess.STDOUT)
+    daemon = subprocess.Popen(
+        [side.cli, "serve", "-c", cfg, "--log-level", "warning"],
+        cwd=side.root,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     nmet = len(bench_daemon.METRICS)
     try:
@@ -331,11 +411,19 @@ def daemon_once(side: Side, policies: list[str], args: argparse.Namespace, work:
         cpu = (bench_daemon.cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
         text = httpx.get(f"{base}/metrics", timeout=30).text
         if len(rs) != args.daemon_runs:
-            print(f"  WARNING [{side.name}]: daemon lists {len(rs)} runs, expected {args.daemon_runs}")
+            print(
+                f"  WARNING [{side.name}]: daemon lists {len(rs)} runs, expected {args.daemon_runs}"
+            )
         return {
-            "ready": ready, "cpu": cpu, "rss": rss_peak, "lag_p95": lags[-1], "lag_max": lag_max,
+            "ready": ready,
+            "cpu": cpu,
+            "rss": rss_peak,
+            "lag_p95": lags[-1],
+            "lag_max": lag_max,
             "poll_lag_p95": bench_daemon.histogram_p(text, "gatekeeper_poll_lag_seconds", 0.95),
-            "poll_dur_p95": bench_daemon.histogram_p(text, "gatekeeper_poll_duration_seconds", 0.95),
+            "poll_dur_p95": bench_daemon.histogram_p(
+                text, "gatekeeper_poll_duration_seconds", 0.95
+            ),
         }
     finally:
         writer.stop.set()
@@ -356,10 +444,14 @@ def bench_daemon_pair(sides: list[Side], res: Results, args: argparse.Namespace,
         shutil.copytree(os.path.join(src, "miles"), os.path.join(pol, "miles"))
         shutil.copy(os.path.join(src, "rl-health.yaml"), pol)
     policies = [os.path.join(pol, "miles"), os.path.join(pol, "rl-health.yaml")]
-    print(f"  daemon: {args.daemon_runs} runs x {len(bench_daemon.METRICS)} metrics at 1 step/s, "
-          f"poll every {args.daemon_interval:g}s, 4 workers, warm-up {2 * args.daemon_interval + 5:g}s, "
-          f"measuring {args.daemon_seconds:g}s; policies {sorted(os.listdir(os.path.join(pol, 'miles')))}"
-          f" + rl-health.yaml", flush=True)
+    print(
+        f"  daemon: {args.daemon_runs} runs x {len(bench_daemon.METRICS)} metrics at 1 step/s, "
+        f"poll every {args.daemon_interval:g}s, 4 workers, "
+        f"warm-up {2 * args.daemon_interval + 5:g}s, measuring {args.daemon_seconds:g}s; "
+        f"policies {sorted(os.listdir(os.path.join(pol, 'miles')))}"
+        f" + rl-health.yaml",
+        flush=True,
+    )
     for rnd in range(args.daemon_rounds):
         print(f"  daemon round {rnd + 1}/{args.daemon_rounds}", flush=True)
         for side in sides:
@@ -368,8 +460,12 @@ def bench_daemon_pair(sides: list[Side], res: Results, args: argparse.Namespace,
             res.add("daemon", "peak RSS", "MB", "min", side.name, d["rss"])
             res.add("daemon", "ingest lag p95", "steps", "min", side.name, d["lag_p95"])
             res.add("daemon", "ingest lag max", "steps", "min", side.name, d["lag_max"])
-            res.add("daemon", "poll start lag p95 (bucket)", "s", "min", side.name, d["poll_lag_p95"])
-            res.add("daemon", "poll duration p95 (bucket)", "s", "min", side.name, d["poll_dur_p95"])
+            res.add(
+                "daemon", "poll start lag p95 (bucket)", "s", "min", side.name, d["poll_lag_p95"]
+            )
+            res.add(
+                "daemon", "poll duration p95 (bucket)", "s", "min", side.name, d["poll_dur_p95"]
+            )
             res.add("daemon", "start to /readyz", "s", "min", side.name, d["ready"])
 
 
@@ -389,8 +485,11 @@ def main() -> int:
     ap.add_argument("--daemon-seconds", type=float, default=40)
     ap.add_argument("--daemon-interval", type=float, default=10)
     ap.add_argument("--daemon-rounds", type=int, default=2)
-    ap.add_argument("--daemon-policies-from", default=None,
-                    help="checkout whose policies/ both daemons use (default: --old)")
+    ap.add_argument(
+        "--daemon-policies-from",
+        default=None,
+        help="checkout whose policies/ both daemons use (default: --old)",
+    )
     ap.add_argument("--work", default=None, help="keep generated inputs here (default: a temp dir)")
     ap.add_argument("--json", default=None, help="also write all samples as JSON")
     args = ap.parse_args()
@@ -398,13 +497,19 @@ def main() -> int:
     only = set(args.only.split(","))
     work = args.work or tempfile.mkdtemp(prefix="gk-benchcmp-")
     os.makedirs(work, exist_ok=True)
-    print(f"old {sides[0].root} ({sides[0].commit})  new {sides[1].root} ({sides[1].commit})  "
-          f"cpus {os.cpu_count()}  load {os.getloadavg()}  work {work}", flush=True)
+    print(
+        f"old {sides[0].root} ({sides[0].commit})  new {sides[1].root} ({sides[1].commit})  "
+        f"cpus {os.cpu_count()}  load {os.getloadavg()}  work {work}",
+        flush=True,
+    )
     res = Results()
     t0 = time.monotonic()
     try:
-        for name, fn in (("check", bench_check_pair), ("live", bench_live_pair),
-                         ("daemon", bench_daemon_pair)):
+        for name, fn in (
+            ("check", bench_check_pair),
+            ("live", bench_live_pair),
+            ("daemon", bench_daemon_pair),
+        ):
             if name in only:
                 t = time.monotonic()
                 fn(sides, res, args, work)
@@ -413,8 +518,11 @@ def main() -> int:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
         print()
-        print(f"old = {sides[0].commit}, new = {sides[1].commit}; {time.monotonic() - t0:.0f}s total; "
-              f"load now {os.getloadavg()}")
+        print(
+            f"old = {sides[0].commit}, new = {sides[1].commit}; "
+            f"{time.monotonic() - t0:.0f}s total; "
+            f"load now {os.getloadavg()}"
+        )
         print(res.table())
         if args.json:
             with open(args.json, "w") as fh:
