@@ -97,6 +97,7 @@ class RuleTracker:
         # For plots: first..last selected step, and the first MAX_MARKED violating steps.
         self.span: tuple[int, int] | None = None
         self.marked: tuple[int, ...] = ()
+        self.plot_params: dict[str, Any] | None = None  # the check's kind and parameters
         self.step_key: str | None = None
         self.seen = 0
         self.min_step: int | None = None
@@ -676,8 +677,10 @@ def _with_plot(
 ) -> RuleResult:
     """What a plot of the rule needs beyond the outcome: bound parameters, the judged
     selection and the violating steps (reporters draw; the engine only records)."""
-    check = tracker.rule.check
-    params = {"kind": check.kind, **check.model_dump(mode="json")}
+    if tracker.plot_params is None:  # dumped once: a live verdict is asked on every poll
+        check = tracker.rule.check
+        tracker.plot_params = {"kind": check.kind, **check.model_dump(mode="json")}
+    params = dict(tracker.plot_params)  # each result its own copy
     marked: Sequence[float] = tracker.marked
     if overlay is not None:  # an aggregate check's own violating steps (history: drifting)
         overlay = dict(overlay)
