@@ -59,6 +59,12 @@ def _run_lengths(mask: np.ndarray, carry: int) -> np.ndarray:
     return runs
 
 
+def step_shape(steps: np.ndarray) -> tuple[int, int, int]:
+    """(lowest, highest, largest gap between neighbours) of non-empty steps (fed sorted)."""
+    gap = int(np.max(np.diff(steps))) if steps.size > 1 else 0
+    return int(steps.min()), int(steps.max()), gap
+
+
 class RuleTracker:
     """The state of one rule on one run, fed the new points of its metric chunk by chunk."""
 
@@ -205,15 +211,24 @@ class RuleTracker:
         return coords[keep].astype(np.int64), values[keep].astype(np.float64)
 
     # ---- feeding ---------------------------------------------------------------------
-    def feed(self, steps: np.ndarray, values: np.ndarray, step_key: str) -> None:
+    def feed(
+        self,
+        steps: np.ndarray,
+        values: np.ndarray,
+        step_key: str,
+        shape: tuple[int, int, int] | None = None,
+    ) -> None:
+        """Fold new points (sorted by step). `shape` = (lowest step, highest step, largest
+        gap between neighbours) of `steps`, when the caller computed it once for every
+        rule reading the metric."""
         if not steps.size:
             return
         self.step_key = step_key
         self.seen += int(steps.size)
-        lo, hi = int(steps.min()), int(steps.max())
-        edges = steps if self.max_step is None else np.concatenate([[self.max_step], steps])
-        if edges.size > 1:
-            self.max_gap = max(self.max_gap, int(np.max(np.diff(edges))))
+        lo, hi, inner = shape if shape is not None else step_shape(steps)
+        if self.max_step is not None:
+            inner = max(inner, int(steps[0]) - self.max_step)
+        self.max_gap = max(self.max_gap, inner)
         self.min_step = lo if self.min_step is None else min(self.min_step, lo)
         self.max_step = hi if self.max_step is None else max(self.max_step, hi)
         sel = self.rule.steps
@@ -571,8 +586,9 @@ class Evaluation:
         for metric, trackers in self.by_metric.items():
             s = series.get(metric)
             if s is not None and len(s):
+                shape = step_shape(s.steps)  # once per metric, not per rule
                 for tracker in trackers:
-                    tracker.feed(s.steps, s.values, s.step_key)
+                    tracker.feed(s.steps, s.values, s.step_key, shape)
         for aligner, tracker in self.derived:
             new = aligner.feed(series)
             if new is not None:
@@ -591,10 +607,8 @@ class Evaluation:
         """`now` and `arrivals` (metric -> wall time its last new point arrived) come from
         a live watcher, for `stale` rules; without them those rules are skipped.
         `references` are earlier runs by name, for `isclose` rules."""
-        ctx = EvalContext(run=run, history=history, now=now, references=references)
         arrivals = arrivals or {}
         results: list[RuleResult] = []
-        by_policy = {p.name: p for p in self.policies}
         skip_reason = {p.name: _policy_mismatch(p, run) for p in self.policies}
         unset = {p.name: missing_config(p, run) for p in self.policies}
         for tracker in self.trackers:
@@ -606,13 +620,15 @@ class Evaluation:
             if outcome is None:
                 tracker.bind(run)
                 arrival = arrivals.get(rule.metric)
-                rule_ctx = replace(ctx, rule_key=rule.key, last_arrival=arrival, metric=rule.metric)
+                rule_ctx = EvalContext(  # built directly: replace() costs ~10 us a rule
+                    run=run, history=history, rule_key=rule.key, now=now,
+                    last_arrival=arrival, metric=rule.metric, references=references,
+                )
                 tracker.axis_last = self.axis_last.get(tracker.step_key or "")
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
                 if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
                     overlay = rule.check.overlay(tracker.agg_state, rule_ctx)
-            result = _result(rule, outcome, tracker.step_key, by_policy[rule.policy])
-            results.append(_with_plot(result, tracker, overlay))
+            results.append(_result(rule, outcome, tracker, overlay))
         allowed = {  # states relaxed by the enforce-mode policies that apply to this run
             state: f"policy {p.name}: {reason}"
             for p in self.policies
@@ -672,30 +688,28 @@ def _applicability(
     return None
 
 
-def _with_plot(
-    result: RuleResult, tracker: RuleTracker, overlay: dict[str, list[float]] | None
-) -> RuleResult:
+def _plot(tracker: RuleTracker, overlay: dict[str, list[float]] | None) -> dict[str, Any]:
     """What a plot of the rule needs beyond the outcome: bound parameters, the judged
     selection and the violating steps (reporters draw; the engine only records)."""
     if tracker.plot_params is None:  # dumped once: a live verdict is asked on every poll
         check = tracker.rule.check
         tracker.plot_params = {"kind": check.kind, **check.model_dump(mode="json")}
-    params = dict(tracker.plot_params)  # each result its own copy
     marked: Sequence[float] = tracker.marked
     if overlay is not None:  # an aggregate check's own violating steps (history: drifting)
         overlay = dict(overlay)
         drift = overlay.pop("drift", None) or []
         marked = marked or drift
-    return replace(
-        result,
-        check=params,
-        span=tracker.span,
-        violating_steps=tuple(int(s) for s in marked),
-        overlay=overlay,
-    )
+    return {
+        "check": dict(tracker.plot_params),  # each result its own copy
+        "span": tracker.span,
+        "violating_steps": tuple(int(s) for s in marked),
+        "overlay": overlay,
+    }
 
 
-def _result(rule: RuleSpec, out: Outcome, step_key: str | None, policy: PolicySpec) -> RuleResult:
+def _result(
+    rule: RuleSpec, out: Outcome, tracker: RuleTracker, overlay: dict[str, list[float]] | None
+) -> RuleResult:
     status = out.status
     if status is Status.FAIL and rule.severity is Severity.WARN:
         status = Status.WARN
@@ -709,11 +723,12 @@ def _result(rule: RuleSpec, out: Outcome, step_key: str | None, policy: PolicySp
         message=out.message,
         source=rule.source,
         step=out.step,
-        step_key=step_key,
+        step_key=tracker.step_key,
         value=out.value,
         expected=rule.describe_expected(),
         override=rule.override,
         description=rule.description,
         violations=out.violations,
         judged=out.judged,
+        **_plot(tracker, overlay),
     )
