@@ -8,7 +8,6 @@ can resynchronise) and decoded by forked worker processes; the parts are joined 
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import threading
@@ -19,9 +18,10 @@ import numpy as np
 import orjson
 from google.protobuf.message import DecodeError
 
-from gatekeeper.errors import RecordError, SourceError, quote
+from gatekeeper.errors import RecordError, quote
 from gatekeeper.sources.wandb.axes import NESTED, to_floats
 from gatekeeper.sources.wandb.log import BLOCK_LEN, LogReader
+from gatekeeper.sources.wandb.proto import narrowed_record_parser
 
 Column = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # row indices, values, numeric
 
@@ -53,47 +53,10 @@ class Part:
 READ_FIELDS = frozenset({"num", "history", "metric", "run", "exit", "config"})
 
 
-@functools.cache
 def record_parser() -> Any:
-    """`FromString` of the SDK's protobuf `Record`, narrowed to READ_FIELDS.
-
-    Built from the descriptor the installed SDK ships, in a private descriptor pool: the
-    same wire format, but a summary record (as large as each history record) is skipped
-    as unknown bytes instead of parsed item by item.
-    """
-    # Imported on first use: `import wandb` costs a second, and most commands never read wandb.
-    try:
-        from wandb.proto import wandb_internal_pb2
-    except ImportError as exc:
-        raise SourceError(
-            f"reading wandb runs needs the wandb SDK ({exc}); install gatekeeper[wandb]"
-        ) from None
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-    sdk_file = wandb_internal_pb2.DESCRIPTOR
-    proto = descriptor_pb2.FileDescriptorProto.FromString(sdk_file.serialized_pb)
-    record = next(m for m in proto.message_type if m.name == "Record")
-    kept = [f for f in record.field if f.name in READ_FIELDS]
-    del record.field[:]
-    record.field.extend(kept)
-    pool = descriptor_pool.DescriptorPool()
-    _add_file_deps(pool, sdk_file)
-    pool.Add(proto)
-    full_name = f"{proto.package}.Record" if proto.package else "Record"
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name)).FromString
-
-
-def _add_file_deps(pool: Any, file: Any) -> None:
-    from google.protobuf import descriptor_pb2
-
-    for dep in file.dependencies:
-        _add_file_deps(pool, dep)
-        try:
-            pool.FindFileByName(dep.name)
-        except KeyError:
-            proto = descriptor_pb2.FileDescriptorProto()
-            dep.CopyToProto(proto)
-            pool.Add(proto)
+    """`FromString` of the SDK's protobuf `Record`, narrowed to READ_FIELDS (a summary
+    record, as large as each history record, is skipped as unknown bytes)."""
+    return narrowed_record_parser(READ_FIELDS)
 
 
 def decode_range(path: str, start: int, stop: int | None, resync: bool) -> Part:

@@ -8,7 +8,6 @@ it is done only for metrics a policy asks for and the history does not have.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -18,28 +17,13 @@ from google.protobuf.message import DecodeError
 
 from gatekeeper.errors import RecordError
 from gatekeeper.sources.wandb.log import LogReader
+from gatekeeper.sources.wandb.proto import narrowed_record_parser
 
 
-@functools.cache
 def summary_parser() -> Any:
     """`FromString` of the SDK's `Record` narrowed to its `summary` field (the history,
     the largest part of the file, is skipped as unknown bytes)."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-    from wandb.proto import wandb_internal_pb2
-
-    from gatekeeper.sources.wandb.decode import _add_file_deps
-
-    sdk_file = wandb_internal_pb2.DESCRIPTOR
-    proto = descriptor_pb2.FileDescriptorProto.FromString(sdk_file.serialized_pb)
-    record = next(m for m in proto.message_type if m.name == "Record")
-    kept = [f for f in record.field if f.name == "summary"]
-    del record.field[:]
-    record.field.extend(kept)
-    pool = descriptor_pool.DescriptorPool()
-    _add_file_deps(pool, sdk_file)
-    pool.Add(proto)
-    full_name = f"{proto.package}.Record" if proto.package else "Record"
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name)).FromString
+    return narrowed_record_parser(frozenset({"summary"}))
 
 
 def summary_values(path: str, wanted: Iterable[str]) -> dict[str, float]:
