@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -87,6 +88,37 @@ class _Group:
     raws: list[bytes] = field(default_factory=list)  # the lines as read, for their quotes
 
 
+class _NotUniform(Exception):
+    """A line of a block is not a row with the block's first key order."""
+
+
+class _LazyRows:
+    """The rows of a block read the fast way, parsed again one by one only where a value
+    must be looked at as written (a step of 0 or 1 may have been true or false)."""
+
+    def __init__(self, raws: list[bytes]):
+        self.raws = raws
+
+    def __getitem__(self, i: int) -> Any:
+        return orjson.loads(self.raws[i])
+
+    def __len__(self) -> int:
+        return len(self.raws)
+
+
+class _Field:
+    """One field of every row, looked up only at the indices asked for."""
+
+    def __init__(self, rows: Any, key: str):
+        self.rows, self.key = rows, key
+
+    def __getitem__(self, i: int) -> Any:
+        return self.rows[i][self.key]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 @dataclass
 class JsonlParser:
     """Incremental parser: feed bytes, get complete lines turned into series chunks.
@@ -125,10 +157,69 @@ class JsonlParser:
             line=line,
         )
 
-    def parse_lines(self, pieces: list[bytes]) -> None:
-        """Parse whole lines (with or without their newline), in file order."""
+    def parse_lines(self, pieces: list[bytes], block: bytes | None = None) -> None:
+        """Parse whole lines (with or without their newline), in file order. `block`, when
+        given, is the bytes the lines were split from at their newlines (their '"' are
+        counted at once).
+
+        A block of rows that all share one key order, hold no string but markers and
+        convert to float64 at once is read line by line into one table, each line's
+        objects dropped as soon as its values are taken (`_uniform_rows`); any other
+        block, or one where that fails anywhere, is parsed whole by `_parse_lines`, which
+        decides every error and its message. Both end in `_row_group`, so a block gives
+        the same columns, points and errors whichever way it was read."""
         with _gc_paused():
-            self._parse_lines(pieces)
+            if not self._uniform_rows(pieces, block):
+                if block is not None:  # the lines as a file holds them, for their messages
+                    pieces = [p + b"\n" for p in pieces]
+                self._parse_lines(pieces)
+
+    def _uniform_rows(self, pieces: list[bytes], block: bytes | None) -> bool:
+        """The fast way through a block of rows that share one key order (see
+        `parse_lines`); False, having changed nothing, when the block is anything else."""
+        if len(pieces) < 2 or b'"series"' in pieces[0] or b'"event"' in pieces[0]:
+            return False  # record lines and end markers: the whole-block path
+        loads = orjson.loads
+        try:
+            first = loads(pieces[0])
+        except orjson.JSONDecodeError:
+            return False
+        if type(first) is not dict or not first:
+            return False
+        keys = tuple(first)
+        if ("metric" in first and "series" in first) or "event" in first:
+            return False
+        quotes = key_quotes(keys)
+        if quotes < 0:
+            return False
+
+        def values(raw: bytes) -> Any:
+            obj = loads(raw)
+            if type(obj) is not dict or tuple(obj) != keys:
+                raise _NotUniform
+            return obj.values()
+
+        width, n = len(keys), len(pieces)
+        try:
+            flat = np.fromiter(
+                chain.from_iterable(map(values, pieces)), dtype=np.float64, count=width * n
+            )
+        except (_NotUniform, TypeError, ValueError, OverflowError):  # JSONDecodeError too
+            return False
+        # numpy parses any string ("0.5" too): only markers may be among the values. A row
+        # holds at least its keys' quotes, so equal totals mean no row holds a string.
+        total = block.count(b'"') if block is not None else sum(map(bytes.count, pieces,
+                                                                      repeat(b'"')))
+        if total != quotes * n and not all(
+            raw.count(b'"') == quotes or only_marker_strings(loads(raw).values())
+            for raw in pieces
+        ):
+            return False
+        start = self.line + 1
+        self.line += n
+        group = _Group(_LazyRows(pieces), range(start, start + n), pieces)  # type: ignore[arg-type]
+        self._row_group(keys, group, flat.reshape(n, width))
+        return True
 
     def _parse_lines(self, pieces: list[bytes]) -> None:
         # The hot loop does only what must be per line: parse. Line numbers, classifying
@@ -302,10 +393,11 @@ class JsonlParser:
             values_l.append(coerce_value(point[1], self.path, line, what))
         return np.array(steps_l, dtype=STEP_DTYPE), np.array(values_l, dtype=VALUE_DTYPE)
 
-    def _row_group(self, keys: tuple[str, ...], group: _Group) -> None:
+    def _row_group(
+        self, keys: tuple[str, ...], group: _Group, table: np.ndarray | None = None
+    ) -> None:
         index = {k: i for i, k in enumerate(keys)}
-        table = None
-        if self._no_strings_but_markers(keys, group):
+        if table is None and self._no_strings_but_markers(keys, group):
             flat = fast_floats(list(map(dict.values, group.rows)), len(keys))
             table = flat.reshape(len(group.rows), len(keys)) if flat is not None else None
         rows = [list(r.values()) for r in group.rows] if table is None else []
@@ -357,7 +449,7 @@ class JsonlParser:
     ) -> np.ndarray:
         if table is not None:
             return as_steps(
-                table[:, j], lambda: [r[key] for r in group.rows], self.path, group.lines,
+                table[:, j], lambda: _Field(group.rows, key), self.path, group.lines,
                 lambda i: f"step field {quote(key)}",
             )
         return np.array(
@@ -390,25 +482,35 @@ def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
     """Feed a file from byte `offset` to `parser`; return the offset after the last whole
     line. With `final`, a last line without its newline is a truncation error."""
     pos = offset
+    parts: list[bytes] = []  # a line longer than a block, read so far
     with open_regular(parser.path) as fh:
         fh.seek(offset)
         while True:
-            lines = fh.readlines(BLOCK_SIZE)  # whole lines, read and split in C
-            if not lines:
-                return pos
-            tail = lines[-1]
-            if not tail.endswith(b"\n"):
-                lines.pop()
-                if final and tail.strip():
-                    parser.parse_lines(lines)
-                    parser._truncated(tail, parser.line + 1)
-                parser.parse_lines(lines)
-                if final:
-                    parser.line += 1
-                    return pos + sum(map(len, lines)) + len(tail)
-                return pos + sum(map(len, lines))
-            parser.parse_lines(lines)
-            pos += sum(map(len, lines))
+            data = fh.read(BLOCK_SIZE)
+            if not data:
+                break
+            cut = data.rfind(b"\n") + 1
+            if not cut:
+                parts.append(data)
+                continue
+            if parts:
+                parts.append(data[:cut])
+                block = b"".join(parts)
+                parts = [data[cut:]]
+            else:
+                block = data[:cut] if cut < len(data) else data
+                parts = [data[cut:]] if cut < len(data) else []
+            pieces = block.split(b"\n")
+            pieces.pop()  # b"" after the last newline
+            parser.parse_lines(pieces, block)
+            pos += len(block)
+    tail = b"".join(parts)
+    if tail and final:
+        if tail.strip():
+            parser._truncated(tail, parser.line + 1)
+        parser.line += 1
+        return pos + len(tail)
+    return pos
 
 
 def jsonl_files(directory: str) -> list[str]:
