@@ -33,7 +33,7 @@ def _outcome(path: Path, *, fast: bool, block: int, monkeypatch: pytest.MonkeyPa
     with monkeypatch.context() as m:
         m.setattr(reader, "BLOCK_SIZE", block)
         if not fast:
-            m.setattr(JsonlParser, "_uniform_rows", lambda self, pieces, block: False)
+            m.setattr(JsonlParser, "_uniform_rows", lambda self, pieces, quotes: False)
         parser = JsonlParser(str(path))
         try:
             end = parse_file(parser, final=True)
@@ -196,8 +196,8 @@ def test_the_fast_way_is_taken_and_matches_orjson_on_a_clean_file(tmp_path, monk
     taken = []
     real = JsonlParser._uniform_rows
 
-    def spy(self: JsonlParser, pieces: list[bytes], block: bytes | None) -> bool:
-        taken.append(real(self, pieces, block))
+    def spy(self: JsonlParser, pieces: list[bytes], quotes: int | None) -> bool:
+        taken.append(real(self, pieces, quotes))
         return taken[-1]
 
     monkeypatch.setattr(JsonlParser, "_uniform_rows", spy)
@@ -240,7 +240,7 @@ def _readlines_parse_file(parser: JsonlParser, *, final: bool) -> int:
 def test_blocks_read_whole_end_where_readlines_ended(tmp_path, monkeypatch, final):
     """Same offset, line count, series and error text as the `readlines` loop, on the
     fuzz cases, their truncated tails, blank tails and lines longer than a block."""
-    monkeypatch.setattr(JsonlParser, "_uniform_rows", lambda self, pieces, block: False)
+    monkeypatch.setattr(JsonlParser, "_uniform_rows", lambda self, pieces, quotes: False)
     datas = [gen.jsonl_case(s).data for s in range(150)]
     datas += [gen.jsonl_mutant(s).data for s in range(150)]
     datas += [d + b"  " for d in datas[:20]] + [d[:-7] for d in datas[:20]]

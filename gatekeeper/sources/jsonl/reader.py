@@ -157,10 +157,10 @@ class JsonlParser:
             line=line,
         )
 
-    def parse_lines(self, pieces: list[bytes], block: bytes | None = None) -> None:
-        """Parse whole lines (with or without their newline), in file order. `block`, when
-        given, is the bytes the lines were split from at their newlines (their '"' are
-        counted at once).
+    def parse_lines(self, pieces: list[bytes], *, quotes: int | None = None) -> None:
+        """Parse whole lines (with or without their newline), in file order. `quotes` is
+        given by `parse_file` for lines it split off at their newlines: how many '"' they
+        hold, counted at once.
 
         A block of rows that all share one key order, hold no string but markers and
         convert to float64 at once is read line by line into one table, each line's
@@ -169,12 +169,12 @@ class JsonlParser:
         decides every error and its message. Both end in `_row_group`, so a block gives
         the same columns, points and errors whichever way it was read."""
         with _gc_paused():
-            if not self._uniform_rows(pieces, block):
-                if block is not None:  # the lines as a file holds them, for their messages
+            if not self._uniform_rows(pieces, quotes):
+                if quotes is not None:  # the lines as the file holds them, for messages
                     pieces = [p + b"\n" for p in pieces]
                 self._parse_lines(pieces)
 
-    def _uniform_rows(self, pieces: list[bytes], block: bytes | None) -> bool:
+    def _uniform_rows(self, pieces: list[bytes], quotes_in: int | None) -> bool:
         """The fast way through a block of rows that share one key order (see
         `parse_lines`); False, having changed nothing, when the block is anything else."""
         if len(pieces) < 2 or b'"series"' in pieces[0] or b'"event"' in pieces[0]:
@@ -208,8 +208,9 @@ class JsonlParser:
             return False
         # numpy parses any string ("0.5" too): only markers may be among the values. A row
         # holds at least its keys' quotes, so equal totals mean no row holds a string.
-        total = block.count(b'"') if block is not None else sum(map(bytes.count, pieces,
-                                                                      repeat(b'"')))
+        total = quotes_in if quotes_in is not None else sum(
+            map(bytes.count, pieces, repeat(b'"'))
+        )
         if total != quotes * n and not all(
             raw.count(b'"') == quotes or only_marker_strings(loads(raw).values())
             for raw in pieces
@@ -480,7 +481,11 @@ class JsonlParser:
 
 def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
     """Feed a file from byte `offset` to `parser`; return the offset after the last whole
-    line. With `final`, a last line without its newline is a truncation error."""
+    line. With `final`, a last line without its newline is a truncation error.
+
+    The file is read in blocks, each split at its newlines in C; a block's partial last
+    line is read again at the start of the next one (a line longer than a block is
+    gathered until its newline comes)."""
     pos = offset
     parts: list[bytes] = []  # a line longer than a block, read so far
     with open_regular(parser.path) as fh:
@@ -493,17 +498,16 @@ def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
             if not cut:
                 parts.append(data)
                 continue
-            if parts:
+            if cut < len(data):
+                fh.seek(cut - len(data), os.SEEK_CUR)  # the partial line: read it again
+            if parts:  # the end of a long line: its parts and this block's whole lines
                 parts.append(data[:cut])
-                block = b"".join(parts)
-                parts = [data[cut:]]
-            else:
-                block = data[:cut] if cut < len(data) else data
-                parts = [data[cut:]] if cut < len(data) else []
-            pieces = block.split(b"\n")
-            pieces.pop()  # b"" after the last newline
-            parser.parse_lines(pieces, block)
-            pos += len(block)
+                data, parts = b"".join(parts), []
+                cut = len(data)
+            pieces = data.split(b"\n")
+            pieces.pop()  # after the last newline: b"" or that partial line
+            parser.parse_lines(pieces, quotes=data.count(b'"', 0, cut))
+            pos += cut
     tail = b"".join(parts)
     if tail and final:
         if tail.strip():
