@@ -136,6 +136,7 @@ class JsonlParser:
     # metric -> why it cannot be judged (a null step in a record line); the rest is judged
     metric_errors: dict[str, str] = field(default_factory=dict)
     record_metrics: set[str] = field(default_factory=set)  # metrics from record lines
+    _last_steps: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def feed(self, data: bytes | memoryview, *, final: bool) -> int:
         """Parse the complete lines of `data`; with `final`, a partial tail is an error.
@@ -320,6 +321,13 @@ class JsonlParser:
                 file=self.path,
                 line=self.line,
             )
+        # a run logs its metrics at the same steps: keep one array per axis while it holds
+        # (the record form's 50 series of 100k points: 40 MB less at the peak)
+        last = self._last_steps.get(step_key)
+        if last is not None and last is not steps and np.array_equal(last, steps):
+            steps = last
+        else:
+            self._last_steps[step_key] = steps
         self.chunks.setdefault(metric, []).append((steps, values))
 
     def _record_line(self, obj: dict[str, Any], line: int, raw: bytes) -> None:
