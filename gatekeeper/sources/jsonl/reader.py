@@ -88,6 +88,17 @@ class _Group:
     raws: list[bytes] = field(default_factory=list)  # the lines as read, for their quotes
 
 
+@dataclass
+class _Converted:
+    """A record line's series, converted and not yet added."""
+
+    metric: str
+    step_key: str
+    steps: np.ndarray
+    values: np.ndarray
+    null_step: str | None  # why the metric cannot be judged (a null step), if it cannot
+
+
 class _NotUniform(Exception):
     """A line of a block is not a row with the block's first key order."""
 
@@ -170,10 +181,50 @@ class JsonlParser:
         decides every error and its message. Both end in `_row_group`, so a block gives
         the same columns, points and errors whichever way it was read."""
         with _gc_paused():
-            if not self._uniform_rows(pieces, quotes):
-                if quotes is not None:  # the lines as the file holds them, for messages
-                    pieces = [p + b"\n" for p in pieces]
+            if self._uniform_rows(pieces, quotes):
+                return
+            if quotes is not None:  # the lines as the file holds them, for messages
+                pieces = [p + b"\n" for p in pieces]
+            if not self._records_one_by_one(pieces):
                 self._parse_lines(pieces)
+
+    def _records_one_by_one(self, pieces: list[bytes]) -> bool:
+        """A block of record lines that share one key order, converted a line at a time so
+        only one line's objects are alive (a 100k-point series is ~14 MB of them). Nothing
+        is kept until the whole block has converted: on anything else (another key order,
+        a line that is not an object, a record error) it returns False having changed
+        nothing, and `_parse_lines` reads the block and decides which error comes first.
+        A line that is not JSON is the block's first error either way: it is raised here,
+        as `_parse_lines` would (bare NaN/Infinity lines are read as there)."""
+        if not pieces or b'"series"' not in pieces[0]:
+            return False
+        start = self.line + 1
+        keys: tuple[str, ...] | None = None
+        done: list[_Converted] = []
+        for k, raw in enumerate(pieces):
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                if not raw.strip():
+                    continue
+                obj = self._fallback_loads(raw, start + k, exc)
+            if type(obj) is not dict:
+                return False
+            if keys is None:
+                keys = tuple(obj)
+                if not ("metric" in obj and "series" in obj):
+                    return False
+            elif tuple(obj) != keys:
+                return False
+            try:
+                done.append(self._convert_record(obj, start + k, raw))
+            except RecordError:
+                return False
+            del obj
+        self.line += len(pieces)
+        for conv in done:
+            self._commit_record(conv)
+        return True
 
     def _uniform_rows(self, pieces: list[bytes], quotes_in: int | None) -> bool:
         """The fast way through a block of rows that share one key order (see
@@ -331,6 +382,16 @@ class JsonlParser:
         self.chunks.setdefault(metric, []).append((steps, values))
 
     def _record_line(self, obj: dict[str, Any], line: int, raw: bytes) -> None:
+        self._commit_record(self._convert_record(obj, line, raw))
+
+    def _commit_record(self, conv: _Converted) -> None:
+        self.record_metrics.add(conv.metric)
+        if conv.null_step is not None:
+            self.metric_errors.setdefault(conv.metric, conv.null_step)
+        self._add(conv.metric, conv.step_key, conv.steps, conv.values)
+
+    def _convert_record(self, obj: dict[str, Any], line: int, raw: bytes) -> _Converted:
+        """A record line's series as arrays; changes nothing on the parser."""
         metric, series = obj["metric"], obj["series"]
         if not isinstance(metric, str) or not metric:
             raise RecordError(
@@ -355,7 +416,6 @@ class JsonlParser:
                 file=self.path,
                 line=line,
             )
-        self.record_metrics.add(metric)
         # The series holds a string only if the line has more '"' than its keys and its
         # other fields account for; then only the slow path may judge it.
         flat = None
@@ -365,6 +425,7 @@ class JsonlParser:
             flat = fast_floats(series, 2, check_shape=True)
         if flat is not None and np.isnan(flat[0::2]).any():
             flat = None  # a null step: the slow path makes it an error on this metric only
+        null_step = None
         if flat is not None:
             # copies: a strided view would keep the whole interleaved buffer alive
             steps = as_steps(
@@ -373,14 +434,16 @@ class JsonlParser:
             )
             values = flat[1::2].copy()
         else:
-            steps, values = self._slow_series(metric, series, line)
-        self._add(metric, step_key, steps, values)
+            steps, values, null_step = self._slow_series(metric, series, line)
+        return _Converted(metric, step_key, steps, values, null_step)
 
     def _slow_series(
         self, metric: str, series: list[Any], line: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Point-by-point conversion, for series with markers or malformed points."""
+    ) -> tuple[np.ndarray, np.ndarray, str | None]:
+        """Point-by-point conversion, for series with markers or malformed points; and why
+        the metric cannot be judged (its first null step), if it cannot."""
         steps_l, values_l = [], []
+        null_step = None
         for i, point in enumerate(series):
             if not isinstance(point, list) or len(point) != 2:
                 raise RecordError(
@@ -391,16 +454,16 @@ class JsonlParser:
             if point[0] is None:
                 # miles' capture writes the step it was given; `tracking.log(..., step=None)`
                 # leaves null, and miles' own gate then fails that metric only
-                self.metric_errors.setdefault(
-                    metric,
+                null_step = null_step or (
                     f"series point {i} has a null step ({self.path}:{line}); "
-                    "a point without a step cannot be judged",
+                    "a point without a step cannot be judged"
                 )
                 continue
             what = f"series point {i} of {quote(metric)}"
             steps_l.append(step_of(point[0], self.path, line, f"{what}: step"))
             values_l.append(coerce_value(point[1], self.path, line, what))
-        return np.array(steps_l, dtype=STEP_DTYPE), np.array(values_l, dtype=VALUE_DTYPE)
+        steps, values = np.array(steps_l, dtype=STEP_DTYPE), np.array(values_l, dtype=VALUE_DTYPE)
+        return steps, values, null_step
 
     def _row_group(
         self, keys: tuple[str, ...], group: _Group, table: np.ndarray | None = None
