@@ -1,7 +1,8 @@
 """The fast ways through a block give exactly what the whole-block path gives.
 
 `JsonlParser.parse_lines` reads a block of rows that share one key order line by line
-into a table (`_uniform_rows`), a block of record lines one line at a time
+into a table (`_uniform_rows`), rows of a few key orders into one table each
+(`_grouped_rows`), a block of record lines one line at a time
 (`_records_one_by_one`), and hands any other block to `_parse_lines`. Each file
 here is read twice, block by block at the same boundaries: once as shipped and once with
 the fast way switched off. The columns (steps, values bit for bit, NaN points included),
@@ -36,6 +37,7 @@ def _outcome(path: Path, *, fast: bool, block: int, monkeypatch: pytest.MonkeyPa
         if not fast:
             m.setattr(JsonlParser, "_uniform_rows", lambda self, pieces, quotes: False)
             m.setattr(JsonlParser, "_records_one_by_one", lambda self, pieces: False)
+            m.setattr(JsonlParser, "_grouped_rows", lambda self, pieces, quotes: False)
         parser = JsonlParser(str(path))
         try:
             end = parse_file(parser, final=True)
@@ -215,7 +217,12 @@ def test_fast_rows_equal_the_whole_block_path_on_real_shapes(tmp_path, monkeypat
     for block in (256, 4096, 8 << 20):
         outcome = _same(path, block, monkeypatch)
         assert outcome[0] == "ok"
-    # and the fast way did read them: the rows are whole, each metric's points all there
+    # and a fast way did read them: the rows are whole, each metric's points all there
+    taken = []
+    for name in ("_uniform_rows", "_grouped_rows"):
+        real = getattr(JsonlParser, name)
+        monkeypatch.setattr(JsonlParser, name, lambda self, p, q, real=real, name=name: (
+            taken.append((name, real(self, p, q))) or taken[-1][1]))
     parser = JsonlParser(str(path))
     parse_file(parser, final=True)
     counts = {k: 0 for r in rows for k in r}
@@ -224,6 +231,8 @@ def test_fast_rows_equal_the_whole_block_path_on_real_shapes(tmp_path, monkeypat
             counts[k] += 1
     for metric, parts in parser.chunks.items():
         assert sum(len(s) for s, _ in parts) == counts[metric]
+    assert (("_grouped_rows", True) in taken) == (shape is not _trl_dpo)
+    assert ("_uniform_rows", True) in taken or shape is not _trl_dpo
 
 
 def test_the_fast_way_is_taken_and_matches_orjson_on_a_clean_file(tmp_path, monkeypatch):

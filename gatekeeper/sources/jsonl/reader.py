@@ -23,10 +23,10 @@ import gc
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import chain, count, repeat
 from typing import Any
 
 import numpy as np
@@ -100,18 +100,26 @@ class _Converted:
 
 
 class _NotUniform(Exception):
-    """A line of a block is not a row with the block's first key order."""
+    """A line of a block is a row with another key order than the block's first."""
+
+
+class _Unusual(Exception):
+    """A fast way meets a line it leaves to `_parse_lines` (a blank line)."""
 
 
 class _LazyRows:
-    """The rows of a block read the fast way, parsed again one by one only where a value
+    """The rows of a block read a fast way, parsed again one by one only where a value
     must be looked at as written (a step of 0 or 1 may have been true or false)."""
 
-    def __init__(self, raws: list[bytes]):
-        self.raws = raws
+    def __init__(
+        self, raws: list[bytes], lines: int | list[int], nl: bytes,
+        load: Callable[[bytes, int, bytes], Any],
+    ):
+        self.raws, self.lines, self.nl, self.load = raws, lines, nl, load
 
     def __getitem__(self, i: int) -> Any:
-        return orjson.loads(self.raws[i])
+        line = self.lines + i if isinstance(self.lines, int) else self.lines[i]
+        return self.load(self.raws[i], line, self.nl)
 
     def __len__(self) -> int:
         return len(self.raws)
@@ -181,7 +189,8 @@ class JsonlParser:
         decides every error and its message. Both end in `_row_group`, so a block gives
         the same columns, points and errors whichever way it was read."""
         with _gc_paused():
-            if self._uniform_rows(pieces, quotes):
+            done = self._uniform_rows(pieces, quotes)
+            if done or (done is None and self._grouped_rows(pieces, quotes)):
                 return
             if quotes is not None:  # the lines as the file holds them, for messages
                 pieces = [p + b"\n" for p in pieces]
@@ -226,12 +235,14 @@ class JsonlParser:
             self._commit_record(conv)
         return True
 
-    def _uniform_rows(self, pieces: list[bytes], quotes_in: int | None) -> bool:
+    def _uniform_rows(self, pieces: list[bytes], quotes_in: int | None) -> bool | None:
         """The fast way through a block of rows that share one key order (see
-        `parse_lines`); False, having changed nothing, when the block is anything else."""
+        `parse_lines`). Having changed nothing, it returns None when a line is a row with
+        another key order (`_grouped_rows` may do), False when the block is anything else."""
         if len(pieces) < 2 or b'"series"' in pieces[0] or b'"event"' in pieces[0]:
             return False  # record lines and end markers: the whole-block path
         loads = orjson.loads
+        start, nl = self.line + 1, b"" if quotes_in is None else b"\n"
         try:
             first = loads(pieces[0])
         except orjson.JSONDecodeError:
@@ -245,18 +256,26 @@ class JsonlParser:
         if quotes < 0:
             return False
 
-        def values(raw: bytes) -> Any:
-            obj = loads(raw)
-            if type(obj) is not dict or tuple(obj) != keys:
+        def values(raw: bytes, line: int) -> Any:
+            try:
+                obj = loads(raw)
+            except orjson.JSONDecodeError:
+                obj = self._load_line(raw, line, nl)
+            if type(obj) is not dict:
+                raise TypeError
+            if tuple(obj) != keys:
                 raise _NotUniform
             return obj.values()
 
         width, n = len(keys), len(pieces)
         try:
             flat = np.fromiter(
-                chain.from_iterable(map(values, pieces)), dtype=np.float64, count=width * n
+                chain.from_iterable(map(values, pieces, count(start))), dtype=np.float64,
+                count=width * n,
             )
-        except (_NotUniform, TypeError, ValueError, OverflowError):  # JSONDecodeError too
+        except _NotUniform:
+            return None
+        except (_Unusual, TypeError, ValueError, OverflowError):  # not RecordError
             return False
         # numpy parses any string ("0.5" too): only markers may be among the values. A row
         # holds at least its keys' quotes, so equal totals mean no row holds a string.
@@ -264,14 +283,70 @@ class JsonlParser:
             map(bytes.count, pieces, repeat(b'"'))
         )
         if total != quotes * n and not all(
-            raw.count(b'"') == quotes or only_marker_strings(loads(raw).values())
-            for raw in pieces
+            raw.count(b'"') == quotes
+            or only_marker_strings(self._load_line(raw, line, nl).values())
+            for raw, line in zip(pieces, count(start))
         ):
             return False
-        start = self.line + 1
         self.line += n
-        group = _Group(_LazyRows(pieces), range(start, start + n), pieces)  # type: ignore[arg-type]
+        rows = _LazyRows(pieces, start, nl, self._load_line)
+        group = _Group(rows, range(start, start + n), pieces)  # type: ignore[arg-type]
         self._row_group(keys, group, flat.reshape(n, width))
+        return True
+
+    def _grouped_rows(self, pieces: list[bytes], quotes_in: int | None) -> bool:
+        """A block of rows of a few key orders (a trainer's train rows and eval rows, miles'
+        train and rollout rows): each line's values go to its key order's list as it is
+        parsed, and each key order becomes one table, in the order `_parse_lines` groups
+        them. False, having changed nothing, when anything is unusual (see `parse_lines`)."""
+        loads = orjson.loads
+        start, nl = self.line + 1, b"" if quotes_in is None else b"\n"
+        groups: dict[tuple[str, ...], tuple[list[Any], list[int]]] = {}
+        try:
+            for k, raw in enumerate(pieces):
+                try:
+                    obj = loads(raw)
+                except orjson.JSONDecodeError:
+                    obj = self._load_line(raw, start + k, nl)
+                if type(obj) is not dict:
+                    return False
+                keys = tuple(obj)
+                group = groups.get(keys)
+                if group is None:
+                    if not keys or ("metric" in obj and "series" in obj) or "event" in obj:
+                        return False
+                    if key_quotes(keys) < 0:
+                        return False
+                    group = groups[keys] = ([], [])
+                group[0].extend(obj.values())
+                group[1].append(k)
+        except _Unusual:
+            return False
+        del obj
+        total = quotes_in if quotes_in is not None else sum(
+            map(bytes.count, pieces, repeat(b'"'))
+        )
+        if total != sum(key_quotes(keys) * len(g[1]) for keys, g in groups.items()) and not all(
+            pieces[i].count(b'"') == key_quotes(keys)
+            or only_marker_strings(self._load_line(pieces[i], start + i, nl).values())
+            for keys, (_, at) in groups.items()
+            for i in at
+        ):
+            return False
+        tables = []
+        try:
+            for keys, (vals, at) in groups.items():
+                flat = np.fromiter(vals, dtype=np.float64, count=len(vals))
+                tables.append(flat.reshape(len(at), len(keys)))
+                vals.clear()
+        except (TypeError, ValueError, OverflowError):
+            return False
+        self.line += len(pieces)
+        for (keys, (_, at)), table in zip(groups.items(), tables, strict=True):
+            raws = [pieces[i] for i in at]
+            lines = [start + i for i in at]
+            rows = _LazyRows(raws, lines, nl, self._load_line)
+            self._row_group(keys, _Group(rows, lines, raws), table)  # type: ignore[arg-type]
         return True
 
     def _parse_lines(self, pieces: list[bytes]) -> None:
@@ -321,6 +396,18 @@ class JsonlParser:
             group.raws.append(raw)
         for key, group in groups.items():
             self._dispatch(key, group)
+
+    def _load_line(self, raw: bytes, line: int, nl: bytes) -> Any:
+        """One line of a fast way's block, read again as `_parse_lines` reads it (`nl`: the
+        newline `parse_file` split off): a bare NaN line is read with `json`, any other
+        error is the line's error, word for word. A blank line: `_Unusual`."""
+        raw += nl
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            if not raw.strip():
+                raise _Unusual from None
+            return self._fallback_loads(raw, line, exc)
 
     def _fallback_loads(self, raw: bytes, line: int, exc: orjson.JSONDecodeError) -> Any:
         """Python's json writes bare NaN/Infinity, which orjson rejects; only such lines
