@@ -89,10 +89,15 @@ print(f"{elapsed} {hwm() - base} {cpu}")
 """
 
 
-def measure(mode: str, path: str, policy: str) -> tuple[float, float, float]:
-    """(wall seconds, peak bytes above the baseline, CPU seconds) of one child."""
+def measure(
+    mode: str, path: str, policy: str, tree: str | None = None
+) -> tuple[float, float, float]:
+    """(wall seconds, peak bytes above the baseline, CPU seconds) of one child; `tree`, a
+    directory holding another gatekeeper package, is imported instead of this one."""
+    env = dict(os.environ, PYTHONPATH=tree) if tree else None
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, mode, path, policy], capture_output=True, text=True, check=True
+        [sys.executable, "-c", CHILD, mode, path, policy],
+        capture_output=True, text=True, check=True, env=env, cwd=tree,  # -c puts cwd first
     ).stdout.split()
     return float(out[0]), float(out[1]), float(out[2])
 
@@ -106,6 +111,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--metrics", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--compare", metavar="DIR",
+                    help="also time `check` of the gatekeeper package in DIR (e.g. `git archive "
+                         "<commit> gatekeeper | tar -x -C DIR`), interleaved with the others")
     args = ap.parse_args()
     t0 = time.perf_counter()
     record, rows, policy = generate(args.steps, args.metrics)
@@ -116,10 +124,12 @@ def main() -> int:
     print(f"load before (1/5/15 min): {load()}")
     targets = {"record form": 1.2, "per-step rows": 1.0}
     for label, path in (("record form", record), ("per-step rows", rows)):
-        parse, check = [], []
+        parse, check, before = [], [], []
         for _ in range(args.repeat):  # interleaved so machine noise hits both alike
             parse.append(measure("parse", path, policy))
             check.append(measure("check", path, policy))
+            if args.compare:
+                before.append(measure("check", path, policy, args.compare))
         # best of R: on a shared machine noise only ever adds time; memory: the worst
         p, c = min(t for t, _, _ in parse), min(t for t, _, _ in check)
         pc, cc = min(x for _, _, x in parse), min(x for _, _, x in check)
@@ -129,6 +139,11 @@ def main() -> int:
         print(f"{label:14} parse-only {p:6.2f}s  check {c:6.2f}s  ratio {ratio:4.2f}x "
               f"(target <= {targets[label]}x; CPU {pc:.2f}s vs {cc:.2f}s = {cratio:4.2f}x)  "
               f"peak +{mem / 1e6:5.0f} MB = {mratio:4.2f}x columns (target <= 2x)")
+        if before:
+            b, bc = min(t for t, _, _ in before), min(x for _, _, x in before)
+            bm = max(m for _, m, _ in before)
+            print(f"{'':14} --compare: check {b:6.2f}s  ratio {b / p:4.2f}x (CPU {bc:.2f}s = "
+                  f"{bc / pc:4.2f}x)  peak +{bm / 1e6:5.0f} MB = {bm / data_bytes:4.2f}x columns")
     print(f"load after (1/5/15 min): {load()}")
     return 0 if ok else 1
 
