@@ -258,6 +258,9 @@ def test_the_fast_way_is_taken_and_matches_orjson_on_a_clean_file(tmp_path, monk
     parser = JsonlParser(str(path))
     parse_file(parser, final=True)
     assert len(taken) > 5 and all(taken)
+    # the blocks' chunks are joined, the four metrics sharing one steps array
+    assert {len(parts) for parts in parser.chunks.values()} == {1}
+    assert len({id(parts[0][0]) for parts in parser.chunks.values()}) == 1
     series = parser.take_series()
     for j in range(4):
         s = series[f"train/m{j}"]

@@ -627,6 +627,22 @@ class JsonlParser:
         candidates += ["step", "_step"]
         return next((c for c in candidates if c in index), None)
 
+    def coalesce(self) -> None:
+        """Join each metric's chunks into one, in order (what `merge_chunks` would do),
+        joining each run of shared step chunks once: the metrics of a row share their
+        steps arrays block by block, and keep sharing one array for the whole file."""
+        # by the ids of the step chunks, kept alive beside the join so no id is reused
+        joined: dict[tuple[int, ...], tuple[np.ndarray, list[np.ndarray]]] = {}
+        for metric, parts in self.chunks.items():
+            if len(parts) < 2:
+                continue
+            ids = tuple(id(s) for s, _ in parts)
+            if ids not in joined:
+                kept = [s for s, _ in parts]
+                joined[ids] = (np.concatenate(kept), kept)
+            values = np.concatenate([v for _, v in parts])
+            self.chunks[metric] = [(joined[ids][0], values)]
+
     def take_series(self) -> dict[str, Series]:
         """Merge what was parsed into sorted series and reset the chunk buffers."""
         out = {
@@ -666,6 +682,7 @@ def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
             pieces.pop()  # after the last newline: b"" or that partial line
             parser.parse_lines(pieces, quotes=data.count(b'"', 0, cut))
             pos += cut
+    parser.coalesce()
     tail = b"".join(parts)
     if tail and final:
         if tail.strip():
