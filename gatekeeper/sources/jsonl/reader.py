@@ -183,12 +183,15 @@ class JsonlParser:
         given by `parse_file` for lines it split off at their newlines: how many '"' they
         hold, counted at once.
 
-        A block of rows that all share one key order, hold no string but markers and
-        convert to float64 at once is read line by line into one table, each line's
-        objects dropped as soon as its values are taken (`_uniform_rows`); any other
-        block, or one where that fails anywhere, is parsed whole by `_parse_lines`, which
-        decides every error and its message. Both end in `_row_group`, so a block gives
-        the same columns, points and errors whichever way it was read."""
+        A block is tried by the fast ways in turn: rows of one key order read line by
+        line into one table, each line's objects dropped as soon as its values are taken
+        (`_uniform_rows`); rows of a few key orders, one table each (`_grouped_rows`);
+        record lines converted one at a time (`_records_one_by_one`). A fast way changes
+        nothing until its whole block has converted; on anything unusual the block is
+        parsed whole by `_parse_lines`, which decides every error and its message. They
+        end in the same conversions (`_row_group`, `_convert_record`), so a block gives
+        the same columns, points and errors whichever way it was read
+        (docs/jsonl-reading.md; tests/sources/test_jsonl_rows_fast.py)."""
         with _gc_paused():
             done = self._uniform_rows(pieces, quotes)
             if done or (done is None and self._grouped_rows(pieces, quotes)):
@@ -245,8 +248,8 @@ class JsonlParser:
         loads = orjson.loads
         start, nl = self.line + 1, b"" if quotes_in is None else b"\n"
         try:
-            first = loads(pieces[0])
-        except orjson.JSONDecodeError:
+            first = self._load_line(pieces[0], start, nl)  # its error: the block's first
+        except _Unusual:
             return False
         if type(first) is not dict or not first:
             return False
