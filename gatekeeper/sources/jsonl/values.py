@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -103,8 +103,14 @@ def only_marker_strings(values: Any) -> bool:
     return all(not isinstance(v, str) or v.strip().lower() in MARKERS for v in values)
 
 
+class Indexed(Protocol):
+    """What the written values of a column need to be: looked up by index."""
+
+    def __getitem__(self, i: int, /) -> Any: ...
+
+
 def as_steps(
-    col: np.ndarray, originals: Callable[[], Sequence[Any]], path: str,
+    col: np.ndarray, originals: Callable[[], Indexed], path: str,
     lines: Sequence[int] | Same, what: Callable[[int], str],
 ) -> np.ndarray:
     """A float64 step column as int64 — exactly. Where the floats cannot be trusted (0 and
