@@ -40,6 +40,23 @@ GROUPS = {
 }
 
 
+def subclass_of(base: type, *, named: bool = True) -> Callable[[str, object], type]:
+    """A registry's `check` for plug-in classes: `obj` must be a subclass of `base` and,
+    when `named`, its `kind` must be the entry point's name."""
+    label = f"{base.__module__.rsplit('.', 1)[0]}.{base.__name__}"
+
+    def check(name: str, obj: object) -> type:
+        if not (isinstance(obj, type) and issubclass(obj, base)):
+            raise TypeError(f"{obj!r} is not a {label} subclass")
+        if named and getattr(obj, "kind", None) != name:
+            raise ValueError(
+                f"its kind is {getattr(obj, 'kind', None)!r}, the entry point {name!r}"
+            )
+        return obj
+
+    return check
+
+
 @cache
 def _entry_points(group: str) -> tuple[EntryPoint, ...]:
     """The installed entry points of `group`, scanned once per process (importlib.metadata

@@ -13,7 +13,7 @@ import pkgutil
 from types import ModuleType
 
 from gatekeeper.checks.base import AggregateCheck, Check, EvalContext, MaskCheck, Outcome
-from gatekeeper.registry import Registry
+from gatekeeper.registry import Registry, subclass_of
 
 
 def _kinds_in(module: ModuleType) -> dict[str, type[Check]]:
@@ -48,15 +48,7 @@ def _one(kind: str) -> type[Check] | None:
     return _kinds_in(importlib.import_module(name)).get(kind)
 
 
-def _plugin_check(name: str, obj: object) -> type[Check]:
-    if not (isinstance(obj, type) and issubclass(obj, Check)):
-        raise TypeError(f"{obj!r} is not a gatekeeper.checks.Check subclass")
-    if getattr(obj, "kind", None) != name:
-        raise ValueError(f"its kind is {getattr(obj, 'kind', None)!r}, the entry point {name!r}")
-    return obj
-
-
-CHECKS: Registry[type[Check]] = Registry("check", _scan, _plugin_check, _one)
+CHECKS: Registry[type[Check]] = Registry("check", _scan, subclass_of(Check), _one)
 
 
 def registry() -> dict[str, type[Check]]:

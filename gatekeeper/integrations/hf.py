@@ -16,7 +16,7 @@ Mirrors transformers 5.24 (`TrainerCallback`, `TrainerControl`,
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 try:
@@ -26,8 +26,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
         "gatekeeper.integrations.hf needs transformers: pip install 'gatekeeper[hf]'"
     ) from exc
 
-from gatekeeper.gate import ReportOptions
-from gatekeeper.inprocess.gate import Gate, OnFail, PolicyInput
+from gatekeeper.inprocess.gate import PolicyInput
 from gatekeeper.inprocess.rows import is_scalar
 from gatekeeper.integrations.core import GateCallback
 from gatekeeper.model import RunState
@@ -66,22 +65,13 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
     """
 
     def __init__(
-        self,
-        policies: PolicyInput | None = None,
-        *,
-        gate: Gate | None = None,
-        overrides: Sequence[str] = (),
-        on_fail: OnFail | str = OnFail.STOP,
-        reports: ReportOptions | None = None,
-        wandb_names: bool = True,
-        **gate_options: Any,
+        self, policies: PolicyInput | None = None, *, wandb_names: bool = True, **options: Any
     ):
+        """`options`: `gate`, `overrides`, `on_fail`, `reports` and the `Gate` options,
+        exactly as `gatekeeper.integrations.core.GateCallback` takes them."""
         self.wandb_names = wandb_names
         self.axis = AXIS if wandb_names else "global_step"
-        super().__init__(
-            policies, gate=gate, overrides=overrides, on_fail=on_fail, reports=reports,
-            **gate_options,
-        )
+        super().__init__(policies, **options)
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl,

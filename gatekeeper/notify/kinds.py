@@ -5,7 +5,7 @@ point (the one registry every pluggable kind uses)."""
 from __future__ import annotations
 
 from gatekeeper.notify.base import Notifier
-from gatekeeper.registry import Registry
+from gatekeeper.registry import Registry, subclass_of
 
 
 def _builtins() -> dict[str, type[Notifier]]:
@@ -16,15 +16,7 @@ def _builtins() -> dict[str, type[Notifier]]:
     return {k.kind: k for k in (SlackNotifier, LarkNotifier, WebhookNotifier)}
 
 
-def _plugin(name: str, obj: object) -> type[Notifier]:
-    if not (isinstance(obj, type) and issubclass(obj, Notifier)):
-        raise TypeError(f"{obj!r} is not a gatekeeper.notify.Notifier subclass")
-    if getattr(obj, "kind", None) != name:
-        raise ValueError(f"its kind is {getattr(obj, 'kind', None)!r}, the entry point {name!r}")
-    return obj
-
-
-NOTIFIERS: Registry[type[Notifier]] = Registry("notifier", _builtins, _plugin)
+NOTIFIERS: Registry[type[Notifier]] = Registry("notifier", _builtins, subclass_of(Notifier))
 
 
 def notifier_kind(kind: str) -> type[Notifier]:

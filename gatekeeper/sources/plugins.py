@@ -7,18 +7,11 @@ built-in JSONL kind accepts any local path, so it must come last.
 
 from __future__ import annotations
 
-from gatekeeper.registry import Registry
+from gatekeeper.registry import Registry, subclass_of
 from gatekeeper.sources.base import Source
 
-
-def _plugin(name: str, obj: object) -> type[Source]:
-    if not (isinstance(obj, type) and issubclass(obj, Source)):
-        raise TypeError(f"{obj!r} is not a gatekeeper.sources.Source subclass")
-    return obj
-
-
 # Built-ins stay in SOURCE_KINDS (their order matters); this holds only added kinds.
-SOURCES: Registry[type[Source]] = Registry("source", dict, _plugin)
+SOURCES: Registry[type[Source]] = Registry("source", dict, subclass_of(Source, named=False))
 
 
 def with_plugins(builtin: list[type[Source]]) -> list[type[Source]]:
