@@ -4,7 +4,8 @@ Each kind has one `Registry`, owned by the package that uses it (`checks.CHECKS`
 `sources.plugins.SOURCES`, `notify.NOTIFIERS`, `cli.main.COMMANDS`). A kind is found in
 three places, later ones overriding earlier ones by name:
 
-1. the built-in kinds the owning package lists (checks: every module in `checks/`);
+1. the built-in kinds of the owning package: every module in `checks/` and `notify/`
+   defining a kind (`scan_package`), the source families `sources.FAMILIES` names;
 2. the entry-point group of the kind (`gatekeeper.checks`, `gatekeeper.sources`,
    `gatekeeper.notifiers`, `gatekeeper.commands`), so a third-party distribution adds a
    kind without touching gatekeeper: `[project.entry-points."gatekeeper.checks"]
@@ -23,9 +24,10 @@ A plug-in that fails to load is a ConfigError naming the distribution, never a c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
-from typing import TYPE_CHECKING, Generic, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -38,6 +40,32 @@ GROUPS = {
     "notifier": "gatekeeper.notifiers",
     "command": "gatekeeper.commands",
 }
+
+
+def kinds_in(module: ModuleType, base: type) -> dict[str, Any]:
+    """The kinds a module defines (not the ones it imports): subclasses of `base` with a
+    `kind` of their own (a shared base without one, like checks' `Bound`, is no kind)."""
+    return {
+        vars(obj)["kind"]: obj
+        for obj in vars(module).values()
+        if isinstance(obj, type)
+        and issubclass(obj, base)
+        and obj.__module__ == module.__name__
+        and "kind" in vars(obj)
+    }
+
+
+def scan_package(package: str, base: type, skip: Iterable[str] = ()) -> dict[str, Any]:
+    """Every kind the modules of `package` define (adding a kind = adding a module)."""
+    import importlib
+    import pkgutil
+
+    kinds: dict[str, Any] = {}
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        if info.name.startswith("_") or info.name in skip:
+            continue
+        kinds.update(kinds_in(importlib.import_module(f"{package}.{info.name}"), base))
+    return kinds
 
 
 def subclass_of(base: type, *, named: bool = True) -> Callable[[str, object], type]:

@@ -9,32 +9,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import pkgutil
-from types import ModuleType
 
 from gatekeeper.checks.base import AggregateCheck, Check, EvalContext, MaskCheck, Outcome
-from gatekeeper.registry import Registry, subclass_of
-
-
-def _kinds_in(module: ModuleType) -> dict[str, type[Check]]:
-    """The check kinds a module defines (not the ones it imports)."""
-    return {
-        obj.kind: obj
-        for obj in vars(module).values()
-        if isinstance(obj, type)
-        and issubclass(obj, Check)
-        and obj.__module__ == module.__name__
-        and "kind" in vars(obj)
-    }
+from gatekeeper.registry import Registry, kinds_in, scan_package, subclass_of
 
 
 def _scan() -> dict[str, type[Check]]:
-    kinds: dict[str, type[Check]] = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_") or info.name == "base":
-            continue
-        kinds.update(_kinds_in(importlib.import_module(f"{__name__}.{info.name}")))
-    return kinds
+    return scan_package(__name__, Check, skip=("base",))
 
 
 def _one(kind: str) -> type[Check] | None:
@@ -45,7 +26,8 @@ def _one(kind: str) -> type[Check] | None:
     name = f"{__name__}.{kind}"
     if importlib.util.find_spec(name) is None:
         return None
-    return _kinds_in(importlib.import_module(name)).get(kind)
+    found: type[Check] | None = kinds_in(importlib.import_module(name), Check).get(kind)
+    return found
 
 
 CHECKS: Registry[type[Check]] = Registry("check", _scan, subclass_of(Check), _one)

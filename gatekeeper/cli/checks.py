@@ -16,6 +16,8 @@ def cmd_checks(args: argparse.Namespace) -> int:
     from gatekeeper.checks import registry
 
     for kind, cls in registry().items():
-        doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
-        print(f"{kind:10} {doc}")
+        # the kind module's first docstring line; a plug-in's module may have none
+        module_doc = getattr(sys.modules.get(cls.__module__), "__doc__", None)
+        lines = (module_doc or cls.__doc__ or "").strip().splitlines()
+        print(f"{kind:10} {lines[0] if lines else '(no description)'}")
     return 0

@@ -24,13 +24,17 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Sequence
 
-# Every built-in command in `--help` order; the module of each is gatekeeper/cli/<name>.py
-# (a dash in the name is an underscore there). Each command module imports only
-# argparse-level things at the top, so building its parser stays cheap.
+# The built-in commands in `--help` order; the module of each is gatekeeper/cli/<name>.py
+# (a dash in the name is an underscore there). A module of this package with a
+# `register(subparsers)` that is not named here is a command too, listed after these
+# (adding a command is adding its module; naming it here only sets its place in --help
+# and lets its run skip the scan). Each command module imports only argparse-level things
+# at the top, so building its parser stays cheap.
 BUILTIN_COMMANDS = (
     "check", "validate", "checks", "serve", "history", "watch", "run", "test", "export",
     "suggest", "import-recipe", "lint", "report", "sources",
 )
+_NOT_COMMANDS = ("main", "args")  # this package's other modules: the entry point, options
 
 
 def _register_of(name: str) -> Callable[[Any], None]:
@@ -47,8 +51,24 @@ def _builtin_command(name: str) -> Callable[[Any], None] | None:
 
 
 def _builtin_commands() -> dict[str, Callable[[Any], None]]:
-    """Every built-in command's `register`, in `--help` order."""
-    return {name: _register_of(name) for name in BUILTIN_COMMANDS}
+    """Every built-in command's `register`, in `--help` order: the named ones, then any
+    other module of this package that defines `register`."""
+    import importlib
+    import pkgutil
+
+    commands = {name: _register_of(name) for name in BUILTIN_COMMANDS}
+    for info in pkgutil.iter_modules(_package_path()):
+        name = info.name.replace("_", "-")
+        if info.name.startswith("_") or info.name in _NOT_COMMANDS or name in commands:
+            continue
+        register = getattr(importlib.import_module(f"gatekeeper.cli.{info.name}"), "register", None)
+        if callable(register):
+            commands[name] = register
+    return commands
+
+
+def _package_path() -> list[str]:
+    return [os.path.dirname(os.path.abspath(__file__))]
 
 
 # Every command by name; a third-party package adds one through the `gatekeeper.commands`

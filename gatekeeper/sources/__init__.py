@@ -1,6 +1,6 @@
 """Run sources: one package per family, opened from a SOURCE string by `open_source`.
 
-`FAMILIES` is the one list of source families (each package's `KIND`, a `SourceFamily`
+`FAMILIES` holds the source families: every package here with a `KIND` (a `SourceFamily`
 stating its Source and LiveSource classes, annotator and discovery); `base.py` states
 the contract they implement. `SOURCE_KINDS` is derived from it for callers that try
 kinds in order, and `register` adds a kind from outside (tests, plug-ins).
@@ -8,17 +8,30 @@ kinds in order, and `register` adds a kind from outside (tests, plug-ins).
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from gatekeeper.errors import UsageError
-from gatekeeper.sources import jsonl, mlflow, prometheus, tensorboard, wandb
 from gatekeeper.sources.base import LiveSource, RunOverrides, Source, SourceFamily
 from gatekeeper.sources.jsonl import JsonlSource
 from gatekeeper.sources.plugins import with_plugins
 
 # Asked in order: a family whose SOURCE strings have a scheme or a recognisable layout
-# first (tensorboard://, mlflow+, prom+, wandb), the catch-all local-path family last (jsonl).
-FAMILIES: tuple[SourceFamily, ...] = (
-    tensorboard.KIND, mlflow.KIND, prometheus.KIND, wandb.KIND, jsonl.KIND
-)
+# first (tensorboard://, mlflow+, prom+, wandb), the catch-all local-path family last
+# (jsonl). Any other package here with a `KIND` is a family too, asked before jsonl:
+# adding a source family is adding its package.
+_ORDER = ("tensorboard", "mlflow", "prometheus", "wandb")
+_LAST = "jsonl"
+
+
+def _families() -> tuple[SourceFamily, ...]:
+    found = [info.name for info in pkgutil.iter_modules(__path__) if info.ispkg]
+    names = [*_ORDER, *sorted(set(found) - {*_ORDER, _LAST}), _LAST]
+    kinds = (getattr(importlib.import_module(f"{__name__}.{n}"), "KIND", None) for n in names)
+    return tuple(k for k in kinds if isinstance(k, SourceFamily))
+
+
+FAMILIES: tuple[SourceFamily, ...] = _families()
 
 # Tried in order by `open_source` (remote schemes first, the catch-all local kind last).
 SOURCE_KINDS: list[type[Source]] = [kind for family in FAMILIES for kind in family.sources]
