@@ -59,31 +59,6 @@ def _kth_merged(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
     return best
 
 
-def _block_counts(
-    before: np.ndarray, med: np.ndarray, t: np.ndarray, w: int, block: int, slack: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per point i (window before[i : i + w], median med[i]): the band half-width t_b of
-    its block of `block` consecutive points (their largest t) and how many of its window's
-    points lie strictly inside the block's band (min med - t_b - slack, max med + t_b +
-    slack). Each block's windows span block + w - 1 consecutive points: one comparison
-    per point of that span and a running count, no per-window loop."""
-    n = med.size
-    nb = -(-n // block)
-    pad = nb * block - n
-    # (bottleneck's reductions along short rows are ~2x numpy's; nothing here is NaN)
-    t_b = bn.nanmax(np.concatenate([t, np.zeros(pad)]).reshape(nb, block), axis=1)
-    meds = np.concatenate([med, np.full(pad, med[-1])]).reshape(nb, block)
-    lo = bn.nanmin(meds, axis=1) - t_b - slack
-    hi = bn.nanmax(meds, axis=1) + t_b + slack
-    span = sliding_window_view(np.concatenate([before, np.full(pad, np.nan)]), block + w - 1)
-    span = span[::block]  # row b: the points of block b's windows (NaN: never inside)
-    inside = (span > lo[:, None]) & (span < hi[:, None])
-    running = np.zeros((nb, block + w), np.int32)
-    np.cumsum(inside, axis=1, out=running[:, 1:])
-    count = (running[:, w:] - running[:, :block]).reshape(-1)[:n]
-    return np.repeat(t_b, block)[:n], count
-
-
 class Spike(MaskCheck):
     kind = "spike"
     window: int = Field(default=20, ge=3)
@@ -150,7 +125,7 @@ class Spike(MaskCheck):
         points lie strictly within t of M (the MAD is the median of the distances, so
         more than half of them are then >= t). Counting points inside a band is cheap
         when the band is fixed for a block of consecutive windows: one comparison and a
-        running count per block (`_block_counts`). Points the block's band cannot clear
+        running count per block (`_block_cleared`). Points the block's band cannot clear
         (a spike inflates its t) are tried once more with their own band, one window
         each; the rest go to the exact path.
 
@@ -172,9 +147,7 @@ class Spike(MaskCheck):
         t = np.where(maybe, need * ((1 + 1e-9) / (self.factor * MAD_TO_SIGMA)), 0.0)
         within = (w - 1) // 2
         # 1. one band per block of windows: [lowest median - t, highest median + t]
-        block = max(16, w // 2)
-        t_block, count = _block_counts(before, med, t, w, block, slack)
-        maybe &= ~((count <= within) & self._cleared(need, t_block))
+        maybe &= ~self._block_cleared(before, med, need, t, max(16, w // 2), slack)
         # 2. what is left, each with its own band
         rows = np.flatnonzero(maybe)
         if rows.size:
@@ -183,6 +156,42 @@ class Spike(MaskCheck):
             count = np.count_nonzero((windows > lo[:, None]) & (windows < hi[:, None]), axis=1)
             maybe[rows[(count <= within) & self._cleared(need[rows], t[rows])]] = False
         return maybe
+
+    def _block_cleared(
+        self,
+        before: np.ndarray,
+        med: np.ndarray,
+        need: np.ndarray,
+        t: np.ndarray,
+        block: int,
+        slack: float,
+    ) -> np.ndarray:
+        """Per point i (window before[i : i + w], median med[i]): cleared by its block's
+        band. A block of `block` consecutive points takes their largest t as t_b and the
+        band (lowest median - t_b - slack, highest median + t_b + slack); its windows
+        span block + w - 1 consecutive points: one comparison per point of that span and
+        a running count give every window's count inside, no per-window loop. The last
+        partial block is left to the per-window band."""
+        w = self.window
+        n = med.size
+        nb = n // block
+        m = nb * block
+        cleared = np.zeros(n, dtype=bool)
+        if nb == 0:
+            return cleared
+        # (bottleneck's reductions along short rows are ~2x numpy's; nothing here is NaN)
+        t_b = bn.nanmax(t[:m].reshape(nb, block), axis=1)
+        meds = med[:m].reshape(nb, block)
+        lo = bn.nanmin(meds, axis=1) - t_b - slack
+        hi = bn.nanmax(meds, axis=1) + t_b + slack
+        span = sliding_window_view(before[: m + w - 1], block + w - 1)[::block]
+        inside = (span > lo[:, None]) & (span < hi[:, None])
+        running = np.zeros((nb, block + w), np.int32)
+        np.cumsum(inside, axis=1, out=running[:, 1:])
+        count = running[:, w:] - running[:, :block]
+        ok = (count <= (w - 1) // 2) & self._cleared(need[:m].reshape(nb, block), t_b[:, None])
+        cleared[:m] = ok.reshape(-1)
+        return cleared
 
     def _cleared(self, need: np.ndarray, mad_floor: np.ndarray) -> np.ndarray:
         """Where a deviation of `need` is no spike for any MAD >= mad_floor: the exact
