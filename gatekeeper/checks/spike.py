@@ -134,17 +134,20 @@ class Spike(MaskCheck):
         raised by SLACK x that (10^4 times more), and the final test is the exact path's
         own comparison, monotone in the MAD, applied to the bound.
         """
-        big = float(np.max(np.abs(part)))
+        big = max(float(part.max()), -float(part.min()))  # max |value|, no |part| copy
         if not np.isfinite(big) or big > HUGE:
             return None
         w = self.window
         before = part[:-1]  # the points of every window
         med = bn.move_median(before, w)[w - 1 :]  # median of the w points before each point
         slack = SLACK * big
-        need = self._deviation(part[w:], med) + slack
+        need = self._deviation(part[w:], med)
+        need += slack  # in place: one array of every point fewer to allocate
         maybe = ~(need <= self.factor * self.min_scale)  # cleared by min_scale alone
         # the MAD that clears each point, a hair above it (the test below decides)
-        t = np.where(maybe, need * ((1 + 1e-9) / (self.factor * MAD_TO_SIGMA)), 0.0)
+        t = need * ((1 + 1e-9) / (self.factor * MAD_TO_SIGMA))
+        if not maybe.all():
+            t[~maybe] = 0.0  # cleared already: no width for the band
         within = (w - 1) // 2
         # 1. one band per block of windows: [lowest median - t, highest median + t]
         maybe &= ~self._block_cleared(before, med, need, t, max(16, w // 2), slack)
