@@ -11,7 +11,9 @@ Targets: `check` with the anomaly policy <= 2x `check` with the threshold policy
 same run (issue #7: read + judge, what a CI job waits for), and the engine alone <= 2x
 (issue #14: spike's rolling median/MAD is bounded in O(n log w), not sorted per point).
 Times are the best of R interleaved rounds; the machine's load is printed beside them.
-Usage: python bench/bench_anomaly.py [--steps N] [--metrics M] [--repeat R]
+`--kinds` also times, interleaved the same way, a 50-rule policy of each kind alone (no
+derived metrics) against one of `max` rules: what each kind costs per rule.
+Usage: python bench/bench_anomaly.py [--steps N] [--metrics M] [--repeat R] [--kinds]
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--metrics", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--kinds", action="store_true", help="time each kind alone as well")
     args = ap.parse_args()
     run = make_run(args.steps, args.metrics)
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,7 +141,31 @@ def main() -> int:
     print("machine load (1/5/15 min): " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     counts = verdict.counts()
     print("anomaly verdict:", ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+    if args.kinds:
+        per_kind(run, args.metrics, args.repeat)
     return 0 if e2e <= 2 and ratio <= 2 else 1
+
+
+def per_kind(run: Run, metrics: int, repeat: int) -> None:
+    """Each kind alone on every metric, against `max` on every metric, interleaved."""
+    policies = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in ANOMALY + [THRESHOLD[0]]:
+            path = os.path.join(tmp, "kind.yaml")
+            write_policy(path, [kind], metrics, derived=False)
+            policies[kind.format().split(":")[0].strip("{ ")] = load_policies([path])
+    bases = {name: baselines(p, run) for name, p in policies.items()}
+    best = dict.fromkeys(policies, float("inf"))
+    for _ in range(repeat):
+        for name, p in policies.items():
+            took = timed(lambda p=p, n=name: evaluate(p, run, history=bases[n]))
+            best[name] = min(best[name], took)
+    for name, t in best.items():
+        print(
+            f"  {name:9s} {metrics} rules {t:6.3f}s  {t / metrics * 1e3:6.2f} ms/rule  "
+            f"{t / best['max']:5.2f}x max"
+        )
+    print("machine load (1/5/15 min): " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

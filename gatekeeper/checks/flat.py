@@ -5,14 +5,15 @@ value", "entropy falls to ~0".
 
 from __future__ import annotations
 
+import bottleneck as bn
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 from pydantic import Field, model_validator
 
 from gatekeeper.checks.base import MaskCheck
 from gatekeeper.fmt import fmt
 
 BLOCK = 4096
+U = 2.0**-53  # unit roundoff of float64
 
 
 def _rolling_std(values: np.ndarray, w: int) -> np.ndarray:
@@ -23,6 +24,45 @@ def _rolling_std(values: np.ndarray, w: int) -> np.ndarray:
     c2 = np.concatenate([[0.0], np.cumsum(x * x)])
     s1, s2 = c1[w:] - c1[:-w], c2[w:] - c2[:-w]
     return np.sqrt(np.maximum(s2 / w - (s1 / w) ** 2, 0.0))
+
+
+def _sub_block_variances(part: np.ndarray, w: int) -> tuple[int, np.ndarray] | None:
+    """Population variance of each aligned run of h = w // 2 points of `part`: every
+    window of w points holds a whole one (2h <= w + 1), and a window's variance is at
+    least h / w times that of any h of its points (sum of squared deviations from the
+    window's mean >= those of the subset about its own mean). None: too short to bound."""
+    h = w // 2
+    if h < 2 or h > 10**6 or part.size < h:
+        return None
+    n_sub = part.size // h
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf: that block is not skipped
+        return h, part[: n_sub * h].reshape(n_sub, h).var(axis=1)
+
+
+def _surely_spread(
+    span: np.ndarray, w: int, lo: int, sub: tuple[int, np.ndarray], floor: float
+) -> bool:
+    """True when every window ending in this block (windows lo.. of `part`, points in
+    `span`) has a std that `_rolling_std` computes as >= floor: the sub-block bound,
+    less every rounding error of both computations (bounded by the block's spread and
+    size, generously), clears the floor with room.
+
+    `_rolling_std` sums n <= BLOCK + w - 1 centred values x (|x| <= m, the block's range
+    plus the error of its mean): its running sums err by <= n u sum|x|^k, so the variance
+    by <= ~6 n^2 u m^2 / w, plus 8 u m^2 for centring and the last operations; taken 64x
+    and 8x. The sub-block variance errs by <= 4 h u of itself plus (h u a)^2 (a = max|v|).
+    """
+    h, var = sub
+    top, bottom = float(span.max()), float(span.min())
+    a = max(abs(top), abs(bottom))
+    n = span.size
+    m = (top - bottom) + 2 * n * U * a
+    err = 64 * n * n * U * m * m / w + 8 * U * m * m
+    n_windows = n - w + 1
+    first, last = -(-lo // h), -(-(lo + n_windows - 1) // h)  # sub-blocks in the windows
+    low = float(var[first : last + 1].min())
+    bound = (h / w) * (low * (1 - 4 * h * U - 1e-9) - 4 * (h * U * a) ** 2) - err
+    return bound >= floor * floor * (1 + 1e-6)  # NaN/Inf anywhere: False, the exact path
 
 
 class Flat(MaskCheck):
@@ -56,18 +96,19 @@ class Flat(MaskCheck):
         if first >= values.size:
             return out
         part = values[first - w + 1 :]
-        if self.min_std is not None:
+        floor = self._floor()
+        if self.min_std is None:  # moving max and min in C: O(n), and exact selections
+            spread = bn.move_max(part, w)[w - 1 :] - bn.move_min(part, w)[w - 1 :]
+            out[first - n_context :] = spread < floor
+            return out
+        flat = out[first - n_context :]
+        sub = _sub_block_variances(part, w)
+        for lo in range(0, part.size - w + 1, BLOCK):
+            span = part[lo : lo + BLOCK + w - 1]
+            if sub is not None and _surely_spread(span, w, lo, sub, floor):
+                continue  # every window's std is above the floor: none is flat
             # blocks re-centred on their own mean keep running sums exact on trending series
-            spread = np.concatenate(
-                [
-                    _rolling_std(part[lo : lo + BLOCK + w - 1], w)
-                    for lo in range(0, part.size - w + 1, BLOCK)
-                ]
-            )
-        else:
-            windows = sliding_window_view(part, w)
-            spread = windows.max(axis=1) - windows.min(axis=1)
-        out[first - n_context :] = spread < self._floor()
+            flat[lo : lo + BLOCK] = _rolling_std(span, w) < floor
         return out
 
     def explain(self, value: float) -> str:

@@ -11,6 +11,7 @@ The store is read before evaluation and handed in through `EvalContext.history`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,8 +74,13 @@ class Judgement:
     n: np.ndarray
     inactive: int
 
+    @cached_property  # a verdict asks twice (outcome, plot overlay)
+    def _bad(self) -> np.ndarray:
+        below = self.values < self.lo
+        return np.logical_or(below, self.values > self.hi, out=below)
+
     def bad(self) -> np.ndarray:
-        return (self.values < self.lo) | (self.values > self.hi)
+        return self._bad
 
     def at(self, i: int) -> Judged:
         return Judged(
@@ -134,9 +140,14 @@ class History(AggregateCheck):
         """Lower and upper band widths for references `ref` with history std `std`."""
         k = (self.k_std or 0.0) * std
         size = np.abs(ref)
-        # np.maximum of arrays and scalars: the same values as stacking full arrays
-        up = np.maximum(np.maximum((self.rel_up or 0.0) * size, self.abs_floor_up or 0.0), k)
-        down = np.maximum(np.maximum((self.rel_down or 0.0) * size, self.abs_floor_down or 0.0), k)
+        # np.maximum of arrays and scalars: the same values as stacking full arrays; in
+        # place, so no step allocates (and faults in) another array of every coordinate
+        up = np.multiply(self.rel_up or 0.0, size)
+        np.maximum(up, self.abs_floor_up or 0.0, out=up)
+        np.maximum(up, k, out=up)
+        down = np.multiply(self.rel_down or 0.0, size, out=size)
+        np.maximum(down, self.abs_floor_down or 0.0, out=down)
+        np.maximum(down, k, out=down)
         return down, up
 
     def describe(self) -> str:
@@ -198,7 +209,7 @@ class History(AggregateCheck):
             and bool(np.all(stats.count >= self.min_history))
         ):  # the usual: the run has the baseline's steps, all active; no gathering
             pos: np.ndarray | slice = slice(None)
-            active = np.ones(steps.size, dtype=bool)
+            inactive = 0
         else:
             where = np.clip(np.searchsorted(stats.steps, coords), 0, stats.steps.size - 1)
             found = stats.steps[where] == coords
@@ -206,17 +217,13 @@ class History(AggregateCheck):
             active = found.copy()
             active[found] = stats.count[where] >= self.min_history
             pos = where[stats.count[where] >= self.min_history]
+            steps, values = steps[active], values[active]
+            inactive = int(active.size - active.sum())
         ref, std = stats.ref[pos], stats.std[pos]
         down, up = self.bands(ref, std)
-        return Judgement(
-            steps[active],
-            values[active],
-            ref,
-            ref - down,
-            ref + up,
-            stats.count[pos],
-            int(steps.size - active.sum()),
-        )
+        lo = np.subtract(ref, down, out=down)
+        hi = np.add(ref, up, out=up)
+        return Judgement(steps, values, ref, lo, hi, stats.count[pos], inactive)
 
     def overlay(self, state: HistoryState, ctx: EvalContext) -> dict[str, list[float]] | None:
         """The corridor and reference at the judged steps (at most OVERLAY_POINTS of them,

@@ -30,23 +30,57 @@ class _TrendState:
     last: tuple[int, float, float] | None = None  # end step, slope, growth
 
 
-def rolling_fit(steps: np.ndarray, values: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """Least-squares slope and growth of each run of w consecutive points (len - w + 1)."""
-    x = (steps - steps[0]).astype(np.float64)  # shift: keeps the sums of squares small
+EXACT = 2**53  # float64 holds every integer up to this exactly
+
+
+def _window_sums(a: np.ndarray, w: int) -> np.ndarray:
+    """Sum of every w consecutive values: differences of one running sum from 0."""
+    c = np.empty(a.size + 1)
+    c[0] = 0.0
+    np.cumsum(a, out=c[1:])
+    return c[w:] - c[:-w]
+
+
+def rolling_fit(
+    steps: np.ndarray, values: np.ndarray, w: int, *, growth: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares slope and growth of each run of w consecutive points (len - w + 1);
+    growth=False computes the growth of the last run only (a 1-element array).
+
+    Window sums are differences of running sums. The step sums are integers: on
+    contiguous steps (the usual) and while every running sum stays below 2^53 they are
+    exact, so the denominator w*Sxx - Sx^2 is the same integer w^2 (w^2 - 1) / 12 for
+    every window and Sx a closed form: no running sums of the steps are taken, and the
+    result is the very float the general formula gives (tests/checks/test_trend_reference.py).
+    """
+    n = values.size
+    xi = steps - steps[0]  # shift: keeps the sums of squares small
     y = values
-
-    def sums(a: np.ndarray) -> np.ndarray:
-        c = np.concatenate([[0.0], np.cumsum(a)])
-        return c[w:] - c[:-w]
-
-    sx, sy, sxx, sxy = sums(x), sums(y), sums(x * x), sums(x * y)
-    denom = w * sxx - sx * sx
+    sy, sxy = _window_sums(y, w), _window_sums(xi * y, w)
+    if (
+        int(xi[-1]) == n - 1
+        and (n - 1) * n * (2 * n - 1) // 6 <= EXACT  # the largest running sum of x^2
+        and (w * (n - 1)) ** 2 <= EXACT  # w * Sxx and Sx^2 of the last window
+        and bool(np.all(np.diff(xi) == 1))
+    ):
+        sx = np.arange(0.0, n - w + 1) * w + w * (w - 1) // 2
+        slope = (w * sxy - sx * sy) / float(w * w * (w * w - 1) // 12)
+        span: np.ndarray | float = float(w - 1)
+    else:
+        x = xi.astype(np.float64)
+        sx, sxx = _window_sums(x, w), _window_sums(x * x, w)
+        denom = w * sxx - sx * sx
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope = np.where(denom > 0, (w * sxy - sx * sy) / denom, 0.0)
+        span = x[w - 1 :] - x[: n - w + 1]
+    fitted = slope
+    if not growth:  # the last window's only, by the same elementwise formula
+        sy, fitted = sy[-1:], slope[-1:]
+        span = span if isinstance(span, float) else span[-1:]
     with np.errstate(divide="ignore", invalid="ignore"):
-        slope = np.where(denom > 0, (w * sxy - sx * sy) / denom, 0.0)
         mean = sy / w
-        span = x[w - 1 :] - x[: x.size - w + 1]
-        growth = np.where(mean != 0, slope * span / np.abs(mean), 0.0)
-    return slope, growth
+        grow = np.where(mean != 0, fitted * span / np.abs(mean), 0.0)
+    return slope, grow
 
 
 class Trend(AggregateCheck):
@@ -96,7 +130,8 @@ class Trend(AggregateCheck):
         state.tail_steps, state.tail_values = js[-(w - 1) :], jv[-(w - 1) :]
         if jv.size < w:
             return state
-        slope, growth = rolling_fit(js, jv, w)
+        by_growth = self.max_growth is not None or self.min_growth is not None
+        slope, growth = rolling_fit(js, jv, w, growth=by_growth)
         ends = js[w - 1 :]
         tests = [
             (label, arr, op, bound)
@@ -108,8 +143,8 @@ class Trend(AggregateCheck):
             )
             if bound is not None
         ]
-        bad = np.zeros(slope.shape, bool)
-        for _, arr, op, bound in tests:
+        bad = tests[0][2](tests[0][1], tests[0][3])
+        for _, arr, op, bound in tests[1:]:
             bad |= op(arr, bound)
         state.windows += int(slope.size)
         state.violations += int(bad.sum())

@@ -1,6 +1,7 @@
-"""spike's fast path (a bound on the MAD from moving medians, exact median/MAD only where
-the bound cannot clear a point) against a straightforward reference: the median and MAD of
-every window with np.median, point by point, on random data of many shapes."""
+"""spike's fast path (a moving median, a MAD bound from counting points inside a band per
+block of windows and then per window, exact median/MAD only where the bound cannot clear
+a point) against a straightforward reference: the median and MAD of every window with
+np.median, point by point, on random data of many shapes."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ def shaped(rng: np.random.Generator, n: int, shape: int) -> np.ndarray:
         v = 1e6 + v * 1e-6  # a large level, tiny noise: the slack must stay safe
     elif shape == 6:
         v = np.linspace(3.0, 1.0, n) + rng.normal(0, 0.01, n)  # a loss curve
+    elif shape == 7:
+        v = rng.uniform(0.0, 1.0, n)  # flat-topped noise: wide bands
+    elif shape == 8:
+        v = np.where(rng.random(n) < 0.6, 0.5, rng.normal(size=n))  # MAD 0 in most windows
+    elif shape == 9:
+        v = np.repeat(rng.normal(size=n // 7 + 1), 7)[:n]  # plateaus: the median sits still
     return v
 
 
@@ -46,7 +53,7 @@ def test_matches_the_reference_on_random_data(seed):
     rng = np.random.default_rng(seed)
     for trial in range(120):
         n = int(rng.integers(1, 400))
-        values = shaped(rng, n, trial % 7)
+        values = shaped(rng, n, trial % 10)
         check = Spike(
             window=int(rng.integers(3, 30)),
             factor=float(rng.choice([0.5, 1, 2, 3, 5, 8])),
@@ -56,6 +63,34 @@ def test_matches_the_reference_on_random_data(seed):
         n_context = int(rng.integers(0, n))
         got = check.violations(values, n_context)
         assert np.array_equal(got, reference(check, values, n_context)), (trial, check)
+
+
+@pytest.mark.parametrize("window", [3, 4, 20, 21, 64, 65])
+def test_matches_the_reference_over_many_blocks(window):
+    """Long enough for many blocks of windows (16, or window // 2, per band), with spikes
+    that inflate a block's band so the per-window band has work to do."""
+    rng = np.random.default_rng(window)
+    for shape in range(10):
+        values = shaped(rng, 2500, shape)
+        values[rng.integers(0, values.size, 12)] += rng.choice([-1, 1], 12) * 40.0
+        for direction in ("up", "down", "both"):
+            check = Spike(window=window, factor=5.0, direction=direction)
+            n_context = int(rng.integers(0, 50))
+            got = check.violations(values, n_context)
+            assert np.array_equal(got, reference(check, values, n_context)), (shape, direction)
+
+
+def test_the_bound_clears_ordinary_noise():
+    """The point of the bound: on noise (and on noise with spikes) the exact median/MAD is
+    computed for almost no point."""
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=20_000)
+    check = Spike(window=20, factor=5.0)
+    assert check._may_violate(values).sum() < 100  # 0.5%
+    values[rng.integers(0, values.size, 100)] += 50.0
+    maybe = check._may_violate(values)
+    assert maybe.sum() < 400  # the spikes themselves, about
+    assert np.array_equal(check.violations(values, 0), reference(check, values, 0))
 
 
 def test_huge_values_take_the_exact_path():
