@@ -138,7 +138,9 @@ class History(AggregateCheck):
 
     def bands(self, ref: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper band widths for references `ref` with history std `std`."""
-        k = (self.k_std or 0.0) * std
+        # no k_std: no std term (0 * an overflowed std would be NaN, a corridor nothing
+        # falls outside of)
+        k = self.k_std * std if self.k_std is not None else 0.0
         size = np.abs(ref)
         # np.maximum of arrays and scalars: the same values as stacking full arrays; in
         # place, so no step allocates (and faults in) another array of every coordinate
@@ -272,6 +274,17 @@ class History(AggregateCheck):
                 f"({getattr(ctx.history, 'store', '')}); a trusted run seeds the baseline",
             )
         idle = f"; {j.inactive} inactive (no trusted history)" if j.inactive else ""
+        unusable = ~(np.isfinite(j.lo) & np.isfinite(j.hi))
+        if unusable.any():  # a NaN bound passes every value: never judge against one
+            b = j.at(int(np.argmax(unusable)))
+            return Outcome(
+                Status.ERROR,
+                f"the baseline at step {b.step} is not finite: corridor {b.corridor()}; its "
+                f"trusted values overflow float64 arithmetic, so "
+                f"{int(unusable.sum())} of {j.steps.size} coordinates cannot be judged",
+                step=b.step,
+                value=b.value,
+            )
         bad = j.bad()
         n_bad, n = int(bad.sum()), int(j.steps.size)
         if n_bad:

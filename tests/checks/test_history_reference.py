@@ -169,3 +169,28 @@ def judge_chunked(pol, run, base, chunk):
         ev.feed({s.metric: part})
     (result,) = ev.verdict(run, final=True, history=base).results
     return result
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"rel_up": 0.1, "rel_down": 0.1},
+        {"k_std": 3},
+        {"abs_floor_up": 1.0, "abs_floor_down": 1.0},
+        {"rel_up": 0.1, "rel_down": 0.1, "k_std": 3},
+    ],
+)
+def test_a_baseline_that_overflows_is_an_error_never_a_pass(tmp_path, fields):
+    """Trusted values near float64's limit: the mean or the std overflows to inf and a
+    bound would become inf or NaN (0 * inf), a corridor nothing falls outside of. Found
+    while speeding the check up (issue 14); the rule must say it cannot judge."""
+    steps = np.arange(4, dtype=np.int64)
+    huge = [1e308, 1.7e308, -1.7e308, 1.7e308]
+    base = Baselines({"p/h": RuleBaseline({int(s): huge for s in steps})}, "mem")
+    rule = f"  - {{id: h, metric: m, check: {{history: {json.dumps(fields)}}}}}\n"
+    pol = policy(tmp_path, rule, "p")
+    run = run_of(series("m", np.array([5.0, 6.0, 7.0, 8.0]), steps))
+    for result in [judge_whole(pol, run, base), judge_chunked(pol, run, base, 1)]:
+        assert result.status is Status.ERROR, result.message
+        assert "the baseline at step 0 is not finite" in result.message
+        assert "4 of 4 coordinates cannot be judged" in result.message
