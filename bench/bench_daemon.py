@@ -98,6 +98,46 @@ def histogram_p(text: str, name: str, q: float) -> float:
     return float("nan")
 
 
+def setup(
+    tmp: str, n_runs: int, interval: float, workers: int, policies: list[str]
+) -> tuple[list[str], int, str]:
+    """The daemon config watching `n_runs` JSONL files under tmp/runs: (run paths, HTTP
+    port, config path). Shared with bench_versions.py."""
+    runs = os.path.join(tmp, "runs")
+    os.makedirs(runs)
+    paths = [os.path.join(runs, f"run-{i:04d}.jsonl") for i in range(n_runs)]
+    port = free_port()
+    config = {
+        "state": os.path.join(tmp, "state.db"),
+        "http": {"port": port},
+        "poll": {
+            "interval": interval,
+            "jitter": 1,
+            "timeout": 20,
+            "discovery_interval": 10,
+            "workers": workers,
+        },
+        "targets": [{"glob": os.path.join(runs, "*.jsonl"), "policies": policies}],
+    }
+    cfg_path = os.path.join(tmp, "gatekeeper.yaml")
+    with open(cfg_path, "w") as fh:
+        json.dump(config, fh)
+    return paths, port, cfg_path
+
+
+def wait_ready(base: str, daemon: subprocess.Popen[bytes], died: str) -> None:
+    """Until the daemon answers /readyz; SystemExit(`died`) if it exits first."""
+    while True:
+        try:
+            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if daemon.poll() is not None:
+            raise SystemExit(died)
+        time.sleep(0.25)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=1000)
@@ -106,33 +146,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="gk-bench-daemon-")
-    runs = os.path.join(tmp, "runs")
-    os.makedirs(runs)
-    paths = [os.path.join(runs, f"run-{i:04d}.jsonl") for i in range(args.runs)]
-    port = free_port()
-    config = {
-        "state": os.path.join(tmp, "state.db"),
-        "http": {"port": port},
-        "poll": {
-            "interval": args.interval,
-            "jitter": 1,
-            "timeout": 20,
-            "discovery_interval": 10,
-            "workers": args.workers,
-        },
-        "targets": [
-            {
-                "glob": os.path.join(runs, "*.jsonl"),
-                "policies": [
-                    os.path.join(REPO, "policies", "miles"),
-                    os.path.join(REPO, "policies", "rl-health.yaml"),
-                ],
-            }
-        ],
-    }
-    cfg_path = os.path.join(tmp, "gatekeeper.yaml")
-    with open(cfg_path, "w") as fh:
-        json.dump(config, fh)
+    policies = [os.path.join(REPO, "policies", "miles"), os.path.join(REPO, "policies", "rl-health.yaml")]
+    paths, port, cfg_path = setup(tmp, args.runs, args.interval, args.workers, policies)
     writer = Writer(paths)
     for path in paths:  # the runs exist before the daemon starts (it also discovers later)
         open(path, "w").close()
@@ -146,15 +161,7 @@ def main() -> None:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if daemon.poll() is not None:
-                raise SystemExit(f"daemon exited: see {tmp}/daemon.log")
-            time.sleep(0.5)
+        wait_ready(base, daemon, f"daemon exited: see {tmp}/daemon.log")
         warmup = 2 * args.interval + 5
         print(
             f"{args.runs} runs x {len(METRICS)} metrics at 1 step/s, poll every "

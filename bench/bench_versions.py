@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -339,12 +338,6 @@ def bench_live_pair(sides: list[Side], res: Results, args: argparse.Namespace, w
 
 
 # ---- daemon ------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def daemon_once(
     side: Side, policies: list[str], args: argparse.Namespace, work: str
 ) -> dict[str, float]:
@@ -352,25 +345,7 @@ def daemon_once(
     import httpx
 
     tmp = tempfile.mkdtemp(prefix=f"daemon-{side.name}-", dir=work)
-    runs = os.path.join(tmp, "runs")
-    os.makedirs(runs)
-    paths = [os.path.join(runs, f"run-{i:04d}.jsonl") for i in range(args.daemon_runs)]
-    port = free_port()
-    config = {
-        "state": os.path.join(tmp, "state.db"),
-        "http": {"port": port},
-        "poll": {
-            "interval": args.daemon_interval,
-            "jitter": 1,
-            "timeout": 20,
-            "discovery_interval": 10,
-            "workers": 4,
-        },
-        "targets": [{"glob": os.path.join(runs, "*.jsonl"), "policies": policies}],
-    }
-    cfg = os.path.join(tmp, "gatekeeper.yaml")
-    with open(cfg, "w") as fh:
-        json.dump(config, fh)
+    paths, port, cfg = bench_daemon.setup(tmp, args.daemon_runs, args.daemon_interval, 4, policies)
     for p in paths:
         open(p, "w").close()
     writer = bench_daemon.Writer(paths)
@@ -386,15 +361,7 @@ def daemon_once(
     nmet = len(bench_daemon.METRICS)
     try:
         t_start = time.monotonic()
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if daemon.poll() is not None:
-                raise SystemExit(f"[{side.name}] daemon exited: see {tmp}/daemon.log")
-            time.sleep(0.25)
+        bench_daemon.wait_ready(base, daemon, f"[{side.name}] daemon exited: see {tmp}/daemon.log")
         ready = time.monotonic() - t_start
         time.sleep(2 * args.daemon_interval + 5)
         pid = daemon.pid

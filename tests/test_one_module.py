@@ -11,77 +11,24 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import REPO
+from tests.test_plugins import TOYS
 
+# test_plugins' toy module, dropped into each place: a place takes only its own kind (the
+# check scan takes `Even`, the notifier scan `Pigeon`, the command scan `register`)
+FAMILY = (
+    "\nfrom gatekeeper.sources.base import SourceFamily\n\n"
+    'KIND = SourceFamily(name="counting", examples=("count://5",), sources=(Counting,))\n'
+)
 MODULES = {
-    "checks/even.py": '''
-        import numpy as np
-
-        from gatekeeper.checks.base import MaskCheck
-
-
-        class Even(MaskCheck):
-            kind = "even"
-            value: bool = True
-
-            def describe(self) -> str:
-                return "x is even"
-
-            def violations(self, values: np.ndarray, n_context: int) -> np.ndarray:
-                return values % 2 != 0
-    ''',
-    "notify/pigeon.py": '''
-        from gatekeeper.notify.base import Notifier
-
-
-        class Pigeon(Notifier):
-            kind = "pigeon"
-
-            def render(self, groups):
-                return [{"groups": len(groups)}]
-
-            def post(self, body):
-                return None
-    ''',
-    "cli/hello.py": '''
-        def register(sub):
-            p = sub.add_parser("hello", help="say hello (a command added as one module)")
-            p.add_argument("who")
-            p.set_defaults(func=lambda args: print(f"hello, {args.who}") or 0)
-    ''',
-    "sources/counting/__init__.py": '''
-        import numpy as np
-
-        from gatekeeper.model import Run, Series
-        from gatekeeper.sources.base import Source, SourceFamily
-
-
-        class Counting(Source):
-            """`count://N`: metric `n` counts 0, 2, 4, ... (odd throughout with a `!`)."""
-
-            kind = "count://N"
-            example = "count://5"
-
-            @classmethod
-            def accepts(cls, spec: str) -> bool:
-                return spec.startswith("count://")
-
-            def read(self) -> Run:
-                n = int(self.spec.removeprefix("count://").rstrip("!"))
-                odd = 1 if self.spec.endswith("!") else 0
-                run = Run(name=f"count-{n}", source=self.spec)
-                steps = np.arange(n, dtype=np.int64)
-                run.series["n"] = Series("n", steps, steps * 2.0 + odd)
-                return run
-
-
-        KIND = SourceFamily(name="counting", examples=("count://5",), sources=(Counting,))
-    ''',
+    "checks/even.py": TOYS,
+    "notify/pigeon.py": TOYS,
+    "cli/hello.py": TOYS,
+    "sources/counting/__init__.py": TOYS + FAMILY,
 }
 
 
@@ -94,14 +41,14 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for rel, text in MODULES.items():
         path = site / "gatekeeper" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
+        path.write_text(text)
     return site
 
 
 def cli(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
     env["PYTHONPATH"] = str(site)
-    env["PIGEON_URL"] = "https://loft.example/coo"
+    env["PIGEON_URL"] = "coop://roof"  # the toy pigeon flies to coop:// addresses only
     return subprocess.run(
         [sys.executable, "-m", "gatekeeper", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
@@ -137,7 +84,7 @@ def test_a_check_module_and_a_source_package_judge_a_run(copy: Path, tmp_path: P
 
 
 def test_a_command_module_runs_and_is_in_help(copy: Path, tmp_path: Path) -> None:
-    out = cli(copy, "hello", "world", cwd=tmp_path)
+    out = cli(copy, "hello", "world", cwd=tmp_path)  # the toy's `hello WHO`
     assert (out.returncode, out.stdout) == (0, "hello, world\n"), out.stderr
     assert "hello" in cli(copy, "--help", cwd=tmp_path).stdout
 

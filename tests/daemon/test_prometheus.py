@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -69,16 +71,37 @@ def eventually(fn, timeout: float = 30.0):  # type: ignore[no-untyped-def]
     return fn()
 
 
+def alerts(base: str, name: str | None = None) -> list[dict]:
+    found = httpx.get(f"{base}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+    return [a for a in found if name is None or a["labels"]["alertname"] == name]
+
+
+@contextmanager
+def scraped_daemon(
+    tmp_path: Path, steps: int, rules: Path = RULES, config: Path | None = None
+) -> Iterator[str]:
+    """`gatekeeper serve` on a good and a bad run (ppo_kl 0.5 from step 2), scraped by a
+    real Prometheus evaluating `rules`; yields Prometheus' base URL."""
+    daemon = DaemonProcess(config or write_config(tmp_path)).start()
+    kids = [
+        writer(tmp_path / "runs" / "good.jsonl", "--steps", str(steps)),
+        writer(tmp_path / "runs" / "bad.jsonl", "--steps", str(steps), "--bad-at", "2"),
+    ]
+    prom, base = start_prometheus(tmp_path, daemon.port, rules)
+    try:
+        yield base
+    finally:
+        prom.terminate()
+        prom.wait(10)
+        for kid in kids:
+            kid.kill()
+        daemon.stop()
+
+
 def test_prometheus_scrapes_rule_status_and_evaluates_the_shipped_alert_rules(
     tmp_path: Path,
 ) -> None:
-    daemon = DaemonProcess(write_config(tmp_path)).start()
-    kids = [
-        writer(tmp_path / "runs" / "good.jsonl", "--steps", "8"),
-        writer(tmp_path / "runs" / "bad.jsonl", "--steps", "8", "--bad-at", "2"),
-    ]
-    prom, base = start_prometheus(tmp_path, daemon.port)
-    try:
+    with scraped_daemon(tmp_path, 8) as base:
         failing = eventually(lambda: query(base, 'gatekeeper_rule_status{status="fail"} == 1'))
         assert [
             (
@@ -98,20 +121,8 @@ def test_prometheus_scrapes_rule_status_and_evaluates_the_shipped_alert_rules(
         rules = httpx.get(f"{base}/api/v1/rules", timeout=5).json()["data"]["groups"]
         assert {g["name"] for g in rules} == {"gatekeeper-daemon", "gatekeeper-runs"}
         assert all(r["health"] == "ok" for g in rules for r in g["rules"])
-        alerts = eventually(
-            lambda: [
-                a
-                for a in httpx.get(f"{base}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
-                if a["labels"]["alertname"] == "GatekeeperRuleFailing"
-            ]
-        )
-        assert [a["labels"]["run"] for a in alerts] == ["bad"]
-    finally:
-        prom.terminate()
-        prom.wait(10)
-        for kid in kids:
-            kid.kill()
-        daemon.stop()
+        failing_alerts = eventually(lambda: alerts(base, "GatekeeperRuleFailing"))
+        assert [a["labels"]["run"] for a in failing_alerts] == ["bad"]
 
 
 def test_rules_exported_from_the_policy_fire_on_the_daemons_metric_values(tmp_path: Path) -> None:
@@ -122,30 +133,12 @@ def test_rules_exported_from_the_policy_fire_on_the_daemons_metric_values(tmp_pa
     config = write_config(tmp_path)
     exported = tmp_path / "exported-rules.yml"
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gatekeeper",
-            "export",
-            "prometheus",
-            str(tmp_path / "kl.yaml"),
-            "-o",
-            str(exported),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [sys.executable, "-m", "gatekeeper", "export", "prometheus", str(tmp_path / "kl.yaml"),
+         "-o", str(exported)],
+        capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    daemon = DaemonProcess(config).start()
-    kids = [
-        writer(tmp_path / "runs" / "good.jsonl", "--steps", "6"),
-        writer(tmp_path / "runs" / "bad.jsonl", "--steps", "6", "--bad-at", "2"),
-    ]
-    prom, base = start_prometheus(tmp_path, daemon.port, exported)
-    try:
-        for kid in kids:
-            kid.wait(30)
+    with scraped_daemon(tmp_path, 6, exported, config) as base:
         steps = eventually(
             lambda: query(base, 'gatekeeper_metric_step{metric="train/ppo_kl"} == 5')
         )
@@ -155,24 +148,9 @@ def test_rules_exported_from_the_policy_fire_on_the_daemons_metric_values(tmp_pa
             for r in query(base, 'gatekeeper_metric_value{metric="train/ppo_kl"}')
         }
         assert values == {"good": 0.001, "bad": 0.5}
-        alerts = eventually(
-            lambda: [
-                a
-                for a in httpx.get(f"{base}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
-                if a["labels"]["alertname"] == "GatekeeperKlKlSmall"
-            ]
-        )
-        assert [(a["labels"]["run"], a["labels"]["gatekeeper_rule"]) for a in alerts] == [
+        firing = eventually(lambda: alerts(base, "GatekeeperKlKlSmall"))
+        assert [(a["labels"]["run"], a["labels"]["gatekeeper_rule"]) for a in firing] == [
             ("bad", "kl-small")
         ]
-        names = {
-            a["labels"]["alertname"]
-            for a in httpx.get(f"{base}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
-        }
-        assert "GatekeeperKlLossFinite" not in names  # 1/(step+1) is finite on both runs
-    finally:
-        prom.terminate()
-        prom.wait(10)
-        for kid in kids:
-            kid.kill()
-        daemon.stop()
+        # 1/(step+1) is finite on both runs
+        assert alerts(base, "GatekeeperKlLossFinite") == []
