@@ -20,10 +20,33 @@ from tests.test_plugins import TOYS
 
 # test_plugins' toy module, dropped into each place: a place takes only its own kind (the
 # check scan takes `Even`, the notifier scan `Pigeon`, the command scan `register`)
-FAMILY = (
-    "\nfrom gatekeeper.sources.base import SourceFamily\n\n"
-    'KIND = SourceFamily(name="counting", examples=("count://5",), sources=(Counting,))\n'
+FAMILY = '''
+from pydantic import BaseModel
+
+from gatekeeper.sources.base import SourceFamily, filter_lists_itself
+
+
+class CountingFilter(BaseModel):
+    """A daemon target `counting: {upto: N}`: the runs count://1 .. count://N."""
+
+    upto: int
+
+    def runs(self) -> list[str]:
+        return [f"count://{n}" for n in range(1, self.upto + 1)]
+
+    def describe(self) -> str:
+        return f"counting runs up to {self.upto}"
+
+
+KIND = SourceFamily(
+    name="counting",
+    examples=("count://5",),
+    sources=(Counting,),
+    target_key="counting",
+    target_model=CountingFilter,
+    discovery=filter_lists_itself,
 )
+'''
 MODULES = {
     "checks/even.py": TOYS,
     "notify/pigeon.py": TOYS,
@@ -87,6 +110,27 @@ def test_a_command_module_runs_and_is_in_help(copy: Path, tmp_path: Path) -> Non
     out = cli(copy, "hello", "world", cwd=tmp_path)  # the toy's `hello WHO`
     assert (out.returncode, out.stdout) == (0, "hello, world\n"), out.stderr
     assert "hello" in cli(copy, "--help", cwd=tmp_path).stdout
+
+
+def test_a_source_package_brings_its_daemon_target_filter(copy: Path, tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(
+        "version: 1\nname: p\nrules:\n  - {id: r, metric: n, check: {max: 100}}\n"
+    )
+    config = {"state": "state.db", "targets": [{"counting": {"upto": 3}, "policies": ["p.yaml"]}]}
+    (tmp_path / "gk.yaml").write_text(json.dumps(config))
+    ok = cli(copy, "serve", "-c", "gk.yaml", "--check-config", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "counting runs up to 3 (3 now)" in ok.stdout
+    config["targets"][0]["counting"] = {"upto": "many"}
+    (tmp_path / "gk.yaml").write_text(json.dumps(config))
+    bad = cli(copy, "serve", "-c", "gk.yaml", "--check-config", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "gk.yaml:1: targets[0]: counting.upto: Input should be a valid integer" in bad.stderr
+    config["targets"][0] = {"countnig": {"upto": 3}, "policies": ["p.yaml"]}  # a typo
+    (tmp_path / "gk.yaml").write_text(json.dumps(config))
+    typo = cli(copy, "serve", "-c", "gk.yaml", "--check-config", cwd=tmp_path)
+    assert typo.returncode == 2
+    assert "targets[0].countnig: Extra inputs are not permitted" in typo.stderr, typo.stderr
 
 
 def test_a_notifier_module_is_a_kind_the_daemon_config_accepts(

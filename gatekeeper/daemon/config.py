@@ -92,6 +92,33 @@ class Target(_Model):
     policies: list[str] = Field(min_length=1)
     interval: PositiveDuration | None = None
     tags: list[str] = []  # added to every run of this target
+    # run filters of source families added as packages (SourceFamily.target_model), by
+    # their target key; filled from the target's own keys, never written directly
+    other_filters: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _other_families(cls, data: Any) -> Any:
+        """Keys that are another family's target key go to `other_filters`, validated by
+        that family's model; any other unknown key stays and is refused as usual."""
+        if not isinstance(data, dict):
+            return data
+        if "other_filters" in data:
+            raise ValueError("other_filters is not a target field")
+        models = _other_target_models()
+        found = {k: v for k, v in data.items() if k in models}
+        if not found:
+            return data
+        rest = {k: v for k, v in data.items() if k not in found}
+        filters = {}
+        for key, value in found.items():
+            try:
+                filters[key] = models[key].model_validate(value)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in (key, *first["loc"]))
+                raise ValueError(f"{where}: {first['msg']}") from None
+        return {**rest, "other_filters": filters}
 
     @model_validator(mode="after")
     def _one_kind(self) -> Target:
@@ -99,13 +126,30 @@ class Target(_Model):
         if sum(x is not None for x in kinds) != 1:
             raise ValueError(
                 "a target has exactly one of source:, glob: or wandb: (or one run filter "
-                "of another family: tensorboard:, mlflow:, prometheus:)"
+                "of another family: tensorboard:, mlflow:, prometheus:"
+                + "".join(f", {k}:" for k in sorted(_other_target_models()))
+                + ")"
             )
         return self
 
     def family_filters(self) -> tuple[Any, ...]:
         """The filters whose family lists its runs itself (`runs()`, `describe()`)."""
-        return (self.tensorboard, self.mlflow, self.prometheus)
+        return (self.tensorboard, self.mlflow, self.prometheus, *self.other_filters.values())
+
+    def filter_of(self, key: str) -> Any:
+        """The value under a family's target key (`glob`, `wandb`, ... or another's)."""
+        return self.other_filters.get(key, getattr(self, key, None))
+
+
+def _other_target_models() -> dict[str, Any]:
+    """Target keys of source families that declare their own filter model."""
+    from gatekeeper.sources import FAMILIES
+
+    return {
+        f.target_key: f.target_model
+        for f in FAMILIES
+        if f.target_key is not None and f.target_model is not None
+    }
 
 
 class HttpSettings(_Model):

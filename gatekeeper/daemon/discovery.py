@@ -20,7 +20,7 @@ def discovery(target: Target) -> Discovery | None:
     """The family's listing for a `glob:`/`wandb:` target; None for a single `source:`."""
     for family in FAMILIES:
         key = family.target_key
-        value = getattr(target, key) if key else None
+        value = target.filter_of(key) if key else None
         if value is not None and family.discovery is not None:
             return family.discovery(value)
     return None

@@ -149,7 +149,8 @@ class SourceFamily:
     `sources` are tried in order by `open_source` (remote schemes before local paths);
     `live_sources` are the kinds only `open_live_source` uses (a tail that may start
     before the run exists). `target_key` is the daemon target field this family's
-    `discovery` reads (`glob:`, `wandb:`); `discovery` builds a `Discovery` from its value.
+    `discovery` reads (`glob:`, `wandb:`); `discovery` builds a `Discovery` from its value;
+    `target_model` validates that value for a family added as a package of its own.
     """
 
     name: str
@@ -159,6 +160,9 @@ class SourceFamily:
     annotator: Annotator | None = None
     target_key: str | None = None
     discovery: Callable[[Any], Discovery] | None = None
+    # The pydantic model of the target filter under `target_key`, for a family the daemon
+    # config does not name (the built-in ones are typed fields of daemon/config.Target).
+    target_model: Any = None
 
 
 def filter_lists_itself(value: Any) -> Any:
