@@ -15,6 +15,25 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 
+def wait_ready(url: str, proc: subprocess.Popen[Any], seconds: float, why: Any = "") -> None:
+    """Until `url` answers 200 (a server the test started); RuntimeError when `proc` exits
+    or `seconds` pass first, with `why()` (e.g. the server's log tail) when given."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not answer: {why() if callable(why) else why}")
+        time.sleep(0.2)
+
+
 def marker(v: Any) -> Any:
     """A value as miles writes it: non-finite floats as "NaN"/"Infinity"/"-Infinity"."""
     if isinstance(v, float) and math.isnan(v):

@@ -9,15 +9,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.daemon.harness import free_port
+from tests.helpers import wait_ready
 
 
 @dataclass
@@ -48,19 +47,8 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
         stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240  # schema migrations on a loaded 2-core machine
-    try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"mlflow server did not start: {(tmp / 'server.log').read_text()[-2000:]}"
-                )
-            time.sleep(0.5)
+    try:  # 240 s: schema migrations on a loaded 2-core machine
+        wait_ready(f"{url}/health", proc, 240, lambda: (tmp / "server.log").read_text()[-2000:])
         yield MlflowServer(url, db)
     finally:
         proc.terminate()

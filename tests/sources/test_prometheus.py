@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
@@ -20,7 +19,7 @@ from gatekeeper.sources import open_live_source, open_source
 from gatekeeper.sources.prometheus import PrometheusSource
 from gatekeeper.sources.prometheus.source import parse_spec
 from tests.daemon.harness import free_port
-from tests.helpers import gatekeeper, write_policy
+from tests.helpers import gatekeeper, wait_ready, write_policy
 
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 pytestmark = pytest.mark.skipif(
@@ -69,15 +68,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "prometheus did not start"
-            time.sleep(0.2)
+        wait_ready(f"{url}/-/ready", proc, 60, "prometheus did not start")
         yield Prom(url, gauge)
     finally:
         proc.terminate()
