@@ -356,3 +356,29 @@ def test_extension_is_built_and_used_where_a_compiler_is() -> None:
     assert built.stat().st_mtime >= source.stat().st_mtime, (
         f"{built.name} is older than _history.c: rebuild (scripts/bootstrap.sh)"
     )
+
+
+NO_EXTENSION = r"""
+import sys
+sys.modules["gatekeeper.sources.wandb._history"] = None  # as if never built
+from gatekeeper.sources.wandb import decode
+assert decode.c_decoder() is None
+print(decode.c_decoder_status())
+part = decode.decode_range(sys.argv[1], 0, None, False)
+print(len(part.steps), len(part.keys))
+"""
+
+
+def test_without_the_extension_the_python_path_reads_and_says_so(miles_run: Path) -> None:
+    path = str(next(miles_run.glob("*run-*/*.wandb")))
+    want = wandb_decode.decode_range(path, 0, None, False)
+    for debug, said in (("1", True), ("", False)):
+        env = dict(os.environ, GATEKEEPER_DEBUG=debug)
+        proc = subprocess.run([sys.executable, "-c", NO_EXTENSION, path], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        status, counts = proc.stdout.splitlines()
+        assert status.startswith("pure Python (the C extension") and "not built" in status
+        assert counts == f"{len(want.steps)} {len(want.keys)}"
+        assert ("pure-Python path, several times slower" in proc.stderr) == said, proc.stderr
+

@@ -25,6 +25,7 @@
 #include <Python.h>
 
 #include <float.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -337,12 +338,9 @@ static int parse_value(const uint8_t *s, Py_ssize_t n, double *out, int *flags) 
     memcpy(buf, s, (size_t)n);
     buf[n] = '\0';
     char *stop = NULL;
-    /* locale-independent and correctly rounded (CPython's own float() parser) */
-    double v = PyOS_string_to_double(buf, &stop, NULL);
-    if (v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
+    /* C's strtod rounds correctly (glibc, musl, macOS); a locale whose decimal point is
+     * not '.' stops it early, and the record is handed back */
+    double v = strtod(buf, &stop);
     if (stop != buf + n) return 0;
     if (!isfinite(v)) return 0;                           /* overflow */
     if (v == 0.0 ? nonzero : fabs(v) < DBL_MIN) return 0; /* underflow, subnormal */

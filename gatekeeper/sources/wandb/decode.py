@@ -15,7 +15,6 @@ it. Without the extension every record takes the Python path (`C_DECODER` says w
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import os
 import sys
@@ -70,7 +69,6 @@ def record_parser() -> Any:
 
 # Decode history records in C when the extension is built (tests set it False to compare).
 USE_C = True
-_log = logging.getLogger(__name__)
 
 
 def decode_range(path: str, start: int, stop: int | None, resync: bool) -> Part:
@@ -454,8 +452,10 @@ def c_decoder_status() -> str:
 
 def _note_python_path(why: str) -> None:
     """Once per process: the slow path is never taken silently."""
+    import logging  # here: most commands never get here, and logging costs start-up time
+
     msg = f"wandb history is read by the pure-Python path, several times slower: {why}"
-    _log.info(msg)
+    logging.getLogger(__name__).info(msg)
     if "--debug" in sys.argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0"):
         print(f"gatekeeper: {msg}", file=sys.stderr)
 
