@@ -493,8 +493,9 @@ static Py_ssize_t join_nested(Decoder *d, const uint8_t *p, const uint8_t *end) 
 /* One HistoryItem: its key and value into *out; 1 read, 0 = hand the record back,
  * -1 out of memory. */
 static int decode_item(Decoder *d, const uint8_t *p, const uint8_t *end, Pending *out) {
+    static const uint8_t empty[1] = {0}; /* an absent key is "", never a NULL pointer */
     const uint8_t *start = p;
-    Span key = {NULL, 0}, nested = {NULL, 0}, value = {NULL, 0};
+    Span key = {empty, 0}, nested = {empty, 0}, value = {empty, 0};
     int have_key = 0, have_value = 0, nnested = 0;
     while (p < end) {
         uint32_t f;
@@ -598,6 +599,10 @@ static Py_ssize_t decode_history(Decoder *d, const uint8_t *p, const uint8_t *en
 static PyObject *Decoder_add(Decoder *d, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "add(record: bytes, row: int)");
+        return NULL;
+    }
+    if (!d->table) {
+        PyErr_SetString(PyExc_RuntimeError, "Decoder.__init__ was not called");
         return NULL;
     }
     Py_buffer buf;
