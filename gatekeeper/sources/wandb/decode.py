@@ -240,6 +240,8 @@ def decode(path: str, offset: int) -> Part:
         return decode_range(path, offset, None, False)
     if offset == 0:
         record_parser()  # import before forking, so workers inherit it
+    if USE_C and _c_module() is not None:
+        c_fields()  # likewise (and a missing extension is noted once, not once per worker)
     # here, not at the top: every `check` imports the source kinds, most never fork
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
