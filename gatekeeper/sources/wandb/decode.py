@@ -9,7 +9,8 @@ History records are decoded by the C extension `_history` (built at install when
 compiler is present) straight into per-key columns; any record it is not certain to read
 exactly as the protobuf runtime and the Python path below would is handed back to them
 whole (see `_history.c`), so results and error messages do not depend on which one read
-it. Without the extension every record takes the Python path (`C_DECODER` says which).
+it. Without the extension every record takes the Python path (`c_decoder_status()` says
+which; under `--debug` the slow path is noted on stderr).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def decode_range(path: str, start: int, stop: int | None, resync: bool) -> Part:
                 if step is not None:
                     steps.append(step)
                     if len(steps) % FLUSH_ROWS == 0:
-                        done.append(_converted(entries, fast.flush()))  # type: ignore[union-attr]
+                        done.append(_converted(entries, fast.flush()))
                         entries = {}
                     continue
             rec = parse(raw)
@@ -158,10 +159,10 @@ def _converted(entries: dict[str, tuple[list[int], list[Any]]], columns: list[CC
 
 def _c_values(vals: bytearray, flags: int) -> tuple[np.ndarray, np.ndarray | None]:
     """A C column's values and mask, as `texts_to_floats` gives them for its texts. The
-    texts marked by the decoder depend on the route the batch takes there: one orjson
-    parse unless a NaN/Infinity or null text is among them (then `-0` is the integer 0,
-    +0.0; otherwise -0.0), and a mask of all True when a null, or a bool with NaN/Infinity,
-    makes numpy's cast fail and the texts are converted one by one."""
+    texts the decoder marks depend on the route the batch takes there: `-0` is orjson's
+    integer 0 (+0.0) when the batch is one orjson parse (no NaN/Infinity/null among its
+    texts), else -0.0; the mask is all True (not None) when a null, or a bool alongside
+    NaN/Infinity, makes numpy's cast fail and the texts are converted one by one."""
     values = np.frombuffer(vals, np.float64)
     if not flags:
         return values, None
