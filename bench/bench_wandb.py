@@ -100,14 +100,15 @@ def ours(wandb_dir: Path, parallel: bool = True, use_c: bool = True) -> int:
     from gatekeeper.sources.wandb import decode as wandb_decode
     from gatekeeper.sources.wandb.local import WandbLocalSource
 
-    saved = wandb_decode.PARALLEL_MIN_BYTES, wandb_decode.USE_C
+    saved = wandb_decode.PARALLEL_MIN_BYTES, wandb_decode.USE_C, wandb_decode.FORK_WITH_C
     if not parallel:
         wandb_decode.PARALLEL_MIN_BYTES = 1 << 62
     wandb_decode.USE_C = use_c
+    wandb_decode.FORK_WITH_C = parallel  # the forked reader, which the C path skips by default
     try:
         run = WandbLocalSource(str(wandb_dir)).read()
     finally:
-        wandb_decode.PARALLEL_MIN_BYTES, wandb_decode.USE_C = saved
+        wandb_decode.PARALLEL_MIN_BYTES, wandb_decode.USE_C, wandb_decode.FORK_WITH_C = saved
     return sum(len(s) for s in run.series.values())
 
 

@@ -102,6 +102,7 @@ def _read(spec: str, forked: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any
 
     with monkeypatch.context() as m:
         m.setattr(wandb_decode, "PARALLEL_MIN_BYTES", 0 if forked else 1 << 62)
+        m.setattr(wandb_decode, "FORK_WITH_C", forked)
         m.setattr(wandb_decode.os, "cpu_count", lambda: 4)
         # the suite may leave threads of earlier tests running: decode then reads serially
         # (fork with threads is unsafe), which this test must not mistake for its result

@@ -382,3 +382,24 @@ def test_without_the_extension_the_python_path_reads_and_says_so(miles_run: Path
         assert counts == f"{len(want.steps)} {len(want.keys)}"
         assert ("pure-Python path, several times slower" in proc.stderr) == said, proc.stderr
 
+
+
+def test_the_c_decoder_reads_a_long_file_in_one_process(
+    miles_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the C decoder a long file is read serially (forked workers measured slower on
+    2 cores, docs/wandb.md); the pure-Python path still forks."""
+    path = str(next(miles_run.glob("*run-*/*.wandb")))
+    joined: list[int] = []
+    real_join = wandb_decode.join
+    monkeypatch.setattr(wandb_decode, "join", lambda parts: joined.append(len(parts))
+                        or real_join(parts))
+    monkeypatch.setattr(wandb_decode, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(wandb_decode.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(wandb_decode.threading, "active_count", lambda: 1)
+    serial = wandb_decode.decode(path, 0)
+    assert joined == []
+    monkeypatch.setattr(wandb_decode, "USE_C", False)
+    forked = wandb_decode.decode(path, 0)
+    assert joined and joined[0] > 1
+    assert serial.steps == forked.steps and list(serial.keys) == list(forked.keys)

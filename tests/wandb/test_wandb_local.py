@@ -233,6 +233,7 @@ def test_forked_workers_read_the_same_run(miles_run: Path) -> None:
         "from gatekeeper.sources import open_source\n"
         "from gatekeeper.sources.wandb import decode as wandb_decode\n"
         "wandb_decode.PARALLEL_MIN_BYTES = 0\n"
+        "wandb_decode.FORK_WITH_C = True\n"
         "wandb_decode.os.cpu_count = lambda: 3\n"
         "run = open_source(sys.argv[1]).read()\n"
         "print(json.dumps({m: [s.step_key, s.steps.tolist(), repr(s.values.tolist())]\n"

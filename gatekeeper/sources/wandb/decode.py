@@ -36,6 +36,11 @@ Column = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # row indices, valu
 
 # Below this many new bytes, forking workers costs more than it saves.
 PARALLEL_MIN_BYTES = 16 << 20
+# With the C decoder one process reads a history item in ~0.2 us; forked workers then
+# lose more to starting, returning and joining their parts than they win on 2 cores
+# (bench_wandb, 362 MB run, load ~3: 3.34 s wall forked vs 2.90 s in one process, best
+# of 3; docs/wandb.md). So they are used only for the pure-Python path, unless set.
+FORK_WITH_C = False
 FLUSH_ROWS = 2048  # history rows whose JSON texts are held before converting to floats
 EXACT_STEP = 2**53  # steps travel as float64 here: beyond this one may become another
 
@@ -239,10 +244,12 @@ def decode(path: str, offset: int) -> Part:
     # fork is only safe while this process has one thread (a daemon has many: read serially)
     if size - offset < PARALLEL_MIN_BYTES or workers < 2 or threading.active_count() > 1:
         return decode_range(path, offset, None, False)
+    c_decoder = USE_C and _c_module() is not None and c_fields() is not None
+    if c_decoder and not FORK_WITH_C:
+        return decode_range(path, offset, None, False)
     if offset == 0:
         record_parser()  # import before forking, so workers inherit it
-    if USE_C and _c_module() is not None:
-        c_fields()  # likewise (and a missing extension is noted once, not once per worker)
+    # (c_fields() above also ran before forking: a missing extension is noted once)
     # here, not at the top: every `check` imports the source kinds, most never fork
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
