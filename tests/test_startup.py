@@ -109,6 +109,13 @@ def test_a_threshold_check_imports_only_the_check_kinds_its_policy_names(tmp_pat
     assert "gatekeeper.report.console" not in modules
     assert "rich" not in modules
     assert [m for m in HEAVY if m in modules] == []
+    # a plain JSONL file: no other source family is imported (sources._surely_jsonl), and
+    # the policy is read by libyaml, not ruamel (yamlfast.py)
+    families = {m.split(".")[2] for m in modules if m.startswith("gatekeeper.sources.")
+                and m.count(".") >= 3}
+    assert families == {"jsonl"}
+    assert [m for m in modules if m.startswith("ruamel")] == []
+    assert "google.protobuf" not in modules
     commands = [m for m in modules if m.startswith("gatekeeper.cli.")]
     assert commands == ["gatekeeper.cli.args", "gatekeeper.cli.check", "gatekeeper.cli.main",
                         "gatekeeper.cli.report"]
