@@ -187,3 +187,40 @@ def test_the_follow_default_interval_is_the_live_loops() -> None:
     from gatekeeper.live.loop import DEFAULT_INTERVAL as LOOP_DEFAULT
 
     assert DEFAULT_INTERVAL == LOOP_DEFAULT
+
+
+def test_start_up_runs_without_the_cyclic_collector_and_the_work_with_it(tmp_path: Path) -> None:
+    # the program (main() without argv): the policies are built with the collector
+    # paused, the run is read with it on; another command runs with it on; gatekeeper
+    # never turns it on when the program had it off; main(argv) (a library call) leaves
+    # it alone
+    run, policy = _threshold_case(tmp_path)
+    code = (
+        "import gc, sys\n"
+        "import gatekeeper.gate as gate\n"
+        "from gatekeeper.cli import checks as checks_cmd\n"
+        "from gatekeeper.cli.main import main\n"
+        "seen = []\n"
+        "load, read = gate.load, gate.read_run\n"
+        "gate.load = lambda *a: seen.append(('load', gc.isenabled())) or load(*a)\n"
+        "gate.read_run = lambda *a: seen.append(('read', gc.isenabled())) or read(*a)\n"
+        "cmd = checks_cmd.cmd_checks\n"
+        "checks_cmd.cmd_checks = lambda a: seen.append(('checks', gc.isenabled())) or cmd(a)\n"
+        f"sys.argv = ['gatekeeper', 'check', {str(run)!r}, '-p', {str(policy)!r}, '-q']\n"
+        "assert main() == 0\n"
+        "sys.argv = ['gatekeeper', 'checks']\n"
+        "assert main() == 0\n"
+        "gc.disable()\n"
+        "sys.argv = ['gatekeeper', 'checks']\n"
+        "assert main() == 0\n"
+        "gc.enable()\n"
+        f"assert main(['check', {str(run)!r}, '-p', {str(policy)!r}, '-q']) == 0\n"
+        "print(seen)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == str([
+        ("load", False), ("read", True), ("checks", True), ("checks", False),
+        ("load", True), ("read", True),
+    ])
