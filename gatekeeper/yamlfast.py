@@ -95,14 +95,29 @@ def _resolver(tag: str) -> re.Pattern[str]:
     return re.compile(RESOLVERS_12[tag], re.X)  # compiled when first needed (~1 ms each)
 
 
+# Four of the resolvers match a fixed set of words (the test holds these to their
+# patterns); the three that match forms (numbers, timestamps) are compiled when needed.
+RESOLVER_WORDS = {
+    "tag:yaml.org,2002:bool": {"true", "True", "TRUE", "false", "False", "FALSE"},
+    "tag:yaml.org,2002:merge": {"<<"},
+    "tag:yaml.org,2002:null": {"~", "null", "Null", "NULL", ""},
+    "tag:yaml.org,2002:value": {"="},
+}
+_WORDS = frozenset().union(*RESOLVER_WORDS.values())
+_FORMS = [tag for tag in RESOLVERS_12 if tag not in RESOLVER_WORDS]
+
+
 def _special(value: str) -> bool:
     """Some YAML 1.2 implicit resolver of ruamel's matches the plain scalar `value`."""
+    if value in _WORDS:
+        return True
     first = value[:1]
     return any(
         _resolver(tag).match(value)
-        for tag, chars in RESOLVER_FIRST.items()
-        if first in chars  # "" is in every string: the empty scalar tries them all
+        for tag in _FORMS
+        if first and first in RESOLVER_FIRST[tag]
     )
+
 
 # The exact forms resolved here (anything else a resolver matches goes to ruamel): what
 # ruamel's round-trip constructor makes of them, as `yamlfile.plain` turns it into a value.

@@ -20,7 +20,13 @@ import pytest
 import gatekeeper.yamlfile as yamlfile
 from gatekeeper.errors import PolicyError
 from gatekeeper.policy.loader import load_policy
-from gatekeeper.yamlfast import RESOLVER_FIRST, RESOLVERS_12, fast_tree, unsure_text
+from gatekeeper.yamlfast import (
+    RESOLVER_FIRST,
+    RESOLVER_WORDS,
+    RESOLVERS_12,
+    fast_tree,
+    unsure_text,
+)
 from gatekeeper.yamlfile import ALIAS_BUDGET, TooBig, line_of, node_count, plain, read_yaml
 from tests.fuzz import gen
 from tests.helpers import REPO
@@ -194,6 +200,11 @@ def test_resolvers_are_ruamels_yaml_1_2_table() -> None:
               if (1, 2) in versions and tag != "tag:yaml.org,2002:yaml"]
     assert sorted(ours) == sorted(theirs)
     assert set(RESOLVERS_12) == set(RESOLVER_FIRST)
+    # the word resolvers: their pattern is an alternation of exactly these words
+    for tag, words in RESOLVER_WORDS.items():
+        body = re.sub(r"\s", "", RESOLVERS_12[tag]).removeprefix("^(?:").removesuffix(")$")
+        assert set(body.split("|")) == words, tag
+        assert all(re.compile(RESOLVERS_12[tag], re.X).match(w) for w in words)
 
 
 def test_unsure_text_is_the_printable_ranges() -> None:
