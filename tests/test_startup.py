@@ -189,38 +189,49 @@ def test_the_follow_default_interval_is_the_live_loops() -> None:
     assert DEFAULT_INTERVAL == LOOP_DEFAULT
 
 
-def test_start_up_runs_without_the_cyclic_collector_and_the_work_with_it(tmp_path: Path) -> None:
+def test_start_up_runs_without_the_collector_nor_pydantic_plug_ins_and_the_work_with_both(
+    tmp_path: Path,
+) -> None:
     # the program (main() without argv): the policies are built with the collector
-    # paused, the run is read with it on; another command runs with it on; gatekeeper
-    # never turns it on when the program had it off; main(argv) (a library call) leaves
-    # it alone
+    # paused and PYDANTIC_DISABLE_PLUGINS set, the run is read with the collector on and
+    # the environment as given; another command runs with both restored (a trainer that
+    # `gatekeeper run` starts inherits the user's environment); gatekeeper never turns
+    # the collector on when the program had it off, nor touches a PYDANTIC_DISABLE_PLUGINS
+    # the user set; main(argv) (a library call) leaves both alone
     run, policy = _threshold_case(tmp_path)
     code = (
-        "import gc, sys\n"
+        "import gc, os, sys\n"
         "import gatekeeper.gate as gate\n"
         "from gatekeeper.cli import checks as checks_cmd\n"
         "from gatekeeper.cli.main import main\n"
         "seen = []\n"
+        "def state(what):\n"
+        "    seen.append((what, gc.isenabled(), os.environ.get('PYDANTIC_DISABLE_PLUGINS')))\n"
         "load, read = gate.load, gate.read_run\n"
-        "gate.load = lambda *a: seen.append(('load', gc.isenabled())) or load(*a)\n"
-        "gate.read_run = lambda *a: seen.append(('read', gc.isenabled())) or read(*a)\n"
+        "gate.load = lambda *a: state('load') or load(*a)\n"
+        "gate.read_run = lambda *a: state('read') or read(*a)\n"
         "cmd = checks_cmd.cmd_checks\n"
-        "checks_cmd.cmd_checks = lambda a: seen.append(('checks', gc.isenabled())) or cmd(a)\n"
+        "checks_cmd.cmd_checks = lambda a: state('checks') or cmd(a)\n"
         f"sys.argv = ['gatekeeper', 'check', {str(run)!r}, '-p', {str(policy)!r}, '-q']\n"
         "assert main() == 0\n"
+        "state('after')\n"
         "sys.argv = ['gatekeeper', 'checks']\n"
         "assert main() == 0\n"
         "gc.disable()\n"
-        "sys.argv = ['gatekeeper', 'checks']\n"
+        "os.environ['PYDANTIC_DISABLE_PLUGINS'] = 'mine'\n"
         "assert main() == 0\n"
+        "state('after')\n"
         "gc.enable()\n"
+        "del os.environ['PYDANTIC_DISABLE_PLUGINS']\n"
         f"assert main(['check', {str(run)!r}, '-p', {str(policy)!r}, '-q']) == 0\n"
         "print(seen)\n"
     )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == str([
-        ("load", False), ("read", True), ("checks", True), ("checks", False),
-        ("load", True), ("read", True),
+        ("load", False, "__all__"), ("read", True, None), ("after", True, None),
+        ("checks", True, None), ("checks", False, "mine"), ("after", False, "mine"),
+        ("load", True, None), ("read", True, None),
     ])
