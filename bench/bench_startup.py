@@ -37,6 +37,7 @@ import glob
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -101,9 +102,14 @@ def install_wheel(tmp: str) -> str:
     # from a .pth line is not a site dir: the editable install's .pth there is not run)
     with open(os.path.join(site, "_gatekeeper_deps.pth"), "w") as fh:
         fh.write(sysconfig.get_paths()["purelib"] + "\n")
+    # built from a copy: setuptools builds in the source tree, and a build/ left in the
+    # checkout would carry deleted modules into later wheels
+    src = os.path.join(tmp, "src")
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", "node_modules", "out"))
     wheels = os.path.join(tmp, "wheels")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "-w", wheels, REPO], check=True,
+                    "--no-build-isolation", "-w", wheels, src], check=True,
                    capture_output=True)
     (wheel,) = glob.glob(os.path.join(wheels, "gatekeeper-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "--python", os.path.join(venv, "bin", "python"),
