@@ -126,6 +126,14 @@ def install_wheel(tmp: str) -> str:
 
 
 def main() -> None:
+    tmp = tempfile.mkdtemp(prefix="gk-startup-")
+    try:
+        bench(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the run, the policy, the installed venv
+
+
+def bench(tmp: str) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15, help="children per case (default 15)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
@@ -135,7 +143,6 @@ def main() -> None:
                     help="also time the checkout installed from a wheel (not editable)")
     args = ap.parse_args()
 
-    tmp = tempfile.mkdtemp(prefix="gk-startup-")
     run, policy = os.path.join(tmp, "run.jsonl"), os.path.join(tmp, "policy.yaml")
     write_run(run)
     write_policy(policy)
