@@ -20,20 +20,32 @@ every gatekeeper module is compiled from source on each run.
 package (PYTHONPATH=DIR, e.g. `git archive <rev> gatekeeper | tar -x -C DIR`), interleaved
 with these: before/after ratios taken under the same load.
 
-Usage: python bench/bench_startup.py [--runs N] [--json FILE] [--against DIR]
+`--installed` also times the checkout as a user installs it: a wheel built from it
+(`pip wheel --no-deps`), installed with `--no-deps` into a throwaway venv whose only other
+path is this interpreter's site-packages (a .pth line: the dependencies, without the
+editable install's finder, which a path added that way never runs), its console script
+run side by side with the editable one (setuptools' editable finder costs every import
+of the package a lookup: ~13% of the small check).
+
+Usage: python bench/bench_startup.py [--runs N] [--json FILE] [--against DIR] [--installed]
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 METRICS = 10
 STEPS = 1000
@@ -77,15 +89,60 @@ def timed(cmd: list[str], env: dict[str, str] | None = None,
     return took, cpu
 
 
+def install_wheel(tmp: str) -> str:
+    """The checkout installed as a user installs it, in a venv under `tmp`; its bin/."""
+    venv = os.path.join(tmp, "installed")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    site = subprocess.run(
+        [os.path.join(venv, "bin", "python"), "-c",
+         "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    # the dependencies: this interpreter's site-packages, after the venv's own (a path
+    # from a .pth line is not a site dir: the editable install's .pth there is not run)
+    with open(os.path.join(site, "_gatekeeper_deps.pth"), "w") as fh:
+        fh.write(sysconfig.get_paths()["purelib"] + "\n")
+    # built from a copy: setuptools builds in the source tree, and a build/ left in the
+    # checkout would carry deleted modules into later wheels
+    src = os.path.join(tmp, "src")
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", "node_modules", "out"))
+    wheels = os.path.join(tmp, "wheels")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--no-build-isolation", "-w", wheels, src], check=True,
+                   capture_output=True)
+    (wheel,) = glob.glob(os.path.join(wheels, "gatekeeper-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "--python", os.path.join(venv, "bin", "python"),
+                    "install", "--quiet", "--no-deps", "--no-index", wheel], check=True,
+                   capture_output=True)
+    probe = "import gatekeeper; print(gatekeeper.__file__)"
+    where = subprocess.run(
+        [os.path.join(venv, "bin", "python"), "-c", probe],
+        check=True, capture_output=True, text=True, cwd=tmp,
+    ).stdout.strip()
+    if not where.startswith(site):
+        raise SystemExit(f"the installed venv imports gatekeeper from {where}, not {site}")
+    return os.path.join(venv, "bin")
+
+
 def main() -> None:
+    tmp = tempfile.mkdtemp(prefix="gk-startup-")
+    try:
+        bench(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the run, the policy, the installed venv
+
+
+def bench(tmp: str) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15, help="children per case (default 15)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     ap.add_argument("--against", metavar="DIR",
                     help="also time the gatekeeper package in DIR (another revision)")
+    ap.add_argument("--installed", action="store_true",
+                    help="also time the checkout installed from a wheel (not editable)")
     args = ap.parse_args()
 
-    tmp = tempfile.mkdtemp(prefix="gk-startup-")
     run, policy = os.path.join(tmp, "run.jsonl"), os.path.join(tmp, "policy.yaml")
     write_run(run)
     write_policy(policy)
@@ -98,11 +155,19 @@ def main() -> None:
         "gatekeeper check (1k x 10, 20 rules)": [py, "-m", "gatekeeper", "check", run,
                                                  "-p", policy, "-q"],
     }
+    check_args = ["check", run, "-p", policy, "-q"]
+    if args.installed:
+        installed = install_wheel(tmp)
+        cases["gatekeeper check, console script [editable]"] = [script, *check_args]
+        cases["gatekeeper --version [installed]"] = [os.path.join(installed, "gatekeeper"),
+                                                     "--version"]
+        cases["gatekeeper check, console script [installed]"] = [
+            os.path.join(installed, "gatekeeper"), *check_args]
     envs: dict[str, dict[str, str]] = {name: ENV for name in cases}
     if args.against:
         # the console script is this checkout's; `python -m` finds DIR's package first
         other = {**ENV, "PYTHONPATH": os.path.abspath(args.against)}
-        for name, cmd in list(cases.items())[2:]:
+        for name, cmd in list(cases.items())[2:4]:
             cases[f"{name} [against]"] = cmd
             envs[f"{name} [against]"] = other
     load_before = os.getloadavg()
@@ -124,7 +189,7 @@ def main() -> None:
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
           f"({os.cpu_count()} CPUs); best of {args.runs}, median in brackets")
     for name, t in times.items():
-        print(f"  {name:40} {best[name] * 1000:7.1f} ms ({statistics.median(t) * 1000:7.1f})"
+        print(f"  {name:46} {best[name] * 1000:7.1f} ms ({statistics.median(t) * 1000:7.1f})"
               f"  {best[name] / base:5.2f}x python; CPU {min(cpus[name]) * 1000:7.1f} ms")
     version_ratio = best["gatekeeper --version"] / base
     module_ratio = best["python -m gatekeeper --version"] / base
@@ -133,6 +198,13 @@ def main() -> None:
           "(python -m) (target <= 2)")
     check_cpu = min(cpus["gatekeeper check (1k x 10, 20 rules)"])
     print(f"small check = {check_s:.3f} s wall, {check_cpu:.3f} s CPU (target <= 0.25 s idle)")
+    if args.installed:
+        edit = best["gatekeeper check, console script [editable]"]
+        inst = best["gatekeeper check, console script [installed]"]
+        print(f"small check, console script: installed {inst:.3f} s wall, editable {edit:.3f} s "
+              f"({inst / edit:.2f}x); CPU installed "
+              f"{min(cpus['gatekeeper check, console script [installed]']):.3f} s, editable "
+              f"{min(cpus['gatekeeper check, console script [editable]']):.3f} s")
     for name in [n for n in cases if n.endswith(" [against]")]:
         mine = name.removesuffix(" [against]")
         print(f"{mine}: {best[mine] / best[name]:.2f}x the --against revision's wall, "

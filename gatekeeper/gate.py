@@ -67,7 +67,9 @@ def read_run(source: str, policies: list[PolicySpec] | None = None) -> Run:
     (HF's `train_loss`) of the metrics they ask for that have no history points."""
     src = open_source(source)
     run = src.read()
-    if policies:
+    # only a source with a summary (wandb) has one to fill: the others skip importing
+    # the wandb family (and protobuf) for it
+    if policies and getattr(src, "read_summary", None) is not None:
         from gatekeeper.sources.wandb.summary import fill_summary
 
         fill_summary(src, run, policies)

@@ -2,6 +2,10 @@
 the daemon config, export naming): `read_yaml`, `line_of`, and the one error format
 (`file:line: field: problem, got value`), and the `Duration` type of config values.
 
+Policy files are read with `read_yaml(path, fast=True)`: libyaml through `yamlfast` when
+it can promise ruamel's exact values and marks (~10x faster per rule), ruamel otherwise;
+both trees answer `is_mapping`, `line_of` and `plain` alike.
+
 Bounds on what a YAML tree may hold, so a hostile file is refused, not obeyed: at most
 MAX_BYTES; depth, alias expansion and numbers: `check_flow_depth` before parsing (ruamel's scanner
 is quadratic in nested flow brackets), `plain` while converting (a budget of nodes, a
@@ -14,16 +18,15 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BeforeValidator, Field, ValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from gatekeeper.errors import PolicyError, one_line, quote
 from gatekeeper.safe_open import open_regular
+from gatekeeper.yamlfast import MarkedMap, MarkedSeq, fast_tree
 
 MAX_BYTES = 64 << 20
 MAX_DEPTH = 64  # policies nest a few levels; deeper is an attack or a generator's bug
@@ -149,9 +152,23 @@ def display_path(path: str) -> str:
     return absolute if rel.startswith("..") else rel
 
 
-def read_yaml(path: str) -> Any:
-    """Parse one YAML file, keeping line information; errors carry file:line."""
+def read_yaml(path: str, fast: bool = False) -> Any:
+    """Parse one YAML file, keeping line information; errors carry file:line.
+
+    ruamel's round-trip tree (CommentedMap, ...) by default. `fast`: a policy file's
+    tree may instead come from libyaml (`yamlfast`: plain dicts and lists with lines, the
+    same values and marks; it falls back to ruamel on anything it is not sure of), so
+    callers test `is_mapping`, never a ruamel type."""
     shown = display_path(path)
+    text = _read_text(path, shown)
+    if fast:
+        tree = fast_tree(text)
+        if tree is not None:
+            return tree
+    return _ruamel_load(text, shown)
+
+
+def _read_text(path: str, shown: str) -> str:
     try:
         with open_regular(path, lambda why: PolicyError(why, file=shown)) as fh:
             raw = fh.read(MAX_BYTES + 1)
@@ -167,6 +184,13 @@ def read_yaml(path: str) -> Any:
         raise PolicyError(f"not UTF-8 text (byte {exc.start})", file=shown) from None
     except OSError as exc:
         raise PolicyError(f"cannot read policy: {exc.strerror or exc}", file=shown) from None
+    return text
+
+
+def _ruamel_load(text: str, shown: str) -> Any:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
     yaml = YAML(typ="rt")
     yaml.max_depth = MAX_DEPTH
     try:
@@ -192,17 +216,39 @@ def read_yaml(path: str) -> Any:
         ) from None
 
 
+def is_mapping(tree: Any) -> bool:
+    """A YAML tree's root is a mapping (ruamel's CommentedMap or the fast MarkedMap)."""
+    return isinstance(tree, dict)
+
+
+def _ruamel_containers() -> tuple[Any, Any]:
+    """ruamel's commented containers, when ruamel is loaded (else no tree holds one)."""
+    comments = sys.modules.get("ruamel.yaml.comments")
+    if comments is None:
+        return (), ()
+    return comments.CommentedMap, comments.CommentedSeq
+
+
 def line_of(tree: Any, loc: tuple[Any, ...]) -> int | None:
     """1-based line of the deepest node on `loc` that exists in the YAML tree."""
     line: int | None = None
     node = tree
-    if isinstance(node, (CommentedMap, CommentedSeq)):
+    cmap, cseq = _ruamel_containers()
+    if isinstance(node, (MarkedMap, MarkedSeq)):
+        line = node.line
+    elif isinstance(node, (cmap, cseq)):
         line = node.lc.line + 1
     for part in loc:
-        if isinstance(node, CommentedMap) and _has_key(node, part):
+        if isinstance(node, MarkedMap) and _has_key(node, part):
+            line = node.key_lines[part]
+            node = node[part]
+        elif isinstance(node, MarkedSeq) and isinstance(part, int) and 0 <= part < len(node):
+            line = node.item_lines[part]
+            node = node[part]
+        elif isinstance(node, cmap) and _has_key(node, part):
             line = node.lc.key(part)[0] + 1
             node = node[part]
-        elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+        elif isinstance(node, cseq) and isinstance(part, int) and 0 <= part < len(node):
             line = node.lc.item(part)[0] + 1
             node = node[part]
         else:
@@ -210,7 +256,7 @@ def line_of(tree: Any, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
-def _has_key(node: CommentedMap, part: Any) -> bool:
+def _has_key(node: dict[Any, Any], part: Any) -> bool:
     try:
         return part in node
     except TypeError:  # an unhashable key from a tagged YAML node

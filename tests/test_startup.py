@@ -109,6 +109,13 @@ def test_a_threshold_check_imports_only_the_check_kinds_its_policy_names(tmp_pat
     assert "gatekeeper.report.console" not in modules
     assert "rich" not in modules
     assert [m for m in HEAVY if m in modules] == []
+    # a plain JSONL file: no other source family is imported (sources._surely_jsonl), and
+    # the policy is read by libyaml, not ruamel (yamlfast.py)
+    families = {m.split(".")[2] for m in modules if m.startswith("gatekeeper.sources.")
+                and m.count(".") >= 3}
+    assert families == {"jsonl"}
+    assert [m for m in modules if m.startswith("ruamel")] == []
+    assert "google.protobuf" not in modules
     commands = [m for m in modules if m.startswith("gatekeeper.cli.")]
     assert commands == ["gatekeeper.cli.args", "gatekeeper.cli.check", "gatekeeper.cli.main",
                         "gatekeeper.cli.report"]
@@ -180,3 +187,51 @@ def test_the_follow_default_interval_is_the_live_loops() -> None:
     from gatekeeper.live.loop import DEFAULT_INTERVAL as LOOP_DEFAULT
 
     assert DEFAULT_INTERVAL == LOOP_DEFAULT
+
+
+def test_start_up_runs_without_the_collector_nor_pydantic_plug_ins_and_the_work_with_both(
+    tmp_path: Path,
+) -> None:
+    # the program (main() without argv): the policies are built with the collector
+    # paused and PYDANTIC_DISABLE_PLUGINS set, the run is read with the collector on and
+    # the environment as given; another command runs with both restored (a trainer that
+    # `gatekeeper run` starts inherits the user's environment); gatekeeper never turns
+    # the collector on when the program had it off, nor touches a PYDANTIC_DISABLE_PLUGINS
+    # the user set; main(argv) (a library call) leaves both alone
+    run, policy = _threshold_case(tmp_path)
+    code = (
+        "import gc, os, sys\n"
+        "import gatekeeper.gate as gate\n"
+        "from gatekeeper.cli import checks as checks_cmd\n"
+        "from gatekeeper.cli.main import main\n"
+        "seen = []\n"
+        "def state(what):\n"
+        "    seen.append((what, gc.isenabled(), os.environ.get('PYDANTIC_DISABLE_PLUGINS')))\n"
+        "load, read = gate.load, gate.read_run\n"
+        "gate.load = lambda *a: state('load') or load(*a)\n"
+        "gate.read_run = lambda *a: state('read') or read(*a)\n"
+        "cmd = checks_cmd.cmd_checks\n"
+        "checks_cmd.cmd_checks = lambda a: state('checks') or cmd(a)\n"
+        f"sys.argv = ['gatekeeper', 'check', {str(run)!r}, '-p', {str(policy)!r}, '-q']\n"
+        "assert main() == 0\n"
+        "state('after')\n"
+        "sys.argv = ['gatekeeper', 'checks']\n"
+        "assert main() == 0\n"
+        "gc.disable()\n"
+        "os.environ['PYDANTIC_DISABLE_PLUGINS'] = 'mine'\n"
+        "assert main() == 0\n"
+        "state('after')\n"
+        "gc.enable()\n"
+        "del os.environ['PYDANTIC_DISABLE_PLUGINS']\n"
+        f"assert main(['check', {str(run)!r}, '-p', {str(policy)!r}, '-q']) == 0\n"
+        "print(seen)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == str([
+        ("load", False, "__all__"), ("read", True, None), ("after", True, None),
+        ("checks", True, None), ("checks", False, "mine"), ("after", False, "mine"),
+        ("load", True, None), ("read", True, None),
+    ])

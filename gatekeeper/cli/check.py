@@ -58,7 +58,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--record", action="store_true", help="record the run in the --history store afterwards"
     )
-    p.set_defaults(func=cmd_check)
+    p.set_defaults(func=cmd_check, owns_startup=True)
 
 
 def parse_references(items: list[str]) -> dict[str, str]:
@@ -77,10 +77,12 @@ def parse_references(items: list[str]) -> dict[str, str]:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from gatekeeper import gate
+    from gatekeeper.cli.main import startup_done
 
     policy = policy_options(args)
     # policies first: a bad policy is the error reported, whatever else is wrong
     policies = gate.load(list(policy.paths), list(policy.overrides))
+    startup_done()  # the policies are built: the run is read with the collector on
     opts = CheckOptions(
         source=args.source,
         policy=policy,

@@ -124,12 +124,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     change nothing (atexit handlers and the flushing of open files still run)."""
     if argv is not None:
         return _main(list(argv))
+    _begin_startup()
     try:
         return _main(sys.argv[1:])
     finally:
         import gc
 
+        startup_done()
         gc.freeze()
+
+
+# The program's start-up (importing numpy, pydantic, the command, building the policies)
+# makes hundreds of thousands of objects that live until exit. main() runs it
+#   - with the cyclic collector paused: it walked them again and again while they were
+#     made (~7% of a small check's CPU, bench_startup.py);
+#   - without pydantic plug-ins for gatekeeper's own models (PYDANTIC_DISABLE_PLUGINS,
+#     unless the user set it): pydantic's plug-in lookup reads the metadata of every
+#     installed distribution (~5-10 ms); a pydantic plug-in is for the user's models.
+# `startup_done` ends it before the command's work: the environment as the user gave it
+# (a trainer `gatekeeper run` starts inherits it unchanged), the collector on.
+_STARTUP_ENV = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}
+_startup: tuple[bool, list[str]] | None = None  # (collector paused, variables set)
+
+
+def _begin_startup() -> None:
+    import gc
+
+    global _startup
+    added = [name for name in _STARTUP_ENV if name not in os.environ]
+    for name in added:
+        os.environ[name] = _STARTUP_ENV[name]
+    paused = gc.isenabled()  # never turned on here when the program had it off
+    if paused:
+        gc.disable()
+    _startup = (paused, added)
+
+
+def startup_done() -> None:
+    """Start-up is over, the command's work begins (a run read, a trainer or daemon
+    started): the environment is restored, the objects made so far are frozen (kept out
+    of every later collection; they live until exit anyway) and the collector runs again.
+    A command that builds much before its work (check: its policies) calls this itself
+    (its parser sets `owns_startup`); for the others main calls it before running them.
+    A no-op outside the program's start-up (main(argv), a library call)."""
+    global _startup
+    if _startup is None:
+        return
+    paused, added = _startup
+    _startup = None
+    for name in added:
+        os.environ.pop(name, None)
+    if paused:
+        import gc
+
+        gc.freeze()
+        gc.enable()
 
 
 def _main(argv: list[str]) -> int:
@@ -147,6 +196,8 @@ def _main(argv: list[str]) -> int:
         parser = build_parser(plugins=False, only=command) if command else build_parser()
         args = parser.parse_args(argv)
         with _quiet_numpy():  # numpy is imported only for a command, never for --version
+            if not getattr(args, "owns_startup", False):
+                startup_done()
             return int(args.func(args))
     except GatekeeperError as exc:
         print(f"gatekeeper: error: {one_line(str(exc))}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Load policy files (YAML 1.2, ruamel) into `PolicySpec`s; every error names file:line:field.
+"""Load policy files (YAML 1.2) into `PolicySpec`s; every error names file:line:field.
+The common file is read by libyaml (`yamlfast.py`), anything it is unsure of by ruamel.
 
 Hostile files are bounded, not trusted (see yamlfile.py): at most MAX_BYTES,
 nesting at most MAX_DEPTH levels, at most ALIAS_BUDGET nodes produced by alias expansion
@@ -13,7 +14,6 @@ from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
-from ruamel.yaml.comments import CommentedMap
 
 from gatekeeper.checks import CHECKS
 from gatekeeper.errors import PolicyError
@@ -26,6 +26,7 @@ from gatekeeper.yamlfile import (
     TooBig,
     display_path,
     dotted,
+    is_mapping,
     line_of,
     node_count,
     out_of_range,
@@ -80,8 +81,8 @@ def load_policies(paths: list[str]) -> list[PolicySpec]:
 
 def load_policy(path: str, _chain: tuple[str, ...] = ()) -> PolicySpec:
     shown = display_path(path)
-    tree = read_yaml(path)
-    if not isinstance(tree, CommentedMap):
+    tree = read_yaml(path, fast=True)
+    if not is_mapping(tree):
         raise PolicyError(
             "a policy file is a YAML mapping (version, name, rules, ...)", file=shown, line=1
         )
@@ -112,7 +113,7 @@ def load_policy(path: str, _chain: tuple[str, ...] = ()) -> PolicySpec:
 
 
 def _extend(
-    spec: PolicySpec, policy: Policy, tree: CommentedMap, path: str, chain: tuple[str, ...]
+    spec: PolicySpec, policy: Policy, tree: Any, path: str, chain: tuple[str, ...]
 ) -> PolicySpec:
     shown = spec.file
     base_path = os.path.normpath(os.path.join(os.path.dirname(path), policy.extends or ""))
@@ -229,7 +230,7 @@ def _rule_spec(
     )
 
 
-def plain_policy(tree: CommentedMap, shown: str) -> Any:
+def plain_policy(tree: Any, shown: str) -> Any:
     """The policy tree as plain values: bounded (see `plain`) and without a non-finite
     number anywhere — a NaN threshold makes a rule that can never fail."""
     budget = [node_count(tree) + ALIAS_BUDGET]

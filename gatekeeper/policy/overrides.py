@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from gatekeeper.checks import CHECKS, registry
 from gatekeeper.errors import PolicyError, UsageError
@@ -73,6 +71,9 @@ def parse_override(text: str) -> CliOverride:
             raise UsageError(
                 f"--override {text!r}: unknown check {kind!r}; known: {', '.join(registry())}"
             )
+        from ruamel.yaml import YAML  # only for a check value given on the command line
+        from ruamel.yaml.error import YAMLError
+
         try:
             check_flow_depth(raw.encode(), "--override")  # ruamel: quadratic in deep brackets
             value = plain(YAML(typ="rt").load(raw))
