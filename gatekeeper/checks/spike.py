@@ -125,9 +125,10 @@ class Spike(MaskCheck):
         points lie strictly within t of M (the MAD is the median of the distances, so
         more than half of them are then >= t). Counting points inside a band is cheap
         when the band is fixed for a block of consecutive windows: one comparison and a
-        running count per block (`_block_cleared`). Points the block's band cannot clear
-        (a spike inflates its t) are tried once more with their own band, one window
-        each; the rest go to the exact path.
+        running count per block (`_block_cleared`); the block's band is the union of its
+        windows' own bands (M - t, M + t). Points the block's band cannot clear (a spike
+        inflates its t) are tried once more with their own band, one window each; the
+        rest go to the exact path.
 
         Rounding: the median and distances the exact path computes differ from these by
         a few ulps of the largest |value|; every band is widened and every deviation
@@ -143,38 +144,42 @@ class Spike(MaskCheck):
         slack = SLACK * big
         need = self._deviation(part[w:], med)
         need += slack  # in place: one array of every point fewer to allocate
-        maybe = ~(need <= self.factor * self.min_scale)  # cleared by min_scale alone
+        floor = self.factor * self.min_scale
+        maybe = need > floor  # the rest is cleared by min_scale alone (all finite here)
         # the MAD that clears each point, a hair above it (the test below decides)
-        t = need * ((1 + 1e-9) / (self.factor * MAD_TO_SIGMA))
-        if not maybe.all():
-            t[~maybe] = 0.0  # cleared already: no width for the band
-        within = (w - 1) // 2
-        # 1. one band per block of windows: [lowest median - t, highest median + t]
-        maybe &= ~self._block_cleared(before, med, need, t, max(16, w // 2), slack)
+        t = np.multiply(need, (1 + 1e-9) / (self.factor * MAD_TO_SIGMA))
+        if floor == 0.0:
+            np.maximum(t, 0.0, out=t)  # cleared already (need <= 0): no width for the band
+        elif not maybe.all():
+            t[~maybe] = 0.0
+        # where a MAD >= t clears the point: nearly everywhere, by the 1e-9 above
+        enough = self._cleared(need, t)
+        # 1. one band per block of windows: the union of their bands, widened by slack
+        maybe &= ~self._block_cleared(before, med, t, enough, max(16, w // 2), slack)
         # 2. what is left, each with its own band
         rows = np.flatnonzero(maybe)
         if rows.size:
             windows = sliding_window_view(before, w)[rows]
             lo, hi = med[rows] - t[rows] - slack, med[rows] + t[rows] + slack
             count = np.count_nonzero((windows > lo[:, None]) & (windows < hi[:, None]), axis=1)
-            maybe[rows[(count <= within) & self._cleared(need[rows], t[rows])]] = False
+            maybe[rows[(count <= (w - 1) // 2) & enough[rows]]] = False
         return maybe
 
     def _block_cleared(
         self,
         before: np.ndarray,
         med: np.ndarray,
-        need: np.ndarray,
         t: np.ndarray,
+        enough: np.ndarray,
         block: int,
         slack: float,
     ) -> np.ndarray:
         """Per point i (window before[i : i + w], median med[i]): cleared by its block's
-        band. A block of `block` consecutive points takes their largest t as t_b and the
-        band (lowest median - t_b - slack, highest median + t_b + slack); its windows
-        span block + w - 1 consecutive points: one comparison per point of that span and
-        a running count give every window's count inside, no per-window loop. The last
-        partial block is left to the per-window band."""
+        band. A block of `block` consecutive points takes the band (lowest med - t - slack,
+        highest med + t + slack) over its points, which holds every one of their bands;
+        its windows span block + w - 1 consecutive points: one comparison per point of
+        that span and a running count give every window's count inside, no per-window
+        loop. The last partial block is left to the per-window band."""
         w = self.window
         n = med.size
         nb = n // block
@@ -182,17 +187,19 @@ class Spike(MaskCheck):
         cleared = np.zeros(n, dtype=bool)
         if nb == 0:
             return cleared
-        # (bottleneck's reductions along short rows are ~2x numpy's; nothing here is NaN)
-        t_b = bn.nanmax(t[:m].reshape(nb, block), axis=1)
-        meds = med[:m].reshape(nb, block)
-        lo = bn.nanmin(meds, axis=1) - t_b - slack
-        hi = bn.nanmax(meds, axis=1) + t_b + slack
+        starts = np.arange(0, m, block)
+        lo = np.minimum.reduceat(med[:m] - t[:m], starts)
+        lo -= slack
+        hi = np.maximum.reduceat(med[:m] + t[:m], starts)
+        hi += slack
         span = sliding_window_view(before[: m + w - 1], block + w - 1)[::block]
-        inside = (span > lo[:, None]) & (span < hi[:, None])
+        inside = span > lo[:, None]
+        inside &= span < hi[:, None]
         running = np.zeros((nb, block + w), np.int32)
         np.cumsum(inside, axis=1, out=running[:, 1:])
         count = running[:, w:] - running[:, :block]
-        ok = (count <= (w - 1) // 2) & self._cleared(need[:m].reshape(nb, block), t_b[:, None])
+        ok = count <= (w - 1) // 2
+        ok &= enough[:m].reshape(nb, block)
         cleared[:m] = ok.reshape(-1)
         return cleared
 
