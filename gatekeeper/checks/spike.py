@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import bottleneck as bn
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 from pydantic import Field
 
 from gatekeeper.checks.base import MaskCheck, fmt
@@ -97,11 +97,13 @@ class Spike(MaskCheck):
         first = max(n_context, w)  # first point with a full window before it
         if first >= values.size:
             return out
-        # Row j holds the w points before point first + j.
-        windows = sliding_window_view(values[first - w : values.size - 1], w)
         points = values[first:]
         maybe = self._may_violate(values[first - w :])
         rows = np.arange(points.size) if maybe is None else np.flatnonzero(maybe)
+        if not rows.size:
+            return out
+        # Row j holds the w points before point first + j.
+        windows = sliding_window_view(values[first - w : values.size - 1], w)
         # The exact median/MAD (one sort per window) only where the bound cannot clear a
         # point: on ordinary noise that is almost none of them.
         for lo in range(0, rows.size, BLOCK):  # blocks that fit in cache: ~2x faster
@@ -230,14 +232,20 @@ class Spike(MaskCheck):
         lo -= slack
         hi = np.maximum.reduceat(np.add(med[:m], t[:m], out=edge), starts)
         hi += slack
-        span = sliding_window_view(before[: m + w - 1], block + w - 1)[::block]
+        size = block + w - 1  # points the block's windows span; row b: before[b * block:]
+        step = before.strides[0]
+        span = as_strided(before, (nb, size), (block * step, step), writeable=False)
         inside = span > lo[:, None]
         inside &= span < hi[:, None]
-        running = np.empty((nb, block + w), np.int32)
-        running[:, 0] = 0
-        np.cumsum(inside, axis=1, out=running[:, 1:])
-        count = np.subtract(running[:, w:], running[:, :block], out=running[:, :block])
-        kept = count > (w - 1) // 2
+        # one running count over all rows (1-D: ~2x a row-wise cumsum); window i of row b
+        # counts run[b * size + i + w] - run[b * size + i]
+        run = np.empty(nb * size + 1, np.int32)
+        run[0] = 0
+        np.add.accumulate(inside.reshape(-1).view(np.int8), dtype=np.int32, out=run[1:])
+        item = run.strides[0]
+        ends = as_strided(run[w:], (nb, block), (size * item, item), writeable=False)
+        begins = as_strided(run, (nb, block), (size * item, item), writeable=False)
+        kept = np.subtract(ends, begins) > (w - 1) // 2
         if enough is not None:
             kept |= ~enough[:m].reshape(nb, block)
         maybe[:m] &= kept.reshape(-1)
