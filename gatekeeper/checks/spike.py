@@ -26,7 +26,7 @@ SLACK = 1e-12
 # Beyond this, differences of values could overflow and the bounds would mean nothing.
 HUGE = 1e300
 # Far above the subnormal range (2^-1022): t and the products made of it stay normal
-# floats, each rounded within 2^-53 (see _may_violate); deviations are lifted to LIFT.
+# floats, each rounded within 2^-53 (see _bound); deviations are lifted to LIFT.
 TINY = 2.0**-990
 LIFT = 2.0**-980
 
