@@ -40,29 +40,55 @@ def _sub_block_variances(part: np.ndarray, w: int) -> tuple[int, np.ndarray] | N
 
 
 def _surely_spread(
-    span: np.ndarray, w: int, lo: int, sub: tuple[int, np.ndarray], floor: float
-) -> bool:
-    """True when every window ending in this block (windows lo.. of `part`, points in
-    `span`) has a std that `_rolling_std` computes as >= floor: the sub-block bound,
-    less every rounding error of both computations (bounded by the block's spread and
-    size, generously), clears the floor with room.
+    part: np.ndarray, w: int, sub: tuple[int, np.ndarray], floor: float
+) -> np.ndarray:
+    """Per block of BLOCK windows of `part` (window j = part[j : j + w]): True when every
+    window of the block has a std that `_rolling_std` computes as >= floor: the sub-block
+    bound, less every rounding error of both computations (bounded by the block's spread
+    and size, generously), clears the floor with room. All blocks at once.
 
     `_rolling_std` sums n <= BLOCK + w - 1 centred values x (|x| <= m, the block's range
     plus the error of its mean): its running sums err by <= n u sum|x|^k, so the variance
     by <= ~6 n^2 u m^2 / w, plus 8 u m^2 for centring and the last operations; taken 64x
     and 8x. The sub-block variance errs by <= 4 h u of itself plus (h u a)^2 (a = max|v|).
+
+    Every quantity is taken over a superset of what the block reads, which only loosens
+    the bound: its range over its own points and all of the next ceil((w - 1) / BLOCK)
+    blocks' (NaN or Inf there: False, the exact path); its least sub-block variance over
+    the sub-blocks from its first window's to the next block's first.
     """
     h, var = sub
-    top, bottom = float(span.max()), float(span.min())
-    a = max(abs(top), abs(bottom))
-    n = span.size
-    m = (top - bottom) + 2 * n * U * a
-    err = 64 * n * n * U * m * m / w + 8 * U * m * m
-    n_windows = n - w + 1
-    first, last = -(-lo // h), -(-(lo + n_windows - 1) // h)  # sub-blocks in the windows
-    low = float(var[first : last + 1].min())
-    bound = (h / w) * (low * (1 - 4 * h * U - 1e-9) - 4 * (h * U * a) ** 2) - err
-    return bound >= floor * floor * (1 + 1e-6)  # NaN/Inf anywhere: False, the exact path
+    n_win = part.size - w + 1
+    nb = -(-n_win // BLOCK)
+    starts = np.arange(nb) * BLOCK
+    # the range of each aligned BLOCK of part, then of the blocks each span reaches
+    cuts = np.arange(0, part.size, BLOCK)
+    top, bottom = np.maximum.reduceat(part, cuts), np.minimum.reduceat(part, cuts)
+    reach = -(-(w - 1) // BLOCK)
+    pad = nb + reach - top.size
+    if pad > 0:
+        top = np.concatenate([top, np.full(pad, -np.inf)])
+        bottom = np.concatenate([bottom, np.full(pad, np.inf)])
+    hi, lo = top[:nb].copy(), bottom[:nb].copy()
+    for shift in range(1, reach + 1):
+        np.maximum(hi, top[shift : shift + nb], out=hi)
+        np.minimum(lo, bottom[shift : shift + nb], out=lo)
+    a = np.maximum(np.abs(hi), np.abs(lo))
+    n = np.minimum(BLOCK + w - 1, part.size - starts).astype(np.float64)  # span sizes
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf: False below
+        m = (hi - lo) + 2 * n * U * a
+        err = 64 * n * n * U * m * m / w + 8 * U * m * m
+        # block k's windows hold whole sub-blocks from ceil(lo / h) up to the next
+        # block's first at most: the least over its partition cell and that one
+        first = -(-starts // h)  # each < var.size: the first window holds sub-block first
+        if h <= BLOCK:  # first is increasing: one reduction over the partition it makes
+            low = np.minimum.reduceat(var, first)
+            np.minimum(low[:-1], var[first[1:]], out=low[:-1])
+        else:  # long sub-blocks: some blocks share their first
+            last = np.append(first[1:], var.size - 1)
+            low = np.array([var[f : la + 1].min() for f, la in zip(first, last, strict=True)])
+        bound = (h / w) * (low * (1 - 4 * h * U - 1e-9) - 4 * (h * U * a) ** 2) - err
+        return bound >= floor * floor * (1 + 1e-6)
 
 
 class Flat(MaskCheck):
@@ -103,10 +129,13 @@ class Flat(MaskCheck):
             return out
         flat = out[first - n_context :]
         sub = _sub_block_variances(part, w)
-        for lo in range(0, part.size - w + 1, BLOCK):
+        n_blocks = -(-(part.size - w + 1) // BLOCK)
+        spread = _surely_spread(part, w, sub, floor) if sub is not None else None
+        # blocks where every window's std is above the floor hold no flat window
+        todo = range(n_blocks) if spread is None else np.flatnonzero(~spread).tolist()
+        for k in todo:
+            lo = k * BLOCK
             span = part[lo : lo + BLOCK + w - 1]
-            if sub is not None and _surely_spread(span, w, lo, sub, floor):
-                continue  # every window's std is above the floor: none is flat
             # blocks re-centred on their own mean keep running sums exact on trending series
             flat[lo : lo + BLOCK] = _rolling_std(span, w) < floor
         return out

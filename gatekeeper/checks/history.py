@@ -140,16 +140,19 @@ class History(AggregateCheck):
         """Lower and upper band widths for references `ref` with history std `std`."""
         # no k_std: no std term (0 * an overflowed std would be NaN, a corridor nothing
         # falls outside of)
-        k = self.k_std * std if self.k_std is not None else 0.0
+        k = self.k_std * std if self.k_std is not None else None
         size = np.abs(ref)
         # np.maximum of arrays and scalars: the same values as stacking full arrays; in
-        # place, so no step allocates (and faults in) another array of every coordinate
+        # place, so no step allocates (and faults in) another array of every coordinate.
+        # rel * |ref| is +0, positive or NaN (`or 0.0` turns a -0.0 into 0.0), so a
+        # maximum with an absent floor or std term (0.0) would change nothing: skipped.
         up = np.multiply(self.rel_up or 0.0, size)
-        np.maximum(up, self.abs_floor_up or 0.0, out=up)
-        np.maximum(up, k, out=up)
         down = np.multiply(self.rel_down or 0.0, size, out=size)
-        np.maximum(down, self.abs_floor_down or 0.0, out=down)
-        np.maximum(down, k, out=down)
+        for band, floor in ((up, self.abs_floor_up), (down, self.abs_floor_down)):
+            if floor:
+                np.maximum(band, floor, out=band)
+            if k is not None:
+                np.maximum(band, k, out=band)
         return down, up
 
     def describe(self) -> str:

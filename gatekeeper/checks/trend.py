@@ -33,12 +33,13 @@ class _TrendState:
 EXACT = 2**53  # float64 holds every integer up to this exactly
 
 
-def _window_sums(a: np.ndarray, w: int) -> np.ndarray:
-    """Sum of every w consecutive values: differences of one running sum from 0."""
-    c = np.empty(a.size + 1)
+def _window_sums(a: np.ndarray, w: int, run: np.ndarray | None = None) -> np.ndarray:
+    """Sum of every w consecutive values: differences of one running sum from 0. `run`:
+    a buffer of a.size + 1 floats for the running sum (`a` may be its own tail)."""
+    c = np.empty(a.size + 1) if run is None else run
     c[0] = 0.0
     np.cumsum(a, out=c[1:])
-    return c[w:] - c[:-w]
+    return np.subtract(c[w:], c[:-w])
 
 
 def rolling_fit(
@@ -52,22 +53,32 @@ def rolling_fit(
     exact, so the denominator w*Sxx - Sx^2 is the same integer w^2 (w^2 - 1) / 12 for
     every window and Sx a closed form: no running sums of the steps are taken, and the
     result is the very float the general formula gives (tests/checks/test_trend_reference.py).
+    Each elementwise step is the formula's own, in the same order, written into arrays
+    already made (one running-sum buffer for both sums): on 100,000 points every fresh
+    array is another 800 kB to allocate and fault in.
     """
     n = values.size
-    xi = steps - steps[0]  # shift: keeps the sums of squares small
     y = values
-    sy, sxy = _window_sums(y, w), _window_sums(xi * y, w)
-    if (
-        int(xi[-1]) == n - 1
+    run = np.empty(n + 1)
+    sy = _window_sums(y, w, run)
+    contiguous = (
+        int(steps[-1]) - int(steps[0]) == n - 1
         and (n - 1) * n * (2 * n - 1) // 6 <= EXACT  # the largest running sum of x^2
         and (w * (n - 1)) ** 2 <= EXACT  # w * Sxx and Sx^2 of the last window
-        and bool(np.all(np.diff(xi) == 1))
-    ):
-        sx = np.arange(0.0, n - w + 1) * w + w * (w - 1) // 2
-        slope = (w * sxy - sx * sy) / float(w * w * (w * w - 1) // 12)
+        and bool(np.all(np.diff(steps) == 1))
+    )
+    # x: the steps from the first, as floats (exact: below 2^53 whenever contiguous)
+    x = np.arange(n, dtype=np.float64) if contiguous else (steps - steps[0]).astype(np.float64)
+    sxy = _window_sums(np.multiply(x, y, out=run[1:]), w, run)  # x * y, summed in place
+    if contiguous:
+        sx = x[: n - w + 1]  # 0, 1, ...: arange(0.0, n - w + 1), then the closed form
+        np.multiply(sx, w, out=sx)
+        np.add(sx, w * (w - 1) // 2, out=sx)
+        slope = np.multiply(sxy, w, out=sxy)  # (w * Sxy - Sx * Sy) / the one denominator
+        np.subtract(slope, np.multiply(sx, sy, out=sx), out=slope)
+        np.divide(slope, float(w * w * (w * w - 1) // 12), out=slope)
         span: np.ndarray | float = float(w - 1)
     else:
-        x = xi.astype(np.float64)
         sx, sxx = _window_sums(x, w), _window_sums(x * x, w)
         denom = w * sxx - sx * sx
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -78,8 +89,10 @@ def rolling_fit(
         sy, fitted = sy[-1:], slope[-1:]
         span = span if isinstance(span, float) else span[-1:]
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = sy / w
-        grow = np.where(mean != 0, fitted * span / np.abs(mean), 0.0)
+        mean = np.divide(sy, w, out=sy if growth else None)  # sy is not needed after
+        grow = np.multiply(fitted, span)
+        np.divide(grow, np.abs(mean), out=grow)
+        grow[mean == 0] = 0.0  # np.where(mean != 0, fitted * span / |mean|, 0.0)
     return slope, grow
 
 
@@ -124,10 +137,14 @@ class Trend(AggregateCheck):
 
     def feed(self, state: _TrendState, steps: np.ndarray, values: np.ndarray) -> _TrendState:
         state.points += int(values.size)
-        js = np.concatenate([state.tail_steps, steps])
-        jv = np.concatenate([state.tail_values, values])
+        if state.tail_values.size or steps.dtype != np.int64 or values.dtype != np.float64:
+            js = np.concatenate([state.tail_steps, steps])
+            jv = np.concatenate([state.tail_values, values])
+        else:  # the first feed (or a whole run at once): the same arrays, no copy
+            js, jv = steps, values
         w = self.window
-        state.tail_steps, state.tail_values = js[-(w - 1) :], jv[-(w - 1) :]
+        # copies: a few points, not views that keep (or share) the whole chunk
+        state.tail_steps, state.tail_values = js[-(w - 1) :].copy(), jv[-(w - 1) :].copy()
         if jv.size < w:
             return state
         by_growth = self.max_growth is not None or self.min_growth is not None
@@ -147,8 +164,9 @@ class Trend(AggregateCheck):
         for _, arr, op, bound in tests[1:]:
             bad |= op(arr, bound)
         state.windows += int(slope.size)
-        state.violations += int(bad.sum())
-        if state.first_bad is None and bad.any():
+        n_bad = int(np.count_nonzero(bad))
+        state.violations += n_bad
+        if state.first_bad is None and n_bad:
             i = int(np.argmax(bad))
             # the first bound in the order above that the window breaks names it
             label = next(lbl for lbl, arr, op, bound in tests if op(arr[i], bound))

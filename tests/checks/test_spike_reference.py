@@ -133,3 +133,40 @@ def test_non_finite_values_get_the_exact_paths_answer(monkeypatch):
     fast = check.violations(values, 0)
     monkeypatch.setattr(Spike, "_may_violate", lambda self, part: None)
     assert np.array_equal(fast, check.violations(values, 0))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the references
+@pytest.mark.parametrize("factor", [1e-300, 1e-250, 3.0, 1e250, 1e300])
+@pytest.mark.parametrize("level", [1e-300, 1e-200, 1.0, 1e200])
+def test_extreme_factors_and_levels_match_the_reference(factor, level):
+    """Factors beyond ~1e+-298 make t's products leave the normal floats: each cleared
+    point then gets the exact path's own comparison; tiny values lift t to >= 2^-980."""
+    rng = np.random.default_rng(int(np.log10(factor) * 7 + np.log10(level)) + 5000)
+    for shape in range(10):
+        values = shaped(rng, 600, shape) * level
+        if not np.all(np.isfinite(values)):
+            continue
+        for direction in ("up", "down", "both"):
+            for min_scale in (0.0, level):
+                check = Spike(window=9, factor=factor, direction=direction, min_scale=min_scale)
+                got = check.violations(values, 0)
+                assert np.array_equal(got, reference(check, values, 0)), (shape, direction)
+
+
+def test_chunks_of_windows_give_the_whole_answer():
+    """Bounded CHUNK windows at a time: spikes and a stretch of huge values (no bound in
+    that chunk, the exact path there) across chunk edges, against the reference."""
+    from gatekeeper.checks import spike
+
+    rng = np.random.default_rng(11)
+    values = rng.normal(size=3 * spike.CHUNK + 123)
+    for edge in (spike.CHUNK, 2 * spike.CHUNK):
+        values[edge - 3 : edge + 4 : 2] += 30.0  # spikes either side of an edge
+    values[spike.CHUNK + 500] = 1e305  # a huge value: that chunk takes the exact path
+    for window in (5, 20, 33):
+        check = Spike(window=window, factor=5.0, direction="both")
+        got = check.violations(values, 7)
+        assert np.array_equal(got, reference(check, values, 7)), window
+        maybe = check._may_violate(values)
+        assert maybe[spike.CHUNK + 2000 : 2 * spike.CHUNK - 1000].all()  # no bound there
+        assert maybe[:100].sum() + maybe[-100:].sum() < 20  # elsewhere the bound holds
