@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -109,6 +109,10 @@ class RuleTracker:
         self.span: tuple[int, int] | None = None
         self.marked: tuple[int, ...] = ()
         self.plot_params: dict[str, Any] | None = None  # the check's kind and parameters
+        # The rule's bound and expectation as text: constant (rule and check are frozen),
+        # formatted once, not on every live verdict.
+        self._bound: str | None = None
+        self._expected: str | None = None
         self.step_key: str | None = None
         self.seen = 0
         self.min_step: int | None = None
@@ -141,6 +145,18 @@ class RuleTracker:
         self.period: int | None = rule.steps.count if every and not rule.steps.period_from else None
         self.period_error: str | None = None
         self.unbound: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def bound(self) -> str:
+        """`check.describe()`, formatted once."""
+        if self._bound is None:
+            self._bound = self.rule.check.describe()
+        return self._bound
+
+    def expected(self) -> str:
+        """`rule.describe_expected()`, formatted once."""
+        if self._expected is None:
+            self._expected = self.rule.describe_expected()
+        return self._expected
 
     def bind(self, run: Run) -> None:
         """Learn what the selection reads from the run's config (steps {every: config.k})."""
@@ -222,10 +238,11 @@ class RuleTracker:
         values: np.ndarray,
         step_key: str,
         shape: tuple[int, int, int] | None = None,
+        finite: bool | None = None,
     ) -> None:
         """Fold new points (sorted by step). `shape` = (lowest step, highest step, largest
-        gap between neighbours) of `steps`, when the caller computed it once for every
-        rule reading the metric."""
+        gap between neighbours) of `steps`, and `finite` = whether every value is finite,
+        when the caller computed them once for every rule reading the metric."""
         if not steps.size:
             return
         self.step_key = step_key
@@ -256,8 +273,11 @@ class RuleTracker:
         elif sel.kind == "range":
             keep = in_range(sel, steps)
             steps, values = steps[keep], values[keep]
+        else:  # all: the whole chunk, whose lowest and highest step are known
+            self._judge(steps, values, finite, (lo, hi))
+            return
         if steps.size:
-            self._judge(steps, values)
+            self._judge(steps, values, finite)
 
     def _keep_tail(self, steps: np.ndarray, values: np.ndarray, n: int) -> None:
         self.tail.append((steps[-n:], values[-n:]))
@@ -265,9 +285,17 @@ class RuleTracker:
         while self.tail and total - len(self.tail[0][0]) >= n:
             total -= len(self.tail.pop(0)[0])
 
-    def _judge(self, steps: np.ndarray, values: np.ndarray) -> None:
+    def _judge(
+        self,
+        steps: np.ndarray,
+        values: np.ndarray,
+        finite: bool | None = None,
+        span: tuple[int, int] | None = None,
+    ) -> None:
+        """Judge selected points. `finite`: True when the chunk they were selected from
+        holds no NaN/Inf (then no subset does); `span`: their lowest and highest step."""
         self.selected += int(steps.size)
-        lo, hi = int(steps.min()), int(steps.max())
+        lo, hi = span if span is not None else (int(steps.min()), int(steps.max()))
         if self.span is not None:
             lo, hi = min(self.span[0], lo), max(self.span[1], hi)
         self.span = (lo, hi)
@@ -276,6 +304,9 @@ class RuleTracker:
             self.reduced_steps.append(steps)
             return
         if self.error is not None:
+            return
+        if finite:
+            self._judge_finite(steps, values)
             return
         bad = ~np.isfinite(values)
         if bad.any():
@@ -306,9 +337,13 @@ class RuleTracker:
             mask[: min(unjudged, mask.size)] = False
         self.judged += max(0, int(values.size) - unjudged)
         self.context = joined[-need:] if need else self.context
-        self.violations += int(mask.sum())
+        bad = int(np.count_nonzero(mask))
+        if not bad:  # the usual poll: nothing violates, no run of violations continues
+            self.run = 0
+            return
+        self.violations += bad
         room = MAX_MARKED - len(self.marked)
-        if room > 0 and self.violations:
+        if room > 0:
             self.marked += tuple(int(s) for s in steps[mask][:room])
         runs = _run_lengths(mask, self.run)
         self.run = int(runs[-1])
@@ -374,7 +409,7 @@ class RuleTracker:
         if self.violations:  # debounced: violating points, never `for` of them in a row
             what = f"{self.judged - self.violations} of {what}"
             last += f"; {self.violations} violating, none for {self.rule.for_} in a row"
-        within = f"{what} within {self.rule.check.describe()}{last}"
+        within = f"{what} within {self.bound()}{last}"
         return self._at(Status.PASS, within, step, value, self.violations)
 
     def _at(
@@ -503,7 +538,7 @@ class RuleTracker:
             )
         return Outcome(
             Status.PASS,
-            f"{label} = {fmt(value)} within {rule.check.describe()}",
+            f"{label} = {fmt(value)} within {self.bound()}",
             value=value,
             judged=1,
         )
@@ -588,12 +623,16 @@ class Evaluation:
             if len(part):
                 hi = int(part.steps[-1])
                 self.axis_last[part.step_key] = max(self.axis_last.get(part.step_key, hi), hi)
+        shapes: dict[int, tuple[int, int, int]] = {}  # by steps array: a row's metrics share one
         for metric, trackers in self.by_metric.items():
             s = series.get(metric)
             if s is not None and len(s):
-                shape = step_shape(s.steps)  # once per metric, not per rule
+                shape = shapes.get(id(s.steps))  # once per steps array, not per rule
+                if shape is None:
+                    shape = shapes[id(s.steps)] = step_shape(s.steps)
+                finite = bool(np.isfinite(s.values).all())
                 for tracker in trackers:
-                    tracker.feed(s.steps, s.values, s.step_key, shape)
+                    tracker.feed(s.steps, s.values, s.step_key, shape, finite)
         for aligner, tracker in self.derived:
             new = aligner.feed(series)
             if new is not None:
@@ -699,15 +738,15 @@ def _plot(tracker: RuleTracker, overlay: dict[str, list[float]] | None) -> dict[
     if tracker.plot_params is None:  # dumped once: a live verdict is asked on every poll
         check = tracker.rule.check
         tracker.plot_params = {"kind": check.kind, **check.model_dump(mode="json")}
-    marked: Sequence[float] = tracker.marked
+    violating: tuple[int, ...] = tracker.marked  # ints already (_judge_finite, decode)
     if overlay is not None:  # an aggregate check's own violating steps (history: drifting)
         overlay = dict(overlay)
         drift = overlay.pop("drift", None) or []
-        marked = marked or drift
+        violating = tuple(int(s) for s in (tracker.marked or drift))
     return {
         "check": dict(tracker.plot_params),  # each result its own copy
         "span": tracker.span,
-        "violating_steps": tuple(int(s) for s in marked),
+        "violating_steps": violating,
         "overlay": overlay,
     }
 
@@ -730,7 +769,7 @@ def _result(
         step=out.step,
         step_key=tracker.step_key,
         value=out.value,
-        expected=rule.describe_expected(),
+        expected=tracker.expected(),
         override=rule.override,
         description=rule.description,
         violations=out.violations,
