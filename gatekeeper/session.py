@@ -83,6 +83,7 @@ class JudgingSession:
         self.arrivals: dict[str, float] = {}
         self.progress = Progress()
         self._statuses: dict[tuple[str, str], Status] = {}
+        self._named: dict[tuple[str, str], Series] = {}  # (metric, axis) -> its empty Series
 
     @property
     def policies(self) -> list[PolicySpec]:
@@ -131,7 +132,11 @@ class JudgingSession:
         if run is None:
             raise ValueError("a verdict needs the run: feed a poll with its metadata first")
         if self.live:  # metadata only: name the metrics seen, for "similar:" hints
-            run.series = {m: Series.empty(m, a) for m, a in self.progress.axis.items()}
+            named = self._named  # empty and frozen: made once, not on every poll
+            for m, a in self.progress.axis.items():
+                if (m, a) not in named:
+                    named[m, a] = Series.empty(m, a)
+            run.series = {m: named[m, a] for m, a in self.progress.axis.items()}
         verdict = self.evaluation.verdict(
             run,
             final=final,
