@@ -190,3 +190,39 @@ def test_chunked_feeding_matches_one_shot(tmp_path):
         da, db = a.to_dict(), b.to_dict()
         assert da.pop("value") == pytest.approx(db.pop("value"), rel=1e-12)  # rolling-sum rounding
         assert da == db
+
+
+def test_results_and_contexts_made_without_setattr_equal_the_constructors(tmp_path):
+    """RuleResult.of and the engine's _context skip the frozen dataclass __init__ (a
+    live verdict makes them per rule per poll); they must give every field and equal
+    what the constructor makes, and a field added to either class must be given too."""
+    import dataclasses
+    import pickle
+
+    from gatekeeper.checks import EvalContext
+    from gatekeeper.engine import _context
+    from gatekeeper.verdict import RuleResult
+
+    pols = policy(
+        tmp_path,
+        "  - {id: a, metric: m, check: {max: 1}, for: 2}\n"
+        "  - {id: b, metric: m, check: {spike: {window: 3, factor: 5}}}\n"
+        "  - {id: c, metric: m, check: {fraction: {above: 0.5, max: 0.5}}}\n"
+        "  - {id: d, metric: gone, check: {max: 1}}\n",
+    )
+    run = run_of({"m": [(s, 0.1 if s != 5 else 9.0) for s in range(12)]})
+    results = evaluate(pols, run).results
+    assert results
+    names = [f.name for f in dataclasses.fields(RuleResult)]
+    for r in results:
+        assert list(vars(r)) == names  # every field, in declaration order
+        made = RuleResult(**vars(r))
+        assert made == r and repr(made) == repr(r)
+        assert made.to_dict() == r.to_dict() and pickle.loads(pickle.dumps(r)) == r
+    values = dict(run=run, history=None, rule_key="p/a", now=1.0, last_arrival=None,
+                  metric="m", references=None)
+    ctx = _context(**values)
+    assert set(vars(ctx)) == {f.name for f in dataclasses.fields(EvalContext)}
+    assert ctx == EvalContext(**values) and repr(ctx) == repr(EvalContext(**values))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.now = 2.0  # type: ignore[misc]
