@@ -28,6 +28,7 @@ from gatekeeper.statedata import StateDataError, decode, decode_fields, encode
 from gatekeeper.verdict import MAX_MARKED, Mode, RuleResult, Severity, Status, Verdict
 
 ALL_STEPS = Steps(kind="all")
+_PLAIN = frozenset({int, str, bool})  # exactly these types (not numpy's, not enums): as is
 _REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
     Reduce.MEAN: np.mean,
     Reduce.MEDIAN: np.median,
@@ -190,8 +191,13 @@ class RuleTracker:
 
     # ---- state as data -----------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
-        """Everything fed so far as plain data (see STATE_FIELDS)."""
-        data = {name: encode(getattr(self, name)) for name in self.STATE_FIELDS}
+        """Everything fed so far as plain data (see STATE_FIELDS). The daemon saves it on
+        every poll: a plain int, str, bool or None (most fields) is its own encoding and
+        skips `encode`'s type dispatch."""
+        data = {}
+        for name in self.STATE_FIELDS:
+            value = getattr(self, name)
+            data[name] = value if value is None or type(value) in _PLAIN else encode(value)
         check = self.rule.check
         data["aggregate"] = (
             check.dump_state(self.agg_state) if isinstance(check, AggregateCheck) else None

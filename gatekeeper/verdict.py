@@ -97,7 +97,7 @@ class RuleResult:
         """Plain JSON data (NaN/Infinity as strings). Shallow, not `dataclasses.asdict`:
         the daemon stores a verdict on every poll and asdict's deep copies cost a third
         of it; the nested plot data is copied one level, never shared for mutation."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data = {name: getattr(self, name) for name in _RESULT_FIELDS}
         for key in ("status", "severity", "mode"):
             data[key] = data[key].value
         for key in ("check", "overlay"):
@@ -127,6 +127,9 @@ class RuleResult:
 
 
 MAX_MARKED = 1000
+# RuleResult's field names in order, found once: `fields()` rebuilds them on each call and
+# the daemon turns every result of every run into a dict on every poll
+_RESULT_FIELDS = tuple(f.name for f in fields(RuleResult))
 
 
 @dataclass

@@ -226,3 +226,29 @@ def test_results_and_contexts_made_without_setattr_equal_the_constructors(tmp_pa
     assert ctx == EvalContext(**values) and repr(ctx) == repr(EvalContext(**values))
     with pytest.raises(dataclasses.FrozenInstanceError):
         ctx.now = 2.0  # type: ignore[misc]
+
+
+def test_tracker_state_equals_the_generic_encoding(tmp_path):
+    """RuleTracker.to_state passes plain ints/strs/bools/None through as they are; the
+    data must be what statedata.encode makes of every field (types included)."""
+    import orjson
+
+    from gatekeeper.statedata import encode
+
+    pols = policy(
+        tmp_path,
+        "  - {id: a, metric: m, check: {max: 1}, for: 2}\n"
+        "  - {id: b, metric: m, steps: [1, 3, 99], check: {abs_max: 5}}\n"
+        "  - {id: c, metric: m, steps: {last: 3}, check: {max: 1}}\n"
+        "  - {id: d, metric: m, steps: {from: 2, to: 6}, reduce: mean, check: {max: 1}}\n"
+        "  - {id: e, metric: m, check: {fraction: {above: 0.5, max: 0.5}}}\n"
+        "  - {id: f, metric: gone, check: {max: 1}}\n",
+    )
+    ev = Evaluation(pols)
+    ev.feed(run_of({"m": [(s, [0.1, 9.0, math.nan][s % 3]) for s in range(10)]}).series)
+    for t in ev.trackers:
+        state = t.to_state()
+        generic = {name: encode(getattr(t, name)) for name in t.STATE_FIELDS}
+        generic["aggregate"] = state["aggregate"]
+        assert orjson.dumps(state) == orjson.dumps(generic)
+        assert [type(v) for v in state.values()] == [type(v) for v in generic.values()]
