@@ -111,9 +111,10 @@ class RuleTracker:
         self.marked: tuple[int, ...] = ()
         self.plot_params: dict[str, Any] | None = None  # the check's kind and parameters
         # The rule's bound and expectation as text: constant (rule and check are frozen),
-        # formatted once, not on every live verdict.
-        self._bound: str | None = None
-        self._expected: str | None = None
+        # formatted once, not on every live verdict. One attribute for both: CPython
+        # keeps an instance's attributes compact only up to 29 of them (30 makes each
+        # tracker's dict ~1.3 KB bigger; tests/test_engine.py counts them).
+        self._texts: tuple[str, str] | None = None
         self.step_key: str | None = None
         self.seen = 0
         self.min_step: int | None = None
@@ -147,17 +148,18 @@ class RuleTracker:
         self.period_error: str | None = None
         self.unbound: list[tuple[np.ndarray, np.ndarray]] = []
 
+    def _fixed_texts(self) -> tuple[str, str]:
+        if self._texts is None:
+            self._texts = (self.rule.check.describe(), self.rule.describe_expected())
+        return self._texts
+
     def bound(self) -> str:
         """`check.describe()`, formatted once."""
-        if self._bound is None:
-            self._bound = self.rule.check.describe()
-        return self._bound
+        return self._fixed_texts()[0]
 
     def expected(self) -> str:
         """`rule.describe_expected()`, formatted once."""
-        if self._expected is None:
-            self._expected = self.rule.describe_expected()
-        return self._expected
+        return self._fixed_texts()[1]
 
     def bind(self, run: Run) -> None:
         """Learn what the selection reads from the run's config (steps {every: config.k})."""

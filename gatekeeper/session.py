@@ -83,7 +83,7 @@ class JudgingSession:
         self.arrivals: dict[str, float] = {}
         self.progress = Progress()
         self._statuses: dict[tuple[str, str], Status] = {}
-        self._named: dict[tuple[str, str], Series] = {}  # (metric, axis) -> its empty Series
+        self._named: dict[str, Series] = {}  # metric -> an empty Series on its axis
 
     @property
     def policies(self) -> list[PolicySpec]:
@@ -134,9 +134,9 @@ class JudgingSession:
         if self.live:  # metadata only: name the metrics seen, for "similar:" hints
             named = self._named  # empty and frozen: made once, not on every poll
             for m, a in self.progress.axis.items():
-                if (m, a) not in named:
-                    named[m, a] = Series.empty(m, a)
-            run.series = {m: named[m, a] for m, a in self.progress.axis.items()}
+                if m not in named or named[m].step_key != a:
+                    named[m] = Series.empty(m, a)
+            run.series = {m: named[m] for m in self.progress.axis}
         verdict = self.evaluation.verdict(
             run,
             final=final,
