@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -29,6 +30,22 @@ from gatekeeper.verdict import MAX_MARKED, Mode, RuleResult, Severity, Status, V
 
 ALL_STEPS = Steps(kind="all")
 _PLAIN = frozenset({int, str, bool})  # exactly these types (not numpy's, not enums): as is
+
+
+def _state_value(value: Any) -> Any:
+    """`statedata.encode(value)`, with the shapes most tracker fields have on every poll
+    made directly: a plain int/str/bool/None is itself; a tuple, list or set of them and
+    finite floats is their list (a set sorted, as encode does). Anything else (arrays,
+    NaN, numpy scalars, nesting) goes through encode."""
+    kind = type(value)
+    if value is None or kind in _PLAIN:
+        return value
+    if kind is tuple or kind is list or kind is set:
+        for v in value:
+            if not (type(v) in _PLAIN or (type(v) is float and math.isfinite(v))):
+                return encode(value)
+        return sorted(value) if kind is set else list(value)
+    return encode(value)
 _REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
     Reduce.MEAN: np.mean,
     Reduce.MEDIAN: np.median,
@@ -194,12 +211,8 @@ class RuleTracker:
     # ---- state as data -----------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
         """Everything fed so far as plain data (see STATE_FIELDS). The daemon saves it on
-        every poll: a plain int, str, bool or None (most fields) is its own encoding and
-        skips `encode`'s type dispatch."""
-        data = {}
-        for name in self.STATE_FIELDS:
-            value = getattr(self, name)
-            data[name] = value if value is None or type(value) in _PLAIN else encode(value)
+        every poll, so the common shapes skip `encode`'s type dispatch (`_state_value`)."""
+        data = {name: _state_value(getattr(self, name)) for name in self.STATE_FIELDS}
         check = self.rule.check
         data["aggregate"] = (
             check.dump_state(self.agg_state) if isinstance(check, AggregateCheck) else None
@@ -275,6 +288,8 @@ class RuleTracker:
             i = int(np.argmin(steps))
             steps, values = steps[i : i + 1], values[i : i + 1]
         elif sel.kind == "list":
+            if not sel.steps or lo > max(sel.steps):
+                return  # every listed step lies before this chunk (np.isin: ~10 us a rule)
             keep = np.isin(steps, sel.steps)
             steps, values = steps[keep], values[keep]
             self.missing_steps.difference_update(int(s) for s in steps)
