@@ -202,7 +202,14 @@ class RuleTracker:
 
     def _select_every(self, steps: np.ndarray, values: np.ndarray) -> None:
         if self.period is None:
-            self.unbound.append((steps, values))
+            # One waiting chunk, not one per poll: the daemon saves this state on every
+            # poll, and a run whose config never sets the key would add an array a poll.
+            # Judging is the same whatever the chunking (bind feeds them in order).
+            if self.unbound:
+                parts = [*self.unbound, (steps, values)]
+                steps = np.concatenate([p[0] for p in parts])
+                values = np.concatenate([p[1] for p in parts])
+            self.unbound = [(steps, values)]
             return
         keep = steps % self.period == self.rule.steps.offset
         if keep.any():

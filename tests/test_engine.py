@@ -264,3 +264,23 @@ def test_a_tracker_keeps_few_enough_attributes_to_stay_compact(tmp_path):
     tracker = RuleTracker(rule)
     tracker.outcome(final=False, ctx=None)  # type: ignore[arg-type]
     assert len(vars(tracker)) <= 29, sorted(vars(tracker))
+
+
+def test_points_waiting_for_a_config_period_are_one_chunk_and_judged_alike(tmp_path):
+    """`steps: {every: config.k}` keeps the points fed before the run's config brings
+    the period; they wait as one chunk (the daemon saves them every poll), and are judged
+    exactly as the whole run is once the period is known."""
+    pols = policy(
+        tmp_path,
+        "  - {id: e, metric: m, steps: {every: config.rollout}, check: {max: 0.5}, for: 2}\n",
+    )
+    points = [(s, 0.9 if s in (6, 9, 12) else 0.1) for s in range(20)]
+    whole = evaluate(pols, run_of({"m": points}, config={"rollout": 3}))
+    live = Evaluation(pols)
+    for lo in range(0, 20, 4):  # five polls before the config is known
+        live.feed(run_of({"m": points[lo : lo + 4]}).series)
+    (tracker,) = live.trackers
+    assert len(tracker.unbound) == 1 and tracker.unbound[0][0].tolist() == list(range(20))
+    got = live.verdict(run_of({"m": points}, config={"rollout": 3}), final=True)
+    assert [r.to_dict() for r in got.results] == [r.to_dict() for r in whole.results]
+    assert one(got).status is Status.FAIL
