@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +29,23 @@ from gatekeeper.statedata import StateDataError, decode, decode_fields, encode
 from gatekeeper.verdict import MAX_MARKED, Mode, RuleResult, Severity, Status, Verdict
 
 ALL_STEPS = Steps(kind="all")
+_PLAIN = frozenset({int, str, bool})  # exactly these types (not numpy's, not enums): as is
+
+
+def _state_value(value: Any) -> Any:
+    """`statedata.encode(value)`, with the shapes most tracker fields have on every poll
+    made directly: a plain int/str/bool/None is itself; a tuple, list or set of them and
+    finite floats is their list (a set sorted, as encode does). Anything else (arrays,
+    NaN, numpy scalars, nesting) goes through encode."""
+    kind = type(value)
+    if value is None or kind in _PLAIN:
+        return value
+    if kind is tuple or kind is list or kind is set:
+        for v in value:
+            if not (type(v) in _PLAIN or (type(v) is float and math.isfinite(v))):
+                return encode(value)
+        return sorted(value) if kind is set else list(value)
+    return encode(value)
 _REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
     Reduce.MEAN: np.mean,
     Reduce.MEDIAN: np.median,
@@ -109,6 +127,11 @@ class RuleTracker:
         self.span: tuple[int, int] | None = None
         self.marked: tuple[int, ...] = ()
         self.plot_params: dict[str, Any] | None = None  # the check's kind and parameters
+        # The rule's bound and expectation as text: constant (rule and check are frozen),
+        # formatted once, not on every live verdict. One attribute for both: CPython
+        # keeps an instance's attributes compact only up to 29 of them (30 makes each
+        # tracker's dict ~1.3 KB bigger; tests/test_engine.py counts them).
+        self._texts: tuple[str, str] | None = None
         self.step_key: str | None = None
         self.seen = 0
         self.min_step: int | None = None
@@ -142,6 +165,19 @@ class RuleTracker:
         self.period_error: str | None = None
         self.unbound: list[tuple[np.ndarray, np.ndarray]] = []
 
+    def _fixed_texts(self) -> tuple[str, str]:
+        if self._texts is None:
+            self._texts = (self.rule.check.describe(), self.rule.describe_expected())
+        return self._texts
+
+    def bound(self) -> str:
+        """`check.describe()`, formatted once."""
+        return self._fixed_texts()[0]
+
+    def expected(self) -> str:
+        """`rule.describe_expected()`, formatted once."""
+        return self._fixed_texts()[1]
+
     def bind(self, run: Run) -> None:
         """Learn what the selection reads from the run's config (steps {every: config.k})."""
         sel = self.rule.steps
@@ -166,7 +202,14 @@ class RuleTracker:
 
     def _select_every(self, steps: np.ndarray, values: np.ndarray) -> None:
         if self.period is None:
-            self.unbound.append((steps, values))
+            # One waiting chunk, not one per poll: the daemon saves this state on every
+            # poll, and a run whose config never sets the key would add an array a poll.
+            # Judging is the same whatever the chunking (bind feeds them in order).
+            if self.unbound:
+                parts = [*self.unbound, (steps, values)]
+                steps = np.concatenate([p[0] for p in parts])
+                values = np.concatenate([p[1] for p in parts])
+            self.unbound = [(steps, values)]
             return
         keep = steps % self.period == self.rule.steps.offset
         if keep.any():
@@ -174,8 +217,9 @@ class RuleTracker:
 
     # ---- state as data -----------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
-        """Everything fed so far as plain data (see STATE_FIELDS)."""
-        data = {name: encode(getattr(self, name)) for name in self.STATE_FIELDS}
+        """Everything fed so far as plain data (see STATE_FIELDS). The daemon saves it on
+        every poll, so the common shapes skip `encode`'s type dispatch (`_state_value`)."""
+        data = {name: _state_value(getattr(self, name)) for name in self.STATE_FIELDS}
         check = self.rule.check
         data["aggregate"] = (
             check.dump_state(self.agg_state) if isinstance(check, AggregateCheck) else None
@@ -222,10 +266,11 @@ class RuleTracker:
         values: np.ndarray,
         step_key: str,
         shape: tuple[int, int, int] | None = None,
+        finite: bool | None = None,
     ) -> None:
         """Fold new points (sorted by step). `shape` = (lowest step, highest step, largest
-        gap between neighbours) of `steps`, when the caller computed it once for every
-        rule reading the metric."""
+        gap between neighbours) of `steps`, and `finite` = whether every value is finite,
+        when the caller computed them once for every rule reading the metric."""
         if not steps.size:
             return
         self.step_key = step_key
@@ -250,14 +295,19 @@ class RuleTracker:
             i = int(np.argmin(steps))
             steps, values = steps[i : i + 1], values[i : i + 1]
         elif sel.kind == "list":
+            if not sel.steps or lo > max(sel.steps):
+                return  # every listed step lies before this chunk (np.isin: ~10 us a rule)
             keep = np.isin(steps, sel.steps)
             steps, values = steps[keep], values[keep]
             self.missing_steps.difference_update(int(s) for s in steps)
         elif sel.kind == "range":
             keep = in_range(sel, steps)
             steps, values = steps[keep], values[keep]
+        else:  # all: the whole chunk, whose lowest and highest step are known
+            self._judge(steps, values, finite, (lo, hi))
+            return
         if steps.size:
-            self._judge(steps, values)
+            self._judge(steps, values, finite)
 
     def _keep_tail(self, steps: np.ndarray, values: np.ndarray, n: int) -> None:
         self.tail.append((steps[-n:], values[-n:]))
@@ -265,9 +315,17 @@ class RuleTracker:
         while self.tail and total - len(self.tail[0][0]) >= n:
             total -= len(self.tail.pop(0)[0])
 
-    def _judge(self, steps: np.ndarray, values: np.ndarray) -> None:
+    def _judge(
+        self,
+        steps: np.ndarray,
+        values: np.ndarray,
+        finite: bool | None = None,
+        span: tuple[int, int] | None = None,
+    ) -> None:
+        """Judge selected points. `finite`: True when the chunk they were selected from
+        holds no NaN/Inf (then no subset does); `span`: their lowest and highest step."""
         self.selected += int(steps.size)
-        lo, hi = int(steps.min()), int(steps.max())
+        lo, hi = span if span is not None else (int(steps.min()), int(steps.max()))
         if self.span is not None:
             lo, hi = min(self.span[0], lo), max(self.span[1], hi)
         self.span = (lo, hi)
@@ -276,6 +334,9 @@ class RuleTracker:
             self.reduced_steps.append(steps)
             return
         if self.error is not None:
+            return
+        if finite:
+            self._judge_finite(steps, values)
             return
         bad = ~np.isfinite(values)
         if bad.any():
@@ -306,9 +367,13 @@ class RuleTracker:
             mask[: min(unjudged, mask.size)] = False
         self.judged += max(0, int(values.size) - unjudged)
         self.context = joined[-need:] if need else self.context
-        self.violations += int(mask.sum())
+        bad = int(np.count_nonzero(mask))
+        if not bad:  # the usual poll: nothing violates, no run of violations continues
+            self.run = 0
+            return
+        self.violations += bad
         room = MAX_MARKED - len(self.marked)
-        if room > 0 and self.violations:
+        if room > 0:
             self.marked += tuple(int(s) for s in steps[mask][:room])
         runs = _run_lengths(mask, self.run)
         self.run = int(runs[-1])
@@ -374,7 +439,7 @@ class RuleTracker:
         if self.violations:  # debounced: violating points, never `for` of them in a row
             what = f"{self.judged - self.violations} of {what}"
             last += f"; {self.violations} violating, none for {self.rule.for_} in a row"
-        within = f"{what} within {self.rule.check.describe()}{last}"
+        within = f"{what} within {self.bound()}{last}"
         return self._at(Status.PASS, within, step, value, self.violations)
 
     def _at(
@@ -432,14 +497,16 @@ class RuleTracker:
         message = out.message.replace(" at summary 0", "")
         return replace(out, message=f"summary value (no step): {message}", step=None, value=value)
 
+    def _has(self, axis: str) -> str:
+        return f"{axis} has {self.min_step}..{self.max_step}"
+
     def _selection_gap(self, axis: str) -> str | None:
         sel = self.rule.steps
-        have = f"{axis} has {self.min_step}..{self.max_step}"
         if sel.kind == "list" and self.missing_steps:
             missing = ",".join(map(str, sorted(self.missing_steps)))
-            return f"required {axis} {missing} missing ({have})"
+            return f"required {axis} {missing} missing ({self._has(axis)})"
         if self.selected == 0:
-            return f"no points in steps {sel.describe()} ({have})"
+            return f"no points in steps {sel.describe()} ({self._has(axis)})"
         if (
             isinstance(self.rule.check, MaskCheck)
             and self.rule.reduce is Reduce.NONE
@@ -503,7 +570,7 @@ class RuleTracker:
             )
         return Outcome(
             Status.PASS,
-            f"{label} = {fmt(value)} within {rule.check.describe()}",
+            f"{label} = {fmt(value)} within {self.bound()}",
             value=value,
             judged=1,
         )
@@ -588,12 +655,16 @@ class Evaluation:
             if len(part):
                 hi = int(part.steps[-1])
                 self.axis_last[part.step_key] = max(self.axis_last.get(part.step_key, hi), hi)
+        shapes: dict[int, tuple[int, int, int]] = {}  # by steps array: a row's metrics share one
         for metric, trackers in self.by_metric.items():
             s = series.get(metric)
             if s is not None and len(s):
-                shape = step_shape(s.steps)  # once per metric, not per rule
+                shape = shapes.get(id(s.steps))  # once per steps array, not per rule
+                if shape is None:
+                    shape = shapes[id(s.steps)] = step_shape(s.steps)
+                finite = bool(np.isfinite(s.values).all())
                 for tracker in trackers:
-                    tracker.feed(s.steps, s.values, s.step_key, shape)
+                    tracker.feed(s.steps, s.values, s.step_key, shape, finite)
         for aligner, tracker in self.derived:
             new = aligner.feed(series)
             if new is not None:
@@ -625,7 +696,7 @@ class Evaluation:
             if outcome is None:
                 tracker.bind(run)
                 arrival = arrivals.get(rule.metric)
-                rule_ctx = EvalContext(  # built directly: replace() costs ~10 us a rule
+                rule_ctx = _context(  # built directly: replace() costs ~10 us a rule
                     run=run, history=history, rule_key=rule.key, now=now,
                     last_arrival=arrival, metric=rule.metric, references=references,
                 )
@@ -658,6 +729,15 @@ def evaluate(
     ev = Evaluation(policies)
     ev.feed(run.series)
     return ev.verdict(run, final=final, history=history, references=references)
+
+
+def _context(**values: Any) -> EvalContext:
+    """`EvalContext(**values)` given every field, without the frozen dataclass's
+    `object.__setattr__` per field (~2 us a rule on every verdict); equal to it in every
+    way (tests/test_engine.py pins that)."""
+    ctx = object.__new__(EvalContext)
+    ctx.__dict__.update(values)
+    return ctx
 
 
 def _policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
@@ -699,15 +779,15 @@ def _plot(tracker: RuleTracker, overlay: dict[str, list[float]] | None) -> dict[
     if tracker.plot_params is None:  # dumped once: a live verdict is asked on every poll
         check = tracker.rule.check
         tracker.plot_params = {"kind": check.kind, **check.model_dump(mode="json")}
-    marked: Sequence[float] = tracker.marked
+    violating: tuple[int, ...] = tracker.marked  # ints already (_judge_finite, decode)
     if overlay is not None:  # an aggregate check's own violating steps (history: drifting)
         overlay = dict(overlay)
         drift = overlay.pop("drift", None) or []
-        marked = marked or drift
+        violating = tuple(int(s) for s in (tracker.marked or drift))
     return {
         "check": dict(tracker.plot_params),  # each result its own copy
         "span": tracker.span,
-        "violating_steps": tuple(int(s) for s in marked),
+        "violating_steps": violating,
         "overlay": overlay,
     }
 
@@ -718,7 +798,7 @@ def _result(
     status = out.status
     if status is Status.FAIL and rule.severity is Severity.WARN:
         status = Status.WARN
-    return RuleResult(
+    return RuleResult.of(  # every field given: no per-field frozen setattr
         policy=rule.policy,
         rule=rule.id,
         status=status,
@@ -730,7 +810,7 @@ def _result(
         step=out.step,
         step_key=tracker.step_key,
         value=out.value,
-        expected=rule.describe_expected(),
+        expected=tracker.expected(),
         override=rule.override,
         description=rule.description,
         violations=out.violations,

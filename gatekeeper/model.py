@@ -67,9 +67,15 @@ class Series:
 
 
 def merge_chunks(
-    metric: str, chunks: list[tuple[np.ndarray, np.ndarray]], step_key: str
+    metric: str,
+    chunks: list[tuple[np.ndarray, np.ndarray]],
+    step_key: str,
+    ordered: dict[int, bool] | None = None,
 ) -> Series:
-    """Concatenate (steps, values) chunks and sort by step, stably (equal steps keep order)."""
+    """Concatenate (steps, values) chunks and sort by step, stably (equal steps keep order).
+    `ordered` memoizes, by the id of a steps array the caller keeps alive meanwhile,
+    whether it is sorted: the metrics of one row share their steps array (a live poll
+    merges each of them), so it is checked once."""
     if not chunks:
         return Series.empty(metric, step_key)
     if len(chunks) == 1:
@@ -79,10 +85,20 @@ def merge_chunks(
         values = np.concatenate([c[1] for c in chunks])
     steps = np.asarray(steps, dtype=STEP_DTYPE)
     values = np.asarray(values, dtype=VALUE_DTYPE)
-    if steps.size > 1 and bool(np.any(steps[1:] < steps[:-1])):
+    if ordered is not None and len(chunks) == 1:
+        unsorted = ordered.get(id(steps))
+        if unsorted is None:
+            unsorted = ordered[id(steps)] = _unsorted(steps)
+    else:
+        unsorted = _unsorted(steps)
+    if unsorted:
         order = np.argsort(steps, kind="stable")
         steps, values = steps[order], values[order]
     return Series(metric, steps, values, step_key)
+
+
+def _unsorted(steps: np.ndarray) -> bool:
+    return steps.size > 1 and bool(np.any(steps[1:] < steps[:-1]))
 
 
 @dataclass

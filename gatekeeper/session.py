@@ -83,6 +83,7 @@ class JudgingSession:
         self.arrivals: dict[str, float] = {}
         self.progress = Progress()
         self._statuses: dict[tuple[str, str], Status] = {}
+        self._named: dict[str, Series] = {}  # metric -> an empty Series on its axis
 
     @property
     def policies(self) -> list[PolicySpec]:
@@ -131,7 +132,11 @@ class JudgingSession:
         if run is None:
             raise ValueError("a verdict needs the run: feed a poll with its metadata first")
         if self.live:  # metadata only: name the metrics seen, for "similar:" hints
-            run.series = {m: Series.empty(m, a) for m, a in self.progress.axis.items()}
+            named = self._named  # empty and frozen: made once, not on every poll
+            for m, a in self.progress.axis.items():
+                if m not in named or named[m].step_key != a:
+                    named[m] = Series.empty(m, a)
+            run.series = {m: named[m] for m in self.progress.axis}
         verdict = self.evaluation.verdict(
             run,
             final=final,

@@ -61,6 +61,25 @@ def test_appended_file_yields_only_new_points_and_waits_for_a_partial_line(tmp_p
     assert src.cursor()["files"][str(path)]["offset"] == path.stat().st_size
 
 
+def test_signature_kept_from_the_bytes_read_is_the_files_own(tmp_path: Path) -> None:
+    """A poll takes the signature of the bytes before its offset from the lines it has
+    just read (no re-read); it must equal those bytes in the file, whatever the sizes."""
+    path = tmp_path / "m.jsonl"
+    src = LiveJsonlSource(str(path))
+    sizes = [b'{"step": 0, "x": 1}\n', _row(1) * 3, b"", b'{"step": 9, "x": 2}\n', _row(10)]
+    for chunk in sizes:
+        _append(path, chunk)
+        src.poll()
+        tail = src.cursor()["files"][str(path)]
+        data = path.read_bytes()[: tail["offset"]]
+        assert tail["offset"] == path.stat().st_size
+        assert tail["sig"] == data[-64:].hex()
+    _append(path, _row(11)[:5])  # a partial line: not read, the signature stays
+    src.poll()
+    tail = src.cursor()["files"][str(path)]
+    assert tail["sig"] == path.read_bytes()[: tail["offset"]][-64:].hex()
+
+
 def test_rewritten_record_emits_only_points_not_seen_yet(tmp_path: Path) -> None:
     """A real child rewrites the record by temp file + rename after every step (miles);
     whatever the interleaving with our polls, every step arrives exactly once."""

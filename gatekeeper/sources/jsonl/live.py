@@ -87,6 +87,7 @@ class LiveJsonlSource(LiveSource):
         self.tails: dict[str, _Tail] = {}
         self.step_keys: dict[str, str] = {}
         self.metric_errors: dict[str, str] = {}  # a null step in a record: that metric only
+        self._is_dir = False  # what the last `_files` found the path to be
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -103,14 +104,15 @@ class LiveJsonlSource(LiveSource):
             if tail is None:
                 tail = self.tails[path] = _Tail(path)
             self._poll_file(tail, chunks)
+        ordered: dict[int, bool] = {}  # a row's metrics share one steps array: check it once
         series = {
-            metric: merge_chunks(metric, parts, self.step_keys[metric])
+            metric: merge_chunks(metric, parts, self.step_keys[metric], ordered)
             for metric, parts in sorted(chunks.items())
         }
         points = sum(len(s) for s in series.values())
         ended = bool(self.tails) and all(t.ended is not None for t in self.tails.values())
         state = self._files_end_state() if ended else RunState.RUNNING
-        run = self._whole.run_from({}, state)
+        run = self._whole.run_from({}, state, self._is_dir)
         run.metric_errors = dict(self.metric_errors)
         return Poll(series=series, run=run, ended=ended, points=points)
 
@@ -133,7 +135,8 @@ class LiveJsonlSource(LiveSource):
     # -- files --------------------------------------------------------------------------
     def _files(self) -> list[str]:
         """The record files that exist now (none yet is fine: the trainer creates them)."""
-        if os.path.isdir(self.path):
+        self._is_dir = os.path.isdir(self.path)
+        if self._is_dir:
             try:
                 # dot-files are writers' temp files, renamed into place when complete
                 names = sorted(
@@ -151,6 +154,7 @@ class LiveJsonlSource(LiveSource):
         if stat.S_ISREG(mode):
             return [self.path]
         if stat.S_ISDIR(mode):  # appeared since the isdir() above
+            self._is_dir = True
             return []
         raise SourceError(
             f"{self.path}: not a regular file or directory; only regular files are read"
@@ -173,8 +177,13 @@ class LiveJsonlSource(LiveSource):
             st = os.fstat(fh.fileno())
             appended = self._same_file(tail, fh, st)
             parser = self._parser(tail if appended else _Tail(tail.path))
-            offset = _read_whole_lines(fh, parser, tail.offset if appended else 0)
-            tail.sig = _signature(fh, offset)
+            start = tail.offset if appended else 0
+            offset, last = _read_whole_lines(fh, parser, start)
+            if len(last) == _SIG_BYTES or offset == start == 0:
+                tail.sig = last.hex()  # the bytes just read end at `offset`: no re-read
+            elif offset != start or not appended:
+                tail.sig = _signature(fh, offset)
+            # else: nothing new, and `_same_file` has just matched the signature
         tail.ino, tail.dev, tail.offset, tail.line = st.st_ino, st.st_dev, offset, parser.line
         self._collect(tail, parser, out, skip_emitted=not appended)
         for metric, reason in parser.metric_errors.items():
@@ -212,8 +221,9 @@ class LiveJsonlSource(LiveSource):
             steps = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
             values = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
             done = tail.emitted.get(metric, 0) if skip_emitted else 0
-            if steps.size > done:
-                out.setdefault(metric, []).append((steps[done:], values[done:]))
+            if steps.size > done:  # whole arrays kept as they are: their steps are shared
+                part = (steps[done:], values[done:]) if done else (steps, values)
+                out.setdefault(metric, []).append(part)
             if skip_emitted:
                 tail.emitted[metric] = max(done, int(steps.size))
             else:
@@ -226,21 +236,34 @@ class LiveJsonlSource(LiveSource):
         return bad[0] if bad else RunState.FINISHED
 
 
-def _read_whole_lines(fh: IO[bytes], parser: JsonlParser, offset: int) -> int:
-    """Parse the whole lines from `offset` on; return the offset after the last of them.
-    A partial last line is left for the next poll (the writer is mid-write)."""
+def _read_whole_lines(fh: IO[bytes], parser: JsonlParser, offset: int) -> tuple[int, bytes]:
+    """Parse the whole lines from `offset` on; return the offset after the last of them
+    and the last up to _SIG_BYTES bytes of those lines (what `_signature` would read
+    back). A partial last line is left for the next poll (the writer is mid-write)."""
     fh.seek(offset)
-    pos = offset
+    pos, last = offset, b""
     while True:
         lines = fh.readlines(BLOCK_SIZE)  # whole lines, read and split in C
         if not lines:
-            return pos
-        if not lines[-1].endswith(b"\n"):
+            return pos, last
+        partial = not lines[-1].endswith(b"\n")
+        if partial:
             lines.pop()
-            parser.parse_lines(lines)
-            return pos + sum(map(len, lines))
         parser.parse_lines(lines)
         pos += sum(map(len, lines))
+        last = _last_bytes(last, lines)
+        if partial:
+            return pos, last
+
+
+def _last_bytes(before: bytes, lines: list[bytes]) -> bytes:
+    """The last _SIG_BYTES bytes of `before` followed by `lines` (fewer when short)."""
+    out = b""
+    for line in reversed(lines):
+        out = line + out
+        if len(out) >= _SIG_BYTES:
+            return out[-_SIG_BYTES:]
+    return (before + out)[-_SIG_BYTES:]
 
 
 def _signature(fh: IO[bytes], offset: int) -> str:

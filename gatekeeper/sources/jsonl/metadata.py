@@ -15,9 +15,10 @@ SIDECAR_NAMES = ("run.json", "meta.json")
 _FIELDS = {"name", "id", "tags", "config", "state", "url"}
 
 
-def sidecar_for(path: str) -> str | None:
-    """The metadata file of a record file or run directory, if there is one."""
-    if os.path.isdir(path):
+def sidecar_for(path: str, is_dir: bool | None = None) -> str | None:
+    """The metadata file of a record file or run directory, if there is one (`is_dir`:
+    whether `path` is a directory, when the caller has just looked)."""
+    if os.path.isdir(path) if is_dir is None else is_dir:
         candidates = [os.path.join(path, n) for n in SIDECAR_NAMES]
     else:
         stem = path[: -len(".jsonl")] if path.endswith(".jsonl") else path

@@ -24,6 +24,7 @@ class JsonlSource(Source):
         super().__init__(spec)
         self.path = spec[len("file://") :] if spec.startswith("file://") else spec
         self.step_aliases = step_aliases
+        self._name: str | None = None  # name_from_path of an absolute path, found once
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -90,12 +91,23 @@ class JsonlSource(Source):
         run.metric_errors = metric_errors
         return run
 
-    def run_from(self, series: dict[str, Series], ended_state: RunState | None) -> Run:
+    def run_from(
+        self,
+        series: dict[str, Series],
+        ended_state: RunState | None,
+        is_dir: bool | None = None,
+    ) -> Run:
         """A `Run` of `series` described by the path and its sidecar (name, id, tags,
         config, url, state); `ended_state`, from an end marker, wins over the sidecar's.
-        The live tail builds each poll's metadata with it, so both agree."""
-        run = Run(name=name_from_path(self.path), source=self.path, series=series)
-        sidecar = sidecar_for(self.path)
+        The live tail builds each poll's metadata with it, so both agree (`is_dir`: what
+        its poll found the path to be, so the sidecar lookup need not stat it again)."""
+        name = self._name
+        if name is None:
+            name = name_from_path(self.path)
+            if os.path.isabs(self.path):  # a relative one depends on the working directory
+                self._name = name
+        run = Run(name=name, source=self.path, series=series)
+        sidecar = sidecar_for(self.path, is_dir)
         if sidecar:
             meta = read_sidecar(sidecar)
             run.name = meta.get("name") or run.name
