@@ -120,6 +120,11 @@ class RuleTracker:
         "span": tuple[int, int] | None,
         "marked": tuple[int, ...],
     }
+    # The daemon keeps a tracker per rule per run (16,000 at 1,000 runs of 16 rules):
+    # slots, not a per-instance dict, keep each small whatever fields are added.
+    __slots__ = (
+        *STATE_FIELDS, "rule", "plot_params", "_texts", "reduced_memo", "agg_state",
+    )
 
     def __init__(self, rule: RuleSpec):
         self.rule = rule
@@ -128,9 +133,7 @@ class RuleTracker:
         self.marked: tuple[int, ...] = ()
         self.plot_params: dict[str, Any] | None = None  # the check's kind and parameters
         # The rule's bound and expectation as text: constant (rule and check are frozen),
-        # formatted once, not on every live verdict. One attribute for both: CPython
-        # keeps an instance's attributes compact only up to 29 of them (30 makes each
-        # tracker's dict ~1.3 KB bigger; tests/test_engine.py counts them).
+        # formatted once, not on every live verdict.
         self._texts: tuple[str, str] | None = None
         self.step_key: str | None = None
         self.seen = 0
