@@ -34,7 +34,10 @@ OUT = os.path.join(HERE, "out")
 def generate(steps: int, metrics: int) -> tuple[str, str, str]:
     os.makedirs(OUT, exist_ok=True)
     tag = f"{steps}x{metrics}"
-    record, rows, policy = (os.path.join(OUT, f"{k}-{tag}.{e}") for k, e in (("record", "jsonl"), ("rows", "jsonl"), ("policy", "yaml")))
+    record, rows, policy = (
+        os.path.join(OUT, f"{k}-{tag}.{e}")
+        for k, e in (("record", "jsonl"), ("rows", "jsonl"), ("policy", "yaml"))
+    )
     names = [f"train/m{i:02d}" for i in range(metrics)]
     if not (os.path.exists(record) and os.path.exists(rows)):
         rng = np.random.default_rng(0)
@@ -42,13 +45,13 @@ def generate(steps: int, metrics: int) -> tuple[str, str, str]:
         data[3, 4242] = np.nan
         with open(record, "w") as fh:
             for i, name in enumerate(names):
-                pts = [[s, v] for s, v in zip(range(steps), data[i].tolist())]
+                pts = [[s, v] for s, v in zip(range(steps), data[i].tolist(), strict=True)]
                 fh.write(json.dumps({"metric": name, "series": pts}).replace("NaN", '"NaN"') + "\n")
         with open(rows, "w") as fh:
             cols = data.T.tolist()
             for s in range(steps):
                 row = {"train/step": s}
-                row.update(zip(names, cols[s]))
+                row.update(zip(names, cols[s], strict=True))
                 fh.write(json.dumps(row).replace("NaN", '"NaN"') + "\n")
     kinds = [
         "{abs_max: 2.0}", "{between: [-1, 2]}", "{max: 1.5}", "{min: -0.5}",
@@ -117,8 +120,9 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.perf_counter()
     record, rows, policy = generate(args.steps, args.metrics)
-    print(f"data ready in {time.perf_counter() - t0:.1f}s "
-          f"(record {os.path.getsize(record) / 1e6:.0f} MB, rows {os.path.getsize(rows) / 1e6:.0f} MB)")
+    mb = {k: os.path.getsize(p) / 1e6 for k, p in (("record", record), ("rows", rows))}
+    sizes = f"record {mb['record']:.0f} MB, rows {mb['rows']:.0f} MB"
+    print(f"data ready in {time.perf_counter() - t0:.1f}s ({sizes})")
     data_bytes = args.steps * args.metrics * 8 * 2  # int64 steps + float64 values
     ok = True
     print(f"load before (1/5/15 min): {load()}")

@@ -146,7 +146,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="gk-bench-daemon-")
-    policies = [os.path.join(REPO, "policies", "miles"), os.path.join(REPO, "policies", "rl-health.yaml")]
+    policies = [
+        os.path.join(REPO, "policies", "miles"), os.path.join(REPO, "policies", "rl-health.yaml")
+    ]
     paths, port, cfg_path = setup(tmp, args.runs, args.interval, args.workers, policies)
     writer = Writer(paths)
     for path in paths:  # the runs exist before the daemon starts (it also discovers later)

@@ -31,13 +31,13 @@ from collections.abc import Iterator
 from itertools import chain
 
 import numpy as np
+from gatekeeper.history.session import coordinate_prefix, history_rules, read_baselines
 
 from gatekeeper.engine import Evaluation
 from gatekeeper.history import Baselines, RuleBaseline
 from gatekeeper.history.base import CoordinateStats, RunRecord
 from gatekeeper.history.legacy import BASELINE as LEGACY_BASELINE
 from gatekeeper.history.legacy import SQLITE_DDL as LEGACY_DDL
-from gatekeeper.history.session import coordinate_prefix, history_rules, read_baselines
 from gatekeeper.history.sqlite import SqliteStore
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.loader import load_policies

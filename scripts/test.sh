@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh --test
-.venv/bin/ruff check gatekeeper
+.venv/bin/ruff check gatekeeper bench
 .venv/bin/mypy gatekeeper
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
