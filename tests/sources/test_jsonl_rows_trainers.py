@@ -111,56 +111,33 @@ def test_hf_trainer_log_history_rows(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert result["step"] == poison_at, result
 
 
-class _RowsLogger:
-    """Built lazily (needs lightning): a Logger writing each `log_metrics` call as a row."""
+def _rows_logger(path: Path) -> Any:
+    """A Lightning Logger (the trainer test's, names and all) that writes each
+    `log_metrics` call as one row when the run ends."""
+    from tests.integrations.test_lightning import RecordLogger
 
-    @staticmethod
-    def make(path: Path) -> Any:
-        pl = pytest.importorskip("lightning.pytorch")
+    class RowsLogger(RecordLogger):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.rows: list[dict[str, Any]] = []
 
-        class RowsLogger(pl.loggers.Logger):
-            def __init__(self) -> None:
-                super().__init__()
-                self.rows: list[dict[str, Any]] = []
+        def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+            self.rows.append({"step": step, **{k: float(v) for k, v in metrics.items()}})
 
-            @property
-            def name(self) -> str:
-                return "rows"
+        def finalize(self, status: str) -> None:
+            _write_rows(self.rows, path)
 
-            @property
-            def version(self) -> str:
-                return "0"
-
-            def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-                return None
-
-            def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-                self.rows.append({"step": step, **{k: float(v) for k, v in metrics.items()}})
-
-            def finalize(self, status: str) -> None:
-                _write_rows(self.rows, path)
-
-        return RowsLogger()
+    return RowsLogger()
 
 
 @pytest.mark.parametrize("poison_at", [None, 7])
 def test_lightning_logged_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                poison_at: int | None) -> None:
     pytest.importorskip("lightning.pytorch")
-    import lightning.pytorch as pl
-
-    from tests.integrations.test_lightning import Poison, Regressor, data
+    from tests.integrations.test_lightning import Poison, fit
 
     path = tmp_path / "lightning.jsonl"
-    logger = _RowsLogger.make(path)
-    torch.manual_seed(0)
-    trainer = pl.Trainer(
-        max_steps=24, accelerator="cpu", devices=1, logger=logger, log_every_n_steps=1,
-        val_check_interval=10, callbacks=[Poison(poison_at)] if poison_at else [],
-        enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
-        default_root_dir=str(tmp_path), num_sanity_val_steps=0,
-    )
-    trainer.fit(Regressor(), data(160, 0), data(32, 1))
+    fit(24, [Poison(poison_at)] if poison_at else [], _rows_logger(path), tmp_path)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert any("val_loss" in row for row in rows) and any("train_loss" in row for row in rows)
 
