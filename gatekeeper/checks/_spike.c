@@ -14,7 +14,8 @@ W is kept as a sorted copy, O(window) memory: per point a binary search and a me
 remove the outgoing value and insert the incoming one. The median is the middle of the
 copy (even window: 0.5 * (a + b)); the deviations below and above it are two ascending
 runs (med - x, x - med), and the MAD is the k-th smallest of their merge (even window:
-0.5 * (k-th + (k+1)-th)), the same values median_and_mad selects.
+0.5 * (k-th + (k+1)-th)), the same values median_and_mad selects. The MAD is selected
+only for points a cheap lower bound of it does not clear (kth_floor).
 
 Returns False, writing nothing, when any value of `part` is NaN, +-inf or of magnitude
 above 1e300: the caller then takes the Python path, so such values keep exactly its
@@ -35,43 +36,61 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* First index in s[lo, hi) whose value is not < v. */
+/* First index in s[lo, hi) whose value is not < v (s ascending). Without branches on the
+   data (a short window's positions are unpredictable): a count for short ranges, a
+   halving search for long ones. */
 static Py_ssize_t lower_bound(const double *s, Py_ssize_t lo, Py_ssize_t hi, double v) {
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (s[mid] < v)
-            lo = mid + 1;
-        else
-            hi = mid;
+    Py_ssize_t n = hi - lo;
+    if (n <= 64) {
+        Py_ssize_t c = 0;
+        for (Py_ssize_t i = lo; i < hi; i++) c += s[i] < v;
+        return lo + c;
     }
-    return lo;
+    const double *b = s + lo;
+    while (n > 1) { /* the answer is in [b, b + n] */
+        Py_ssize_t half = n / 2;
+        b = b[half - 1] < v ? b + half : b;
+        n -= half;
+    }
+    return (b - s) + (*b < v);
 }
 
 /* The m-th smallest (1-based, 1 <= m <= 2k) of the merge of the ascending runs
-   below[i] = med - s[top - i] and above[i] = s[bot + i] - med, i < k. With `next`, also
-   the (m+1)-th (m + 1 <= 2k). */
+   A[i] = med - s[top - i] and B[i] = s[bot + i] - med, i < k: the split i (entries taken
+   from A) where A[i - 1] <= B[m - i] and B[m - i - 1] <= A[i], found by halving. The
+   value is the order statistic median_and_mad's min-over-max selects, each entry
+   computed by the same subtraction. With `next`, also the (m+1)-th (m + 1 <= 2k): the
+   smaller of the two runs' next entries after that split. */
 static double kth_merged(const double *s, double med, Py_ssize_t top, Py_ssize_t bot,
                          Py_ssize_t k, Py_ssize_t m, double *next) {
-    Py_ssize_t i = 0, j = 0, taken = 0;
-    double cur = 0.0;
-    while (taken < m) {
-        double a = i < k ? med - s[top - i] : INFINITY;
-        double b = j < k ? s[bot + j] - med : INFINITY;
-        if (a <= b) {
-            cur = a;
-            i++;
-        } else {
-            cur = b;
-            j++;
-        }
-        taken++;
+    Py_ssize_t lo = m > k ? m - k : 0, hi = m < k ? m : k;
+    /* smallest i in [lo, hi] where not (i < hi and A[i] < B[m - i - 1]) */
+    while (lo < hi) {
+        Py_ssize_t i = lo + (hi - lo) / 2;
+        if (med - s[top - i] < s[bot + m - i - 1] - med)
+            lo = i + 1;
+        else
+            hi = i;
     }
+    Py_ssize_t i = lo, j = m - lo;
+    double a = i > 0 ? med - s[top - (i - 1)] : -INFINITY;
+    double b = j > 0 ? s[bot + j - 1] - med : -INFINITY;
     if (next != NULL) {
-        double a = i < k ? med - s[top - i] : INFINITY;
-        double b = j < k ? s[bot + j] - med : INFINITY;
-        *next = a <= b ? a : b;
+        double na = i < k ? med - s[top - i] : INFINITY;
+        double nb = j < k ? s[bot + j] - med : INFINITY;
+        *next = na <= nb ? na : nb;
     }
-    return cur;
+    return a >= b ? a : b;
+}
+
+/* A lower bound of kth_merged(..., m, ...), itself one of the merge's entries (so
+   computed as median_and_mad computes it): of the m smallest, ceil(m / 2) come from one
+   run, so the m-th is >= the smaller of the two runs' ceil(m / 2)-th entries. */
+static double kth_floor(const double *s, double med, Py_ssize_t top, Py_ssize_t bot,
+                        Py_ssize_t m) {
+    Py_ssize_t h = (m + 1) / 2 - 1;
+    double a = med - s[top - h], b = s[bot + h] - med;
+    return a <= b ? a : b;
 }
 
 static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *format,
@@ -146,8 +165,16 @@ static PyObject *violations(PyObject *self, PyObject *args) {
         /* factor * scale >= factor * min_scale >= 0 (scale >= min_scale >= 0, factor >
            0, multiplication monotone): a deviation not above factor * min_scale cannot
            be above factor * scale, whatever the MAD. */
-        unsigned char hit = 0;
-        if (dev > floor_scale) {
+        /* The verdict's threshold only grows with the MAD (every step rounds
+           monotonically): a point not above it for a lower bound of the MAD is no spike,
+           and most points are cleared so, without selecting the MAD; nor is a point not
+           above factor * min_scale. Both tests computed without a branch (their outcome
+           is as random as the noise). */
+        double low = kth_floor(s, med, k - 1, odd ? k + 1 : k, k);
+        double scale = MAD_TO_SIGMA * low;
+        scale = scale < min_scale ? min_scale : scale;
+        unsigned char hit = (dev > floor_scale) & (dev > factor * scale);
+        if (hit) {
             double mad;
             if (odd) {
                 mad = kth_merged(s, med, k - 1, k + 1, k, k, NULL);
@@ -156,22 +183,22 @@ static PyObject *violations(PyObject *self, PyObject *args) {
                 double first = kth_merged(s, med, k - 1, k, k, k, &second);
                 mad = 0.5 * (first + second);
             }
-            double scale = MAD_TO_SIGMA * mad;
-            if (scale < min_scale) scale = min_scale;
+            scale = MAD_TO_SIGMA * mad;
+            scale = scale < min_scale ? min_scale : scale;
             hit = dev > factor * scale;
         }
         out[j] = hit;
         if (j + 1 == n) break;
-        /* slide: drop v[j] (present in s), take in x */
+        /* slide: drop v[j] (present in s: at p, the first entry not below it), take in
+           x (at q, counted among the others), shifting the entries between */
         double gone = v[j];
         Py_ssize_t p = lower_bound(s, 0, w, gone);
-        if (x >= gone) {
-            Py_ssize_t q = lower_bound(s, p + 1, w, x);
-            memmove(s + p, s + p + 1, (size_t)(q - p - 1) * sizeof(double));
+        Py_ssize_t q = lower_bound(s, 0, w, x);
+        if (q > p) { /* x >= gone: s[p + 1 .. q - 1] move down, x at q - 1 */
+            for (Py_ssize_t i = p; i < q - 1; i++) s[i] = s[i + 1];
             s[q - 1] = x;
-        } else {
-            Py_ssize_t q = lower_bound(s, 0, p, x);
-            memmove(s + q + 1, s + q, (size_t)(p - q) * sizeof(double));
+        } else { /* x <= gone: s[q .. p - 1] move up, x at q */
+            for (Py_ssize_t i = p; i > q; i--) s[i] = s[i - 1];
             s[q] = x;
         }
     }
