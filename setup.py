@@ -1,9 +1,12 @@
-"""The one compiled part of gatekeeper: the wandb history decoder (see
-gatekeeper/sources/wandb/_history.c). Everything else is in pyproject.toml.
+"""The compiled parts of gatekeeper: the wandb history decoder (see
+gatekeeper/sources/wandb/_history.c) and the spike check's exact path
+(gatekeeper/checks/_spike.c). Everything else is in pyproject.toml.
 
-The extension is optional: without a C compiler the install still succeeds and
+Both extensions are optional: without a C compiler the install still succeeds and
 gatekeeper reads wandb history with its pure-Python path (slower; `gatekeeper check
---debug` and GATEKEEPER_DEBUG=1 say so on stderr).
+--debug` and GATEKEEPER_DEBUG=1 say so on stderr) and judges spike rules with numpy and
+bottleneck (the same verdicts, slower). The spike kernel is built without fused
+multiply-adds (-ffp-contract=off) so its roundings are numpy's, bit for bit.
 """
 
 from setuptools import Extension, setup
@@ -15,6 +18,12 @@ setup(
             sources=["gatekeeper/sources/wandb/_history.c"],
             optional=True,
             extra_compile_args=["-O2"],
-        )
+        ),
+        Extension(
+            "gatekeeper.checks._spike",
+            sources=["gatekeeper/checks/_spike.c"],
+            optional=True,
+            extra_compile_args=["-O2", "-ffp-contract=off"],
+        ),
     ]
 )

@@ -13,8 +13,12 @@ same run (issue #7: read + judge, what a CI job waits for), and the engine alone
 Times are the best of R interleaved rounds, wall and CPU (the steadier on a shared
 machine); the machine's load is printed beside them.
 `--kinds` also times, interleaved the same way, a 50-rule policy of each kind alone (no
-derived metrics) against one of `max` rules: what each kind costs per rule.
+derived metrics) against one of `max` rules: what each kind costs per rule; where the
+spike check's C kernel is built, `spike/np` is the same spike policy on its numpy path.
+`--spike-numpy` runs the whole benchmark on spike's numpy path (the figures before the C
+kernel, gatekeeper/checks/_spike.c).
 Usage: python bench/bench_anomaly.py [--steps N] [--metrics M] [--repeat R] [--kinds]
+       [--spike-numpy]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import time
 
 import numpy as np
 
+from gatekeeper.checks import spike as spike_check
 from gatekeeper.engine import evaluate
 from gatekeeper.history import Baselines, RuleBaseline
 from gatekeeper.model import Run, Series
@@ -111,7 +116,9 @@ def main() -> int:
     ap.add_argument("--metrics", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--kinds", action="store_true", help="time each kind alone as well")
+    ap.add_argument("--spike-numpy", action="store_true", help="spike without its C kernel")
     args = ap.parse_args()
+    spike_check.USE_C = not args.spike_numpy
     run = make_run(args.steps, args.metrics)
     with tempfile.TemporaryDirectory() as tmp:
         a_path, t_path = os.path.join(tmp, "anomaly.yaml"), os.path.join(tmp, "threshold.yaml")
@@ -126,7 +133,7 @@ def main() -> int:
     derived = sum(r.expr is not None for p in anomaly for r in p.rules)
     print(
         f"{args.steps} steps x {args.metrics} metrics; anomaly rules use {', '.join(kinds)} "
-        f"({derived} on derived metrics)"
+        f"({derived} on derived metrics); spike path: {spike_path()}"
     )
     a_times, t_times = [], []
     for _ in range(args.repeat):
@@ -160,6 +167,12 @@ def main() -> int:
     return 0 if e2e <= 2 and ratio <= 2 else 1
 
 
+def spike_path() -> str:
+    if spike_check._spike is None:
+        return "numpy (the C kernel is not built)"
+    return "C kernel" if spike_check.USE_C else "numpy (--spike-numpy)"
+
+
 def per_kind(run: Run, metrics: int, repeat: int) -> None:
     """Each kind alone on every metric, against `max` on every metric, interleaved."""
     policies = {}
@@ -168,12 +181,17 @@ def per_kind(run: Run, metrics: int, repeat: int) -> None:
             path = os.path.join(tmp, "kind.yaml")
             write_policy(path, [kind], metrics, derived=False)
             policies[kind.format().split(":")[0].strip("{ ")] = load_policies([path])
+    use_c = spike_check.USE_C
+    if use_c and spike_check._spike is not None:  # before/after, interleaved
+        policies["spike/np"] = policies["spike"]
     bases = {name: baselines(p, run) for name, p in policies.items()}
     best = dict.fromkeys(policies, float("inf"))
     cpu = dict.fromkeys(policies, float("inf"))
     for _ in range(repeat):
         for name, p in policies.items():
+            spike_check.USE_C = use_c and name != "spike/np"
             took, took_cpu = timed_both(lambda p=p, n=name: evaluate(p, run, history=bases[n]))
+            spike_check.USE_C = use_c
             best[name], cpu[name] = min(best[name], took), min(cpu[name], took_cpu)
     for name, t in best.items():
         c = cpu[name]
