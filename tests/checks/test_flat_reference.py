@@ -14,7 +14,7 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
 from gatekeeper.checks.flat import BLOCK, Flat, _rolling_std
-from tests.checks.util import judge, judge_in_chunks, policy, run_of, series
+from tests.checks.util import policy, run_of, series, whole_and_chunked
 
 
 def reference(check: Flat, values: np.ndarray, n_context: int) -> np.ndarray:
@@ -124,16 +124,8 @@ def test_verdicts_are_the_references_whole_and_in_chunks(tmp_path, monkeypatch, 
     run = run_of(series("m", values))
     for i, args in enumerate(RULES):
         pol = policy(tmp_path, f"  - {{id: f, metric: m, check: {{flat: {args}}}}}\n", f"p{i}")
-        got = [judge(pol, run)] + [judge_in_chunks(pol, run, c) for c in (1, 37, 1000)]
+        got = whole_and_chunked(pol, run, (1, 37, 1000))
         with monkeypatch.context() as m:
             m.setattr(Flat, "violations", _reference_violations)
-            want = [judge(pol, run)] + [judge_in_chunks(pol, run, c) for c in (1, 37, 1000)]
-        for g, r in zip(got, want, strict=True):
-            assert (g.status, g.step, repr(g.value), g.message, g.violations, g.judged) == (
-                r.status,
-                r.step,
-                repr(r.value),
-                r.message,
-                r.violations,
-                r.judged,
-            )
+            want = whole_and_chunked(pol, run, (1, 37, 1000))
+        assert got == want

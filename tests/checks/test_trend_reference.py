@@ -13,7 +13,7 @@ import pytest
 
 from gatekeeper.checks import trend
 from gatekeeper.checks.trend import rolling_fit
-from tests.checks.util import judge, judge_in_chunks, policy, run_of, series
+from tests.checks.util import policy, run_of, series, whole_and_chunked
 
 
 def reference_fit(steps: np.ndarray, values: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
@@ -113,16 +113,8 @@ def test_verdicts_are_those_of_the_reference_whole_and_in_chunks(tmp_path, monke
     for (i, args), run in itertools.product(enumerate(RULES), runs):
         rule = f"  - {{id: t, metric: train/gap, check: {{trend: {args}}}}}\n"
         pol = policy(tmp_path, rule, f"p{i}")
-        got = [judge(pol, run)] + [judge_in_chunks(pol, run, c) for c in (1, 13, 400)]
+        got = whole_and_chunked(pol, run, (1, 13, 400))
         with monkeypatch.context() as m:
             m.setattr(trend, "rolling_fit", _old_fit)
-            want = [judge(pol, run)] + [judge_in_chunks(pol, run, c) for c in (1, 13, 400)]
-        for g, r in zip(got, want, strict=True):
-            assert (g.status, g.step, repr(g.value), g.message, g.violations, g.judged) == (
-                r.status,
-                r.step,
-                repr(r.value),  # NaN at an ERROR: the same NaN
-                r.message,
-                r.violations,
-                r.judged,
-            )
+            want = whole_and_chunked(pol, run, (1, 13, 400))
+        assert got == want

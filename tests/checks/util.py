@@ -47,3 +47,12 @@ def judge_in_chunks(policies, run: Run, chunk: int, *, final: bool = True) -> Ru
         )
     (result,) = ev.verdict(run, final=final).results
     return result
+
+
+def whole_and_chunked(policies, run: Run, chunks: tuple[int, ...]) -> list[tuple]:
+    """What a reference comparison holds equal: the result judged whole and fed in each
+    chunk size, as (status, step, repr(value), message, violations, judged) -- repr, so
+    a NaN at an ERROR compares as the same NaN."""
+    results = [judge(policies, run)] + [judge_in_chunks(policies, run, c) for c in chunks]
+    return [(r.status, r.step, repr(r.value), r.message, r.violations, r.judged)
+            for r in results]
