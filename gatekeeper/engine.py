@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -478,6 +477,8 @@ class RuleTracker:
                 )
         if self.rule.expr is not None:
             return Outcome(Status.ERROR, missing_inputs(self.rule.expr, available))
+        import difflib  # only for a missing metric's "did you mean"
+
         close = difflib.get_close_matches(metric, available, n=3, cutoff=0.6)
         hint = (
             f"; similar: {', '.join(close)}" if close
