@@ -41,7 +41,7 @@ class Reduce(str, enum.Enum):
 class Steps(BaseModel):
     """Which points of the metric's own step axis a rule judges."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: Literal["all", "first", "last", "list", "range", "tail", "every"]
     steps: tuple[int, ...] = ()
@@ -153,7 +153,7 @@ def _every(raw: dict[str, Any]) -> dict[str, Any]:
 class Rule(BaseModel):
     """One rule: a metric, the points to judge, a reduction and exactly one check."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     id: str = Field(pattern=ID_PATTERN)
     metric: str | None = Field(min_length=1)  # required unless expr is given
@@ -223,7 +223,7 @@ def _known(kind: object) -> bool:
 class Match(BaseModel):
     """Which runs a policy applies to; every given key must hold."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     tags: list[str] = Field(default_factory=_list)
     name: str | None = None
@@ -239,7 +239,7 @@ class Match(BaseModel):
 class RuleOverride(BaseModel):
     """In a policy that `extends` another: relax or switch off one inherited rule."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     rule: str
     reason: str = Field(min_length=1)
