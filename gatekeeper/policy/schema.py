@@ -10,7 +10,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gatekeeper.checks import CHECKS, registry
-from gatekeeper.expr import parse_expr
 from gatekeeper.policy.conditions import Condition, parse_conditions
 from gatekeeper.verdict import Mode, Severity
 from gatekeeper.yamlfile import exactly_one
@@ -111,6 +110,8 @@ class Steps(BaseModel):
 
 def period_expr(text: str) -> Any:
     """`config.<key>`, or an expression over config keys (the expr grammar)."""
+    from gatekeeper.expr import parse_expr  # only a policy with a `steps.every` key
+
     try:
         expr = parse_expr(text)
     except ValueError as exc:
@@ -195,6 +196,8 @@ class Rule(BaseModel):
     @classmethod
     def _parses(cls, value: str | None) -> str | None:
         if value is not None:
+            from gatekeeper.expr import parse_expr  # only a rule with `expr:`
+
             parse_expr(value)
         return value
 
