@@ -7,17 +7,15 @@
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome
-from gatekeeper.expr import Aligner, missing_inputs
 from gatekeeper.fmt import fmt
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.binding import metric_error, missing_config, period_from_config
@@ -27,6 +25,9 @@ from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.run_state import run_state_result
 from gatekeeper.statedata import StateDataError, decode, decode_fields, encode
 from gatekeeper.verdict import MAX_MARKED, Mode, RuleResult, Severity, Status, Verdict
+
+if TYPE_CHECKING:  # expr.py is imported when a rule has an expression
+    from gatekeeper.expr import Aligner
 
 ALL_STEPS = Steps(kind="all")
 _PLAIN = frozenset({int, str, bool})  # exactly these types (not numpy's, not enums): as is
@@ -477,7 +478,11 @@ class RuleTracker:
                     Status.SKIP, f"metric {', '.join(absent)} not logged by this run (if_logged)"
                 )
         if self.rule.expr is not None:
+            from gatekeeper.expr import missing_inputs
+
             return Outcome(Status.ERROR, missing_inputs(self.rule.expr, available))
+        import difflib  # only for a missing metric's "did you mean"
+
         close = difflib.get_close_matches(metric, available, n=3, cutoff=0.6)
         hint = (
             f"; similar: {', '.join(close)}" if close
@@ -616,6 +621,8 @@ class Evaluation:
         self.axis_last: dict[str, int] = {}  # step axis -> last step of any metric on it
         for tracker in self.trackers:
             if tracker.rule.expr is not None:
+                from gatekeeper.expr import Aligner
+
                 self.derived.append((Aligner(tracker.rule.expr), tracker))
             else:
                 self.by_metric.setdefault(tracker.rule.metric, []).append(tracker)

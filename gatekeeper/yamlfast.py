@@ -1,6 +1,8 @@
-"""A fast reader for the common policy file: libyaml's C parser (PyYAML's `CSafeLoader`)
-composed into plain dicts and lists with line marks, scalars resolved by the YAML 1.2
-core schema exactly as ruamel (the exact reader, `yamlfile.read_yaml`) resolves them.
+"""A fast reader for the common policy file: first `_simple_tree`, no YAML library at all,
+for block mappings and sequences of one-line values (most policy files); else libyaml's C
+parser (PyYAML's `CSafeLoader`) composed into plain dicts and lists with line marks; in
+both, scalars resolved by the YAML 1.2 core schema exactly as ruamel (the exact reader,
+`yamlfile.read_yaml`) resolves them.
 
 Why: ruamel's pure-Python scanner is most of a policy's load time: a 20-rule policy
 read 28 -> 20 ms CPU with this reader (import included; PyYAML's import is ~12 of the
@@ -178,6 +180,10 @@ def fast_tree(text: str) -> MarkedMap | None:
     if unsure_text(text) or ("\\" in text and '"' in text):
         return None
     try:
+        return _simple_tree(text)
+    except Unsure:
+        pass
+    try:
         return _compose(text)
     except Unsure:
         return None
@@ -187,6 +193,220 @@ def fast_tree(text: str) -> MarkedMap | None:
         if isinstance(exc, yaml.YAMLError):
             return None
         raise
+
+
+# The commonest policy files need no YAML library at all: `_simple_tree` reads block
+# mappings and sequences of one-line values (plain and quoted scalars, one-line flow
+# collections), as libyaml's events would compose them here; anything else -- a block
+# scalar, a multi-line or unusual value, a key that is not a simple name, a comment not
+# after a space, an indentation it does not expect -- is Unsure and goes to libyaml
+# (`_compose`). PyYAML's import (~16 ms, most of it compiling its reader's Unicode class)
+# is then not paid by a small check. tests/policy/test_yamlfast.py compares it with
+# ruamel on every policy of the repo, the tests, the docs and the fuzz generator.
+_SIMPLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")
+# the characters a one-line plain scalar may not hold here
+# (letters, digits, space and _.,+-/()=<>;%$~^*!?&|@'" -- ASCII but for the ones below;
+# non-ASCII is let through: unsure_text has already refused the characters where the
+# YAML versions differ)
+_PLAIN_BAD = re.compile(r"[\x00-\x1f\x7f#:\[\\\]`{}]")
+_FLOW_END = re.compile(r"[,\]}]")
+_PLAIN_FIRST_BAD = frozenset("-?:,[]{}#&*!|>'\"%@`")  # indicators ("-x" is allowed below)
+
+
+class _Simple:
+    """One pass over the lines (no recursion deeper than the nesting, bounded by FAST_DEPTH)."""
+
+    def __init__(self, text: str) -> None:
+        self.lines: list[tuple[int, int, str]] = []  # (1-based line, indent, content)
+        for number, raw in enumerate(text.split("\n"), 1):
+            content = raw.lstrip(" ")
+            if not content or content.startswith("#"):
+                continue
+            if content.startswith(("---", "...", "%")) and raw == content:
+                raise Unsure("document marker or directive")
+            self.lines.append((number, len(raw) - len(content), content.rstrip(" ")))
+        self.i = 0
+
+    def tree(self) -> MarkedMap:
+        if not self.lines or self.lines[0][1] != 0:
+            raise Unsure("no root mapping at column 0")
+        root = self.block(0, 0)
+        if self.i != len(self.lines) or not isinstance(root, MarkedMap):
+            raise Unsure("more than one root node")
+        return root
+
+    def block(self, indent: int, depth: int) -> MarkedMap | MarkedSeq:
+        if depth >= FAST_DEPTH:
+            raise Unsure("deep")
+        content = self.lines[self.i][2]
+        if content == "-" or content.startswith("- "):
+            return self.sequence(indent, depth)
+        return self.mapping(indent, depth)
+
+    def mapping(self, indent: int, depth: int) -> MarkedMap:
+        node = MarkedMap(self.lines[self.i][0])
+        while self.i < len(self.lines):
+            line, at, content = self.lines[self.i]
+            if at < indent:
+                break
+            if at > indent or content == "-" or content.startswith("- "):
+                raise Unsure("indentation")
+            key_match = _SIMPLE_KEY.match(content)
+            end = key_match.end() if key_match else 0
+            if not key_match or content[end:end + 1] != ":" or content[end + 1:end + 2] not in (
+                "", " "
+            ):
+                raise Unsure("not a simple key")
+            key = _key(content[:end], node)
+            rest = content[end + 1:].lstrip(" ")
+            self.i += 1
+            if rest and not rest.startswith("#"):
+                node[key] = self.inline(rest, line, depth + 1)
+                self._no_continuation(indent)
+            else:
+                if rest and content[end + 1:end + 2] != " ":
+                    raise Unsure("comment")
+                if self.i >= len(self.lines):
+                    raise Unsure("empty value")
+                _, below, below_content = self.lines[self.i]
+                same_seq = below == indent and (
+                    below_content == "-" or below_content.startswith("- ")
+                )
+                if below <= indent and not same_seq:
+                    raise Unsure("empty value")
+                node[key] = self.block(below, depth + 1)
+            node.key_lines[key] = line
+        return node
+
+    def sequence(self, indent: int, depth: int) -> MarkedSeq:
+        node = MarkedSeq(self.lines[self.i][0])
+        while self.i < len(self.lines):
+            line, at, content = self.lines[self.i]
+            if at != indent or not content.startswith("- "):
+                if at > indent or (at == indent and content == "-"):
+                    raise Unsure("indentation or an empty item")
+                break
+            rest = content[2:].lstrip(" ")
+            column = at + len(content) - len(rest)
+            if not rest or rest.startswith("#"):
+                raise Unsure("empty item")
+            key_match = _SIMPLE_KEY.match(rest)
+            if key_match and rest[key_match.end():key_match.end() + 1] == ":":
+                # `- key: value`: a block mapping starting on the dash's line
+                self.lines[self.i] = (line, column, rest)
+                if depth + 1 >= FAST_DEPTH:
+                    raise Unsure("deep")
+                node.append(self.mapping(column, depth + 1))
+            else:
+                self.i += 1
+                node.append(self.inline(rest, line, depth + 1))
+                self._no_continuation(indent)
+            node.item_lines.append(line)
+        return node
+
+    def _no_continuation(self, indent: int) -> None:
+        """After a one-line value: a deeper line would continue it (a multi-line scalar)."""
+        if self.i < len(self.lines) and self.lines[self.i][1] > indent:
+            raise Unsure("continuation line")
+
+    def inline(self, text: str, line: int, depth: int) -> Any:
+        """A whole one-line value `text` (then only a comment), in block context."""
+        if text[0] in "{[":
+            value, end = self.flow(text, 0, line, depth)
+        elif text[0] in "'\"":
+            value, end = _quoted(text, 0)
+        else:
+            hash_at = text.find(" #")
+            body = text if hash_at < 0 else text[:hash_at].rstrip(" ")
+            return _plain(body, flow=False)
+        rest = text[end:]
+        if rest and not (rest.lstrip(" ").startswith("#") and rest.startswith(" ")):
+            raise Unsure("text after a value")
+        return value
+
+    def flow(self, text: str, at: int, line: int, depth: int) -> tuple[Any, int]:
+        """A flow collection opening at text[at] and closing on this line; (node, end)."""
+        if depth >= FAST_DEPTH:
+            raise Unsure("deep")
+        mapping = text[at] == "{"
+        node: MarkedMap | MarkedSeq = MarkedMap(line) if mapping else MarkedSeq(line)
+        close = "}" if mapping else "]"
+        at = _skip(text, at + 1)
+        if text[at:at + 1] == close:
+            return node, at + 1
+        while True:
+            if mapping:
+                key_match = _SIMPLE_KEY.match(text, at)
+                if not key_match or text[key_match.end():key_match.end() + 2] != ": ":
+                    raise Unsure("not a simple key in a flow mapping")
+                key = _key(key_match.group(), node)
+                at = _skip(text, key_match.end() + 2)
+            value, at = self.flow_value(text, at, line, depth + 1)
+            if isinstance(node, MarkedMap):
+                node[key] = value
+                node.key_lines[key] = line
+            else:
+                node.append(value)
+                node.item_lines.append(line)
+            at = _skip(text, at)
+            sep = text[at:at + 1]
+            if sep == close:
+                return node, at + 1
+            if sep != ",":
+                raise Unsure("flow collection not closed on its line")
+            at = _skip(text, at + 1)
+            if text[at:at + 1] in (close, ",", ""):
+                raise Unsure("empty flow entry")
+
+    def flow_value(self, text: str, at: int, line: int, depth: int) -> tuple[Any, int]:
+        first = text[at:at + 1]
+        if first in ("{", "["):
+            return self.flow(text, at, line, depth)
+        if first in ("'", '"'):
+            return _quoted(text, at)
+        found = _FLOW_END.search(text, at)
+        end = found.start() if found else len(text)
+        return _plain(text[at:end].rstrip(" "), flow=True), end
+
+
+def _key(key: str, node: MarkedMap | MarkedSeq) -> str:
+    # YAML bounds an implicit key to 1024 characters (an error there); resolving as
+    # anything but the string itself (`true:`), or a duplicate (ruamel's message), too
+    if len(key) > 200 or scalar(key) != key or key in node:
+        raise Unsure("a long key, a key that is not a string, or a duplicate key")
+    return key
+
+
+def _skip(text: str, at: int) -> int:
+    while text[at:at + 1] == " ":
+        at += 1
+    return at
+
+
+def _quoted(text: str, at: int) -> tuple[str, int]:
+    """A quoted scalar closing on this line, without escapes; (its value, end)."""
+    quote = text[at]
+    end = text.find(quote, at + 1)
+    if end < 0 or text[end + 1:end + 2] == quote:
+        raise Unsure("quoted scalar not closed on its line, or an escaped quote")
+    return text[at + 1:end], end + 1
+
+
+def _plain(value: str, flow: bool) -> Any:
+    """A one-line plain scalar (already cut at its end) resolved as `scalar` does."""
+    if not value or value[0] in _PLAIN_FIRST_BAD and not (
+        value[0] == "-" and len(value) > 1 and value[1] != " "
+    ):
+        raise Unsure("empty plain scalar or an indicator first")
+    if _PLAIN_BAD.search(value):
+        raise Unsure("a character this reader leaves to libyaml")
+    if flow and ("'" in value or '"' in value):
+        raise Unsure("quote in a flow plain scalar")
+    return scalar(value)
+
+
+def _simple_tree(text: str) -> MarkedMap:
+    return _Simple(text).tree()
 
 
 def _compose(text: str) -> MarkedMap | None:

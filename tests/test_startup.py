@@ -235,3 +235,90 @@ def test_start_up_runs_without_the_collector_nor_pydantic_plug_ins_and_the_work_
         ("checks", True, None), ("checks", False, "mine"), ("after", False, "mine"),
         ("load", True, None), ("read", True, None),
     ])
+
+
+def _program(run: Path, policy: Path, after: str = "") -> str:
+    """`gatekeeper check` as the program runs it (main() reading sys.argv: its start-up),
+    then `after`."""
+    return (
+        "import sys\n"
+        f"sys.argv = ['gatekeeper', 'check', {str(run)!r}, '-p', {str(policy)!r}, '-q']\n"
+        "from gatekeeper.cli.main import main\n"
+        "assert main() == 0\n" + after
+    )
+
+
+def test_a_small_check_imports_no_importlib_metadata_and_leaves_pydantic_its_loader(
+    tmp_path: Path,
+) -> None:
+    # importlib.metadata (~15-35 ms with email, zipfile, csv) came with pydantic's plug-in
+    # loader and with the scan for source plug-ins; neither needs it when nothing installed
+    # declares the group (registry._may_declare) and plug-ins are off during start-up (the
+    # stand-in loader in cli/main.py). After start-up a model is built through pydantic's
+    # real loader, which reads PYDANTIC_DISABLE_PLUGINS as the user set it.
+    run, policy = _threshold_case(tmp_path)
+    after = (
+        "print('importlib.metadata' in sys.modules, 'pydantic.plugin._loader' in sys.modules)\n"
+        "import pydantic\n"
+        "class Later(pydantic.BaseModel):\n"
+        "    x: int\n"
+        "assert Later(x=1).x == 1\n"
+        "loader = sys.modules['pydantic.plugin._loader']\n"
+        "print(getattr(loader, '_gatekeeper_stand_in', False), loader.__file__.endswith("
+        "'_loader.py'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    out = subprocess.run([sys.executable, "-c", _program(run, policy, after)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-2:] == ["False False", "False True"]
+
+
+def test_a_threshold_check_as_the_program_imports_no_other_kind_nor_their_dependencies(
+    tmp_path: Path,
+) -> None:
+    # the same as above, through the program's start-up: no anomaly kind (spike, trend,
+    # history: their sliding windows, the C extension), no bottleneck, no difflib (the
+    # "did you mean" of an error), no expression parser (a policy without `expr:`), no
+    # YAML library (yamlfast._simple_tree reads it), no other command, no heavy dependency
+    run, policy = _threshold_case(tmp_path)
+    after = "import json\nprint(json.dumps(sorted(sys.modules)))\n"
+    out = subprocess.run([sys.executable, "-c", _program(run, policy, after)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    modules = set(json.loads(out.stdout.splitlines()[-1]))
+    unwanted = {
+        "gatekeeper.checks.spike", "gatekeeper.checks.trend", "gatekeeper.checks.history",
+        "gatekeeper.checks.flat", "gatekeeper.checks._spike", "bottleneck", "scipy", "difflib", "importlib.metadata", "ruamel", "yaml",
+        "gatekeeper.cli.serve", "gatekeeper.cli.history", "gatekeeper.cli.live",
+        "gatekeeper.sources.jsonl.live", "gatekeeper.sources.jsonl.discover", "gatekeeper.expr",
+        *HEAVY,
+    }
+    assert sorted(modules & unwanted) == []
+
+
+def test_may_declare_is_true_for_every_group_importlib_metadata_finds(tmp_path: Path) -> None:
+    """Mirrors importlib.metadata.entry_points(): `_may_declare(group)` (which lets the
+    registry skip importlib.metadata) is True for every group any distribution of this
+    environment declares, and for a group a distribution put on sys.path declares."""
+    site = tmp_path / "site"
+    dist = site / "gk_probe-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gk-probe\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[gatekeeper.probe_group]\nx = gk_probe:X\n")
+    code = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(site)!r})\n"
+        "from gatekeeper.registry import _may_declare\n"
+        "before = [_may_declare('gatekeeper.probe_group'), _may_declare('gatekeeper.nobody')]\n"
+        "from importlib.metadata import entry_points\n"
+        "groups = sorted(entry_points().groups)\n"
+        "print(json.dumps([before, groups, [g for g in groups if not _may_declare(g)]]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    before, groups, missed = json.loads(out.stdout.splitlines()[-1])
+    assert before == [True, False]
+    assert "console_scripts" in groups and "gatekeeper.probe_group" in groups
+    assert missed == []

@@ -58,7 +58,7 @@ class EvalContext:
 class Check(BaseModel):
     """Base of every check kind: the parameters, validated at policy load."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: ClassVar[str]
 

@@ -10,7 +10,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gatekeeper.checks import CHECKS, registry
-from gatekeeper.expr import parse_expr
 from gatekeeper.policy.conditions import Condition, parse_conditions
 from gatekeeper.verdict import Mode, Severity
 from gatekeeper.yamlfile import exactly_one
@@ -41,7 +40,7 @@ class Reduce(str, enum.Enum):
 class Steps(BaseModel):
     """Which points of the metric's own step axis a rule judges."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: Literal["all", "first", "last", "list", "range", "tail", "every"]
     steps: tuple[int, ...] = ()
@@ -111,6 +110,8 @@ class Steps(BaseModel):
 
 def period_expr(text: str) -> Any:
     """`config.<key>`, or an expression over config keys (the expr grammar)."""
+    from gatekeeper.expr import parse_expr  # only a policy with a `steps.every` key
+
     try:
         expr = parse_expr(text)
     except ValueError as exc:
@@ -153,7 +154,7 @@ def _every(raw: dict[str, Any]) -> dict[str, Any]:
 class Rule(BaseModel):
     """One rule: a metric, the points to judge, a reduction and exactly one check."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     id: str = Field(pattern=ID_PATTERN)
     metric: str | None = Field(min_length=1)  # required unless expr is given
@@ -195,6 +196,8 @@ class Rule(BaseModel):
     @classmethod
     def _parses(cls, value: str | None) -> str | None:
         if value is not None:
+            from gatekeeper.expr import parse_expr  # only a rule with `expr:`
+
             parse_expr(value)
         return value
 
@@ -223,7 +226,7 @@ def _known(kind: object) -> bool:
 class Match(BaseModel):
     """Which runs a policy applies to; every given key must hold."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     tags: list[str] = Field(default_factory=_list)
     name: str | None = None
@@ -239,7 +242,7 @@ class Match(BaseModel):
 class RuleOverride(BaseModel):
     """In a policy that `extends` another: relax or switch off one inherited rule."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     rule: str
     reason: str = Field(min_length=1)

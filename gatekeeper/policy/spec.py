@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gatekeeper.checks import Check
-from gatekeeper.expr import Expr
 from gatekeeper.policy.conditions import Condition
 from gatekeeper.policy.schema import Match, Reduce, Steps
 from gatekeeper.verdict import Mode, Severity
+
+if TYPE_CHECKING:  # imported when a rule has an expression (expr.py)
+    from gatekeeper.expr import Expr
 
 
 @dataclass(frozen=True)

@@ -3,24 +3,53 @@
 `reader` parses records, `values` coerces their numbers, `source` reads a run whole,
 `live` tails it while it is written, `metadata` reads the sidecar (`run.json`),
 `annotate` writes the verdict beside the records, `discover` expands a daemon `glob:`.
+
+Start-up: importing the package imports `source` alone (what `check` of a JSONL file
+reads with); `KIND` and `LiveJsonlSource` (the live tail, the annotator, the daemon's
+discovery) are imported when first asked for.
 """
 
 from __future__ import annotations
 
-from gatekeeper.sources.base import SourceFamily
-from gatekeeper.sources.jsonl.annotate import JsonlAnnotator
-from gatekeeper.sources.jsonl.discover import GlobRuns
-from gatekeeper.sources.jsonl.live import LiveJsonlSource
+from typing import TYPE_CHECKING, Any
+
 from gatekeeper.sources.jsonl.source import JsonlSource
 
-KIND = SourceFamily(
-    name="jsonl",
-    examples=("runs/grpo.jsonl", "runs/grpo/ (a directory of *.jsonl)"),
-    sources=(JsonlSource,),
-    live_sources=(LiveJsonlSource,),
-    annotator=JsonlAnnotator(),
-    target_key="glob",
-    discovery=GlobRuns,
-)
+if TYPE_CHECKING:
+    from gatekeeper.sources.base import SourceFamily
+    from gatekeeper.sources.jsonl.live import LiveJsonlSource
+
+# Declared, not bound: the module's __getattr__ builds it when first asked for.
+KIND: SourceFamily
+
+
+def _kind() -> SourceFamily:
+    from gatekeeper.sources.base import SourceFamily
+    from gatekeeper.sources.jsonl.annotate import JsonlAnnotator
+    from gatekeeper.sources.jsonl.discover import GlobRuns
+    from gatekeeper.sources.jsonl.live import LiveJsonlSource
+
+    return SourceFamily(
+        name="jsonl",
+        examples=("runs/grpo.jsonl", "runs/grpo/ (a directory of *.jsonl)"),
+        sources=(JsonlSource,),
+        live_sources=(LiveJsonlSource,),
+        annotator=JsonlAnnotator(),
+        target_key="glob",
+        discovery=GlobRuns,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """`KIND` (built once) and `LiveJsonlSource`, imported when first used."""
+    if name == "KIND":
+        globals()["KIND"] = kind = _kind()
+        return kind
+    if name == "LiveJsonlSource":
+        from gatekeeper.sources.jsonl.live import LiveJsonlSource
+
+        return LiveJsonlSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["KIND", "JsonlSource", "LiveJsonlSource"]
