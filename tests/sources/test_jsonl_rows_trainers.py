@@ -27,11 +27,20 @@ from typing import Any
 
 import pytest
 
+from gatekeeper.sources.jsonl import reader
 from gatekeeper.sources.jsonl.reader import JsonlParser
 from tests.helpers import gatekeeper, write_policy
 from tests.sources.test_jsonl_rows_fast import _same
 
 torch = pytest.importorskip("torch")
+
+@pytest.fixture(autouse=True)
+def _python_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the Python ways through a block: the C rows reader, which
+    would take uniform blocks first, is off (tests/sources/test_jsonl_rows_c.py compares
+    it with them)."""
+    monkeypatch.setattr(reader, "USE_C", False)
+
 
 BLOCKS = [64, 700, 8 << 20]
 

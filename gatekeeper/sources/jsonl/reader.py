@@ -19,10 +19,12 @@ for a float; a line nested deeper than orjson's 1024 levels; text that is not UT
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,6 +56,40 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # miles logs perf/* against rollout/step; other namespaces use "<ns>/step".
 DEFAULT_STEP_ALIASES: dict[str, str] = {"perf": "rollout/step"}
 EVENT_KEYS = frozenset({"event", "state", "time", "message", "reason"})
+
+# Read blocks of rows of one key order with the C extension `_rows` when it is built (the
+# tests set it False to compare both paths; the results are the same bit for bit).
+USE_C = True
+
+
+@functools.cache
+def _c_module() -> Any:
+    """The compiled rows reader, or None (not built here: no C compiler at install)."""
+    try:
+        from gatekeeper.sources.jsonl import _rows  # type: ignore[attr-defined]
+    except ImportError as exc:
+        _note_python_path(f"the C extension is not built ({exc})")
+        return None
+    return _rows
+
+
+def c_rows_status() -> str:
+    """Which path reads per-step rows here, for --debug and the tests."""
+    if _c_module() is None:
+        return "pure Python (the C extension gatekeeper.sources.jsonl._rows is not built)"
+    if not USE_C:
+        return "pure Python (switched off: gatekeeper.sources.jsonl.reader.USE_C is False)"
+    return "C (gatekeeper.sources.jsonl._rows), the Python ways for blocks it declines"
+
+
+def _note_python_path(why: str) -> None:
+    """Once per process: the slow path is never taken silently."""
+    import logging  # here: most commands never get here, and logging costs start-up time
+
+    msg = f"JSONL rows are read by the pure-Python path, about 2x slower: {why}"
+    logging.getLogger(__name__).info(msg)
+    if "--debug" in sys.argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0"):
+        print(f"gatekeeper: {msg}", file=sys.stderr)
 
 
 def is_step_key(key: str) -> bool:
@@ -126,6 +162,23 @@ class _LazyRows:
         return len(self.raws)
 
 
+class _BlockRows:
+    """The rows of a block read by C, split and parsed again one by one only where a step
+    must be looked at as written (beyond 2**53, a fraction, NaN, out of int64)."""
+
+    def __init__(
+        self, data: bytes, end: int, start: int, nl: bytes,
+        load: Callable[[bytes, int, bytes], Any],
+    ):
+        self.data, self.end, self.start, self.nl, self.load = data, end, start, nl, load
+        self.pieces: list[bytes] | None = None
+
+    def __getitem__(self, i: int) -> Any:
+        if self.pieces is None:
+            self.pieces = self.data[: self.end].split(b"\n")
+        return self.load(self.pieces[i], self.start + i, self.nl)
+
+
 class _Field:
     """One field of every row, looked up only at the indices asked for."""
 
@@ -162,6 +215,9 @@ class JsonlParser:
         """Parse the complete lines of `data`; with `final`, a partial tail is an error.
         Returns how many bytes were consumed (whole lines only, unless `final`)."""
         buf = data if isinstance(data, bytes) else bytes(data)
+        cut = buf.rfind(b"\n") + 1
+        if cut and not (final and buf[cut:].strip()) and self.parse_block(buf, cut, nl=b""):
+            return len(buf) if final else cut
         pieces = buf.split(b"\n")
         tail = pieces.pop()  # after the last newline: b"" or a partial line
         if tail.strip() and final:
@@ -177,6 +233,48 @@ class JsonlParser:
             file=self.path,
             line=line,
         )
+
+    def parse_block(self, data: bytes, end: int, *, nl: bytes = b"\n") -> bool:
+        """The first fast way, before a block is split into lines: rows of one key order
+        read by the C extension `_rows` in one call, the GIL released, straight into
+        float64 columns (see _rows.c). It reads the block exactly as `_uniform_rows`
+        would, or declines having changed nothing (False; also when the extension is not
+        built or USE_C is off): the Python ways then read the block and decide every
+        error and message. `data[:end]` is whole lines; `nl`: what `_load_line` adds back
+        to a line for its message (b"\n" for `parse_file`'s blocks, b"" for `feed`)."""
+        module = _c_module() if USE_C else None
+        if module is None:
+            return False
+        first_end = data.find(b"\n", 0, end)
+        if first_end < 0:
+            return False
+        raw = data[:first_end]
+        if b'"series"' in raw or b'"event"' in raw:  # as `_uniform_rows` declines
+            return False
+        try:
+            first = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return False
+        if type(first) is not dict or not first:
+            return False
+        keys = tuple(first)
+        if "event" in first or ("metric" in first and "series" in first):
+            return False
+        written = _written_keys(keys)
+        if written is None:
+            return False
+        out = module.rows(data, end, written)
+        if out is None:
+            return False
+        n = len(out) // (8 * len(keys))
+        columns = np.frombuffer(out, dtype=np.float64).reshape(len(keys), n)
+        start = self.line + 1
+        self.line += n
+        rows = _BlockRows(data, end, start, nl, self._load_line)
+        group = _Group(rows, range(start, start + n), rows)  # type: ignore[arg-type]
+        with _gc_paused():
+            self._row_group(keys, group, columns.T, from_c=True)
+        return True
 
     def parse_lines(self, pieces: list[bytes], *, quotes: int | None = None) -> None:
         """Parse whole lines (with or without their newline), in file order. `quotes` is
@@ -557,8 +655,12 @@ class JsonlParser:
         return steps, values, null_step
 
     def _row_group(
-        self, keys: tuple[str, ...], group: _Group, table: np.ndarray | None = None
+        self, keys: tuple[str, ...], group: _Group, table: np.ndarray | None = None,
+        *, from_c: bool = False,
     ) -> None:
+        """The metrics of rows of one key order, from their `table` when a fast way made
+        one. `from_c`: the table is `_rows`' column-major output, its columns contiguous
+        and its own (kept as they are, no copy), and no value in it was true or false."""
         index = {k: i for i, k in enumerate(keys)}
         if table is None and self._no_strings_but_markers(keys, group):
             flat = fast_floats(list(map(dict.values, group.rows)), len(keys))
@@ -593,9 +695,10 @@ class JsonlParser:
                 )
             steps = step_columns.get(step_key)
             if steps is None:
-                steps = self._row_steps(step_key, index[step_key], group, table)
+                steps = self._row_steps(step_key, index[step_key], group, table, from_c)
                 step_columns[step_key] = steps
-            self._add(key, step_key, steps, np.array(column(j), dtype=VALUE_DTYPE))
+            values = column(j) if from_c else np.array(column(j), dtype=VALUE_DTYPE)
+            self._add(key, step_key, steps, values)
 
     @staticmethod
     def _no_strings_but_markers(keys: tuple[str, ...], group: _Group) -> bool:
@@ -608,12 +711,12 @@ class JsonlParser:
         )
 
     def _row_steps(
-        self, key: str, j: int, group: _Group, table: np.ndarray | None
+        self, key: str, j: int, group: _Group, table: np.ndarray | None, from_c: bool = False
     ) -> np.ndarray:
         if table is not None:
             return as_steps(
                 table[:, j], lambda: _Field(group.rows, key), self.path, group.lines,
-                lambda i: f"step field {quote(key)}",
+                lambda i: f"step field {quote(key)}", bools=not from_c,
             )
         return np.array(
             [step_of(r[key], self.path, ln, f"step field {quote(key)}")
@@ -657,6 +760,20 @@ class JsonlParser:
         return out
 
 
+@functools.lru_cache(maxsize=64)
+def _written_keys(keys: tuple[str, ...]) -> tuple[bytes, ...] | None:
+    """The keys of a row as orjson writes them, quotes included, for `_rows` to match
+    byte for byte (a key written with escapes otherwise declines its block); None when a
+    key holds '"' (`key_quotes` cannot count it, and `_uniform_rows` declines too) or
+    cannot be written (a lone surrogate)."""
+    if key_quotes(keys) < 0:
+        return None
+    try:
+        return tuple(map(orjson.dumps, keys))
+    except orjson.JSONEncodeError:
+        return None
+
+
 def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
     """Feed a file from byte `offset` to `parser`; return the offset after the last whole
     line. With `final`, a last line without its newline is a truncation error.
@@ -682,12 +799,14 @@ def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
                 parts.append(data[:cut])
                 data, parts = b"".join(parts), []
                 cut = len(data)
+            pos += cut
+            if parser.parse_block(data, cut):  # rows of one key order, read in C
+                continue
             pieces = data.split(b"\n")
             pieces.pop()  # after the last newline: b"" or that partial line
             # '"' counted by numpy: a quarter of bytes.count's time
             quotes = int(np.count_nonzero(np.frombuffer(data, np.uint8, cut) == _QUOTE))
             parser.parse_lines(pieces, quotes=quotes)
-            pos += cut
     parser.coalesce()
     tail = b"".join(parts)
     if tail and final:
