@@ -371,3 +371,48 @@ def test_debug_says_which_path_reads_rows(tmp_path):
     assert runs[1].stdout.splitlines()[0].startswith("C ")
     assert "pure-Python" not in runs[1].stderr
     assert runs[0].stdout.splitlines()[1] == runs[1].stdout.splitlines()[1]
+
+
+@pytest.mark.parametrize("odd", [
+    None,
+    '{"_step": 7.5, "a": 1, "b\u00e9": 2, "\u03bb/x": 3, "c d": 4}',
+    '{"_step": 7, "a": true, "b\u00e9": 2, "\u03bb/x": 3, "c d": 4}',
+])
+def test_live_polls_read_the_same_with_c_on_and_off(tmp_path, monkeypatch, odd):
+    """Mirrors `LiveJsonlSource.poll` on a file growing in uneven chunks (a partial last
+    line left for the next poll): the same points each poll, the same error, and C did
+    read blocks of new lines."""
+    from gatekeeper.sources.jsonl.live import LiveJsonlSource
+
+    lines = _clean_file(2, ws=True, lines=400).split("\n")  # not splitlines: "\r" is in lines
+    if odd is not None:
+        lines[250] = odd
+    text = "\n".join(lines).encode()
+    rng = random.Random(4)
+    cuts = [*sorted(rng.sample(range(1, len(text)), 12)), len(text)]
+    results, taken = [], []
+    real = JsonlParser.parse_block
+    monkeypatch.setattr(JsonlParser, "parse_block", lambda self, *a, **kw: (
+        taken.append(real(self, *a, **kw)) or taken[-1]))
+    for use_c in (True, False):
+        monkeypatch.setattr(reader, "USE_C", use_c)
+        (tmp_path / str(use_c)).mkdir()
+        path = tmp_path / str(use_c) / "live.jsonl"
+        path.write_bytes(b"")
+        src, polls, prev = LiveJsonlSource(str(path)), [], 0
+        for cut in cuts:
+            with open(path, "ab") as fh:
+                fh.write(text[prev:cut])
+            prev = cut
+            try:
+                poll = src.poll()
+            except RecordError as exc:
+                polls.append(("error", type(exc), Path(exc.file or "").name, exc.line,
+                              str(exc).replace(str(path), "PATH")))
+                break
+            polls.append({m: (s.step_key, s.steps.tobytes(), s.values.tobytes())
+                          for m, s in poll.series.items()})
+        results.append(polls)
+    assert results[0] == results[1]
+    assert any(taken)
+    assert isinstance(results[0][-1], tuple) == (odd is not None and "7.5" in odd)  # error
