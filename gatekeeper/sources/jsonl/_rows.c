@@ -88,22 +88,19 @@ static const char *parse_number(Ctx *ctx, const char *p, const char *e, double *
         p++;
         if (p >= e) return NULL;
     }
+    /* w takes every digit (it may wrap beyond 19 significant digits: then `many`, and
+       only the text is used); nd counts the significant ones (from the first non-zero) */
     uint64_t w = 0;
-    int nd = 0;       /* significant digits taken into w */
-    int many = 0;     /* more than 19 significant digits: w is not the significand */
-    int fracd = 0;    /* fraction digits taken into w (or skipped as leading zeros) */
+    int nd = 0;
+    int fracd = 0; /* digits after the point */
     int isfloat = 0;
     if (*p == '0') {
         p++;
-        if (p < e && *p >= '0' && *p <= '9') return NULL; /* leading zero */
-    } else if (*p >= '1' && *p <= '9') {
-        while (p < e && *p >= '0' && *p <= '9') {
-            if (nd < 19) {
-                w = w * 10 + (uint64_t)(*p - '0');
-                nd++;
-            } else {
-                many = 1;
-            }
+        if (p < e && (unsigned)(*p - '0') < 10) return NULL; /* leading zero */
+    } else if ((unsigned)(*p - '1') < 9) {
+        while (p < e && (unsigned)(*p - '0') < 10) {
+            w = w * 10 + (uint64_t)(*p - '0');
+            nd++;
             p++;
         }
     } else {
@@ -112,22 +109,16 @@ static const char *parse_number(Ctx *ctx, const char *p, const char *e, double *
     if (p < e && *p == '.') {
         isfloat = 1;
         p++;
-        if (p >= e || *p < '0' || *p > '9') return NULL;
-        while (p < e && *p >= '0' && *p <= '9') {
-            if (many) {
-                /* dropped: the slow path reads the text */
-            } else if (w == 0 && *p == '0') {
-                fracd++; /* a leading zero of the significand */
-            } else if (nd < 19) {
-                w = w * 10 + (uint64_t)(*p - '0');
-                nd++;
-                fracd++;
-            } else {
-                many = 1;
-            }
+        const char *f = p;
+        while (p < e && (unsigned)(*p - '0') < 10) {
+            w = w * 10 + (uint64_t)(*p - '0');
+            nd += w != 0;
             p++;
         }
+        fracd = (int)(p - f);
+        if (fracd == 0) return NULL;
     }
+    int many = nd > 19; /* w is not the significand: the slow path reads the text */
     long exp10 = 0;
     if (p < e && (*p == 'e' || *p == 'E')) {
         isfloat = 1;
