@@ -252,7 +252,9 @@ def test_one_odd_line_in_a_block_declines_it_and_the_python_ways_decide(
         _, taken = _same(path, 8 << 20, monkeypatch)
         decided = _rows.rows(path.read_bytes(), path.stat().st_size,
                              (b'"step"', b'"loss"', b'"kl"'))
-        assert decided is None, bad  # none of them is a value it is sure of
+        # none of them is a value it is sure of: None, or where a line's keys seemed to
+        # differ (then `grouped` is tried, and the line, read by orjson, declines it)
+        assert decided is None or type(decided) is int, bad
         assert taken == [False]
 
 
@@ -332,8 +334,7 @@ def test_c_equals_python_on_trainer_shaped_rows(tmp_path, monkeypatch, shape):
     for block in (256, 4096, 8 << 20):
         (kind, *_), taken = _same(path, block, monkeypatch)
         assert kind == "ok"
-        if shape is _trl_dpo:  # one key order: C reads every block
-            assert taken and all(taken)
+        assert taken and all(taken)  # one key order (`rows`) or a few (`grouped`)
 
 
 def test_feed_uses_the_c_path_and_equals_python(monkeypatch):
@@ -422,3 +423,40 @@ def test_live_polls_read_the_same_with_c_on_and_off(tmp_path, monkeypatch, odd):
     assert results[0] == results[1]
     assert any(taken)
     assert isinstance(results[0][-1], tuple) == (odd is not None and "7.5" in odd)  # error
+
+
+@pytest.mark.parametrize("block", [300, 4096, 8 << 20])
+def test_grouped_rows_equal_python_and_odd_lines_decline(tmp_path, monkeypatch, block):
+    """Mirrors `_grouped_rows`: rows of three key orders (train rows, eval rows sharing
+    "epoch" with them, a summary row), one table per order in the order of their first
+    lines, NaN/marker values and step doubts included; then one hostile value, an escaped
+    key of a known order, or an event line among them: the block declines, the Python
+    ways decide, the same outcome either way."""
+    rng = random.Random(block)
+
+    def lines() -> list[str]:
+        out = []
+        for s in range(120):
+            out.append(f'{{"loss": {_value(rng)}, "epoch": {s / 40}, "step": {s}}}')
+            if s % 7 == 0:
+                out.append(f'{{"eval_loss": {_value(rng)}, "epoch": {s / 40}, "step": {s}}}')
+        out.append('{"train_runtime": 8.5, "epoch": 3.0, "step": 120}')
+        return out
+
+    clean = lines()
+    path = tmp_path / "grouped.jsonl"
+    path.write_text("\n".join(clean) + "\n", encoding="utf-8")
+    (kind, *_), taken = _same(path, block, monkeypatch)
+    assert kind == "ok" and taken and all(taken)
+    odd_lines = [*(f'{{"loss": {v}, "epoch": 1.0, "step": 50}}' for v in HOSTILE_VALUES[:20]),
+                 '{"eval_lo\\u0073s": 1, "epoch": 1.0, "step": 50}',
+                 '{"event": "end", "state": "failed"}', '{"loss": 1, "step": 2.5}',
+                 '{"loss": 1, "epoch": 1.0, "step": 9007199254740993}']
+    outcomes = set()
+    for i, odd in enumerate(odd_lines):
+        spoilt = list(clean)
+        spoilt[60] = odd
+        path = tmp_path / f"grouped-odd-{i}.jsonl"
+        path.write_text("\n".join(spoilt) + "\n", encoding="utf-8")
+        outcomes.add(_same(path, block, monkeypatch)[0][0])
+    assert outcomes == {"ok", "error"}

@@ -23,7 +23,9 @@ between all tokens as orjson allows it). A value is:
   - a string that is one of values.MARKERS after stripping spaces and lowercasing,
     written with printable ASCII only and no escapes: NaN / +inf / -inf exactly as
     numpy's float conversion of that string gives them ("-nan" has its sign bit set).
-Anything else declines the whole block: returns None (the partly written columns are
+When a line's keys are not `keys` (a key where another was expected, more or fewer keys),
+`rows` returns the byte offset of that line's start instead: the caller may try `grouped` (below), rows of a
+few key orders, one table each. Anything else declines the whole block: returns None (the partly written columns are
 freed): a line that is blank, another key order, true/false,
 nested values, other strings, bare NaN/Infinity, leading zeros, '+1', '.5', '1.',
 integers of more than 19 digits or outside int64, a number token longer than 64 bytes, a
@@ -196,19 +198,26 @@ static const char *parse_marker(const char *p, const char *e, double *out) {
     return p + 1;
 }
 
-/* One line [p, e): 1 when it is a row of the keys, its values written to out[j * n]. */
+#define DECLINE 0
+#define ROW 1
+#define OTHER_KEYS 2 /* a key where another was expected, or more or fewer keys */
+
+/* One line [p, e): ROW when it is a row of the keys, its values written to out[j * n];
+   OTHER_KEYS when its keys are not these (so far as it was read); DECLINE otherwise. */
 static int parse_line(Ctx *ctx, const char *p, const char *e, const Key *keys,
                       Py_ssize_t width, double *out, Py_ssize_t n) {
     p = skip_ws(p, e);
-    if (p >= e || *p != '{') return 0;
+    if (p >= e || *p != '{') return DECLINE;
     p++;
     for (Py_ssize_t j = 0; j < width; j++) {
         p = skip_ws(p, e);
         if (j > 0) {
-            if (p >= e || *p != ',') return 0;
+            if (p < e && *p == '}') return OTHER_KEYS;
+            if (p >= e || *p != ',') return DECLINE;
             p = skip_ws(p + 1, e);
         }
-        if (e - p < keys[j].len || memcmp(p, keys[j].bytes, (size_t)keys[j].len)) return 0;
+        if (e - p < keys[j].len || memcmp(p, keys[j].bytes, (size_t)keys[j].len))
+            return OTHER_KEYS;
         p = skip_ws(p + keys[j].len, e);
         if (p >= e || *p != ':') return 0;
         p = skip_ws(p + 1, e);
@@ -230,9 +239,43 @@ static int parse_line(Ctx *ctx, const char *p, const char *e, const Key *keys,
         out[j * n] = v;
     }
     p = skip_ws(p, e);
+    if (p < e && *p == ',') return OTHER_KEYS;
     if (p >= e || *p != '}') return 0;
     p = skip_ws(p + 1, e);
-    return p == e;
+    return p == e ? ROW : DECLINE;
+}
+
+/* The keys of a tuple of bytes as Key structs (borrowed), or NULL with an exception. */
+static Key *keys_of(PyObject *keys_obj, Py_ssize_t *width) {
+    if (!PyTuple_Check(keys_obj) || PyTuple_GET_SIZE(keys_obj) == 0) {
+        PyErr_SetString(PyExc_TypeError, "rows: keys must be a non-empty tuple of bytes");
+        return NULL;
+    }
+    *width = PyTuple_GET_SIZE(keys_obj);
+    Key *keys = PyMem_Malloc(sizeof(Key) * (size_t)*width);
+    if (keys == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < *width; j++) {
+        PyObject *k = PyTuple_GET_ITEM(keys_obj, j);
+        if (!PyBytes_Check(k)) {
+            PyErr_SetString(PyExc_TypeError, "rows: keys must be bytes");
+            PyMem_Free(keys);
+            return NULL;
+        }
+        keys[j].bytes = PyBytes_AS_STRING(k);
+        keys[j].len = PyBytes_GET_SIZE(k);
+    }
+    return keys;
+}
+
+static Py_ssize_t count_lines(const char *base, Py_ssize_t end) {
+    Py_ssize_t n = 0;
+    for (const char *q = base, *stop = base + end;
+         (q = memchr(q, '\n', (size_t)(stop - q))) != NULL; q++)
+        n++;
+    return n;
 }
 
 static PyObject *rows(PyObject *self, PyObject *args) {
@@ -276,19 +319,23 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)sizeof(double) * width * n);
     if (out == NULL) goto done;
     double *col = (double *)PyByteArray_AS_STRING(out);
-    int ok = 1;
+    int ok = ROW;
+    Py_ssize_t i = 0;
     Ctx ctx = {NULL};
     ctx.save = PyEval_SaveThread();
     const char *p = base, *stop = base + end;
-    for (Py_ssize_t i = 0; ok && i < n; i++) {
+    for (; i < n; i++) {
         const char *nl = memchr(p, '\n', (size_t)(stop - p));
         ok = parse_line(&ctx, p, nl, keys, width, col + i, n);
+        if (ok != ROW) break;
         p = nl + 1;
     }
     PyEval_RestoreThread(ctx.save);
-    if (ok) {
+    if (ok == ROW) {
         result = out;
         out = NULL;
+    } else if (ok == OTHER_KEYS) {
+        result = PyLong_FromSsize_t(p - base);
     } else {
         result = Py_None;
         Py_INCREF(result);
@@ -300,10 +347,140 @@ done:
     return result;
 }
 
+/* grouped(data, end, tables) -> list[(first, lines, values)] | int | None
+
+tables: a tuple of key tuples (as `rows` takes one). Each line must be a row of one of
+them (tried from the table of the line before on). Returns, per table in the order given,
+(index of its first line or -1, a bytearray of the int64 indices of its lines, a
+bytearray of their float64 values row-major: len(lines) x len(keys)); an int, the byte
+offset of the first line whose keys are none of the tables' (the caller may add them and
+call again); None to decline, as `rows` does. */
+static PyObject *grouped(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data;
+    Py_ssize_t end;
+    PyObject *tables_obj;
+    if (!PyArg_ParseTuple(args, "y*nO!", &data, &end, &PyTuple_Type, &tables_obj))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t ntab = PyTuple_GET_SIZE(tables_obj), made = 0;
+    Key **keys = NULL;
+    Py_ssize_t *width = NULL, *count = NULL, *first = NULL;
+    PyObject **lines = NULL, **vals = NULL;
+    double **vbuf = NULL;  /* the buffers of vals and lines, read with the GIL released */
+    int64_t **lbuf = NULL;
+    if (end < 0 || end > data.len || ntab == 0) {
+        PyErr_SetString(PyExc_ValueError, "grouped: bad end or no tables");
+        goto done;
+    }
+    keys = PyMem_Calloc((size_t)ntab, sizeof(Key *));
+    width = PyMem_Calloc((size_t)ntab, sizeof(Py_ssize_t));
+    count = PyMem_Calloc((size_t)ntab, sizeof(Py_ssize_t));
+    first = PyMem_Calloc((size_t)ntab, sizeof(Py_ssize_t));
+    lines = PyMem_Calloc((size_t)ntab, sizeof(PyObject *));
+    vals = PyMem_Calloc((size_t)ntab, sizeof(PyObject *));
+    vbuf = PyMem_Calloc((size_t)ntab, sizeof(double *));
+    lbuf = PyMem_Calloc((size_t)ntab, sizeof(int64_t *));
+    if (!keys || !width || !count || !first || !lines || !vals || !vbuf || !lbuf) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const char *base = (const char *)data.buf;
+    Py_ssize_t n = count_lines(base, end);
+    if (n == 0) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    for (made = 0; made < ntab; made++) {
+        keys[made] = keys_of(PyTuple_GET_ITEM(tables_obj, made), &width[made]);
+        if (keys[made] == NULL) goto done;
+        first[made] = -1;
+        if (width[made] > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(double) / n) {
+            PyErr_NoMemory();
+            made++;
+            goto done;
+        }
+        /* room for every line: pages never written are never touched */
+        lines[made] = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)sizeof(int64_t) * n);
+        vals[made] = PyByteArray_FromStringAndSize(
+            NULL, (Py_ssize_t)sizeof(double) * width[made] * n);
+        if (lines[made] == NULL || vals[made] == NULL) {
+            made++;
+            goto done;
+        }
+        lbuf[made] = (int64_t *)PyByteArray_AS_STRING(lines[made]);
+        vbuf[made] = (double *)PyByteArray_AS_STRING(vals[made]);
+    }
+    int ok = ROW;
+    Py_ssize_t i = 0, t = 0;
+    Ctx ctx = {NULL};
+    ctx.save = PyEval_SaveThread();
+    const char *p = base, *stop = base + end, *line = base;
+    for (; i < n && ok == ROW; i++) {
+        line = p;
+        const char *nl = memchr(p, '\n', (size_t)(stop - p));
+        for (Py_ssize_t tried = 0; tried < ntab; tried++, t = (t + 1) % ntab) {
+            ok = parse_line(&ctx, p, nl, keys[t], width[t], vbuf[t] + count[t] * width[t], 1);
+            if (ok != OTHER_KEYS) break;
+        }
+        if (ok == ROW) {
+            lbuf[t][count[t]++] = (int64_t)i;
+            if (first[t] < 0) first[t] = i;
+        }
+        p = nl + 1;
+    }
+    PyEval_RestoreThread(ctx.save);
+    if (ok == OTHER_KEYS) {
+        result = PyLong_FromSsize_t(line - base);
+        goto done;
+    }
+    if (ok != ROW) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    PyObject *list = PyList_New(ntab);
+    if (list == NULL) goto done;
+    for (Py_ssize_t k = 0; k < ntab; k++) {
+        if (PyByteArray_Resize(lines[k], (Py_ssize_t)sizeof(int64_t) * count[k]) < 0 ||
+            PyByteArray_Resize(vals[k], (Py_ssize_t)sizeof(double) * width[k] * count[k]) < 0) {
+            Py_DECREF(list);
+            goto done;
+        }
+        PyObject *item = Py_BuildValue("nOO", first[k], lines[k], vals[k]);
+        if (item == NULL) {
+            Py_DECREF(list);
+            goto done;
+        }
+        PyList_SET_ITEM(list, k, item);
+    }
+    result = list;
+done:
+    for (Py_ssize_t k = 0; k < made; k++) {
+        PyMem_Free(keys[k]);
+        Py_XDECREF(lines[k]);
+        Py_XDECREF(vals[k]);
+    }
+    PyMem_Free(keys);
+    PyMem_Free(width);
+    PyMem_Free(count);
+    PyMem_Free(first);
+    PyMem_Free(lines);
+    PyMem_Free(vals);
+    PyMem_Free(vbuf);
+    PyMem_Free(lbuf);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"rows", rows, METH_VARARGS,
-     "rows(data, end, keys) -> bytearray | None: a block of rows of one key order into "
-     "float64 columns (see the module's source)."},
+     "rows(data, end, keys) -> bytearray | int | None: a block of rows of one key order "
+     "into float64 columns (see the module's source)."},
+    {"grouped", grouped, METH_VARARGS,
+     "grouped(data, end, tables) -> list | int | None: a block of rows of a few key orders "
+     "into one float64 table each (see the module's source)."},
     {NULL, NULL, 0, NULL},
 };
 

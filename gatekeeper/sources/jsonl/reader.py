@@ -60,6 +60,7 @@ EVENT_KEYS = frozenset({"event", "state", "time", "message", "reason"})
 # Read blocks of rows of one key order with the C extension `_rows` when it is built (the
 # tests set it False to compare both paths; the results are the same bit for bit).
 USE_C = True
+_C_MAX_KEY_ORDERS = 16  # per parser: more key orders than this are left to the Python ways
 
 
 @functools.cache
@@ -163,20 +164,23 @@ class _LazyRows:
 
 
 class _BlockRows:
-    """The rows of a block read by C, split and parsed again one by one only where a step
-    must be looked at as written (beyond 2**53, a fraction, NaN, out of int64)."""
+    """The rows of a block read by C (all of them, or those at the line indices `at`),
+    split and parsed again one by one only where a step must be looked at as written
+    (beyond 2**53, a fraction, NaN, out of int64)."""
 
     def __init__(
         self, data: bytes, end: int, start: int, nl: bytes,
-        load: Callable[[bytes, int, bytes], Any],
+        load: Callable[[bytes, int, bytes], Any], at: list[int] | None = None,
     ):
         self.data, self.end, self.start, self.nl, self.load = data, end, start, nl, load
+        self.at = at
         self.pieces: list[bytes] | None = None
 
     def __getitem__(self, i: int) -> Any:
         if self.pieces is None:
             self.pieces = self.data[: self.end].split(b"\n")
-        return self.load(self.pieces[i], self.start + i, self.nl)
+        k = i if self.at is None else self.at[i]
+        return self.load(self.pieces[k], self.start + k, self.nl)
 
 
 class _Field:
@@ -210,6 +214,8 @@ class JsonlParser:
     metric_errors: dict[str, str] = field(default_factory=dict)
     record_metrics: set[str] = field(default_factory=set)  # metrics from record lines
     _last_steps: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    # the key orders of rows C has met, as orjson writes their keys (for `_rows.grouped`)
+    _c_tables: dict[tuple[str, ...], tuple[bytes, ...]] = field(default_factory=dict, repr=False)
 
     def feed(self, data: bytes | memoryview, *, final: bool) -> int:
         """Parse the complete lines of `data`; with `final`, a partial tail is an error.
@@ -266,6 +272,8 @@ class JsonlParser:
         out = module.rows(data, end, written)
         if out is None:
             return False
+        if isinstance(out, int):  # a line of another key order, at byte `out`
+            return self._c_grouped(module, data, end, nl, keys, written, out)
         n = len(out) // (8 * len(keys))
         columns = np.frombuffer(out, dtype=np.float64).reshape(len(keys), n)
         start = self.line + 1
@@ -274,6 +282,64 @@ class JsonlParser:
         group = _Group(rows, range(start, start + n), rows)  # type: ignore[arg-type]
         with _gc_paused():
             self._row_group(keys, group, columns.T, from_c=True)
+        return True
+
+    def _c_grouped(
+        self, module: Any, data: bytes, end: int, nl: bytes, keys: tuple[str, ...],
+        written: tuple[bytes, ...], at: int,
+    ) -> bool:
+        """Rows of a few key orders (a trainer's train and eval rows, miles' train and
+        rollout rows) read by `_rows.grouped`, one table per key order, handed to
+        `_row_group` in the order `_grouped_rows` would (by each order's first line).
+        The key orders come from the block's lines as orjson reads them, one at a time
+        where C meets a line of an order it was not given (`at`: its byte offset), and are
+        kept for the next blocks. False, having changed nothing, when C declines, a line
+        of a new order is not a plain row (`_grouped_rows` would decline it too), or the
+        orders are too many."""
+        tables = self._c_tables
+        tables.setdefault(keys, written)
+        given = False  # whether C was given every key order in `tables` yet
+        while True:
+            raw = data[at : data.find(b"\n", at, end)]
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return False
+            if type(obj) is not dict or not obj:
+                return False
+            other = tuple(obj)
+            if other in tables:
+                if given:  # its keys are written another way (escapes): not C's
+                    return False
+            elif "event" in obj or ("metric" in obj and "series" in obj):
+                return False
+            else:
+                other_written = _written_keys(other)
+                if other_written is None or len(tables) >= _C_MAX_KEY_ORDERS:
+                    return False
+                tables[other] = other_written
+            out = module.grouped(data, end, tuple(tables.values()))
+            given = True
+            if out is None:
+                return False
+            if not isinstance(out, int):
+                break
+            at = out
+        start = self.line + 1
+        found = sorted(
+            (first, keys, lines, values)
+            for (keys, _), (first, lines, values) in zip(tables.items(), out, strict=True)
+            if first >= 0
+        )
+        self.line += data.count(b"\n", 0, end)
+        with _gc_paused():
+            for _, keys, lines_bytes, values in found:
+                at_lines = np.frombuffer(lines_bytes, dtype=np.int64).tolist()
+                table = np.frombuffer(values, dtype=np.float64).reshape(len(at_lines), len(keys))
+                rows = _BlockRows(data, end, start, nl, self._load_line, at_lines)
+                lines = [start + i for i in at_lines]
+                self._row_group(keys, _Group(rows, lines, rows), table,  # type: ignore[arg-type]
+                                from_c=True)
         return True
 
     def parse_lines(self, pieces: list[bytes], *, quotes: int | None = None) -> None:
@@ -659,8 +725,9 @@ class JsonlParser:
         *, from_c: bool = False,
     ) -> None:
         """The metrics of rows of one key order, from their `table` when a fast way made
-        one. `from_c`: the table is `_rows`' column-major output, its columns contiguous
-        and its own (kept as they are, no copy), and no value in it was true or false."""
+        one. `from_c`: the table is `_rows`' output, so no value in it was true or false;
+        when it is column-major (`rows`, not `grouped`) its columns are kept as they are,
+        views of one buffer, with no copy."""
         index = {k: i for i, k in enumerate(keys)}
         if table is None and self._no_strings_but_markers(keys, group):
             flat = fast_floats(list(map(dict.values, group.rows)), len(keys))
@@ -697,7 +764,11 @@ class JsonlParser:
             if steps is None:
                 steps = self._row_steps(step_key, index[step_key], group, table, from_c)
                 step_columns[step_key] = steps
-            values = column(j) if from_c else np.array(column(j), dtype=VALUE_DTYPE)
+            # C's column-major table: its columns are contiguous, a view keeps no more alive
+            values = (
+                column(j) if from_c and table is not None and table.flags.f_contiguous
+                else np.array(column(j), dtype=VALUE_DTYPE)
+            )
             self._add(key, step_key, steps, values)
 
     @staticmethod
