@@ -331,13 +331,13 @@ class JsonlParser:
             for (keys, _), (first, lines, values) in zip(tables.items(), out, strict=True)
             if first >= 0
         )
-        self.line += data.count(b"\n", 0, end)
+        self.line += sum(len(lines) for _, _, lines, _ in found) // 8  # every line is a row
         with _gc_paused():
             for _, keys, lines_bytes, values in found:
-                at_lines = np.frombuffer(lines_bytes, dtype=np.int64).tolist()
-                table = np.frombuffer(values, dtype=np.float64).reshape(len(at_lines), len(keys))
-                rows = _BlockRows(data, end, start, nl, self._load_line, at_lines)
-                lines = [start + i for i in at_lines]
+                index = np.frombuffer(lines_bytes, dtype=np.int64)
+                table = np.frombuffer(values, dtype=np.float64).reshape(len(index), len(keys))
+                rows = _BlockRows(data, end, start, nl, self._load_line, index.tolist())
+                lines = (index + start).tolist()
                 self._row_group(keys, _Group(rows, lines, rows), table,  # type: ignore[arg-type]
                                 from_c=True)
         return True
