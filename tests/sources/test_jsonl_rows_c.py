@@ -198,10 +198,20 @@ def test_c_equals_python_on_numbers_markers_and_whitespace(tmp_path, monkeypatch
         assert taken and all(taken)  # C read every block: not two runs of the Python ways
 
 
-def test_the_kernel_rounds_every_number_as_orjson_and_numpy_do():
+@pytest.mark.parametrize("libc", [True, False])
+def test_the_kernel_rounds_every_number_as_orjson_and_numpy_do(libc):
     """Mirrors `_uniform_rows`: orjson parses the line, np.fromiter makes float64 of its
-    values (Python's float(int) for integers). 60,000 number texts in one block, then
-    each hostile one on its own: C converts it bit for bit the same or declines."""
+    values (Python's float(int) for integers). 60,000 number texts in one block: C
+    converts each bit for bit the same. Long texts go to glibc's strtod_l or, switched
+    off (as on a libc without it), to PyOS_string_to_double: both paths are checked."""
+    before = _rows.use_libc_strtod(libc)
+    try:
+        _kernel_rounds_as_orjson()
+    finally:
+        _rows.use_libc_strtod(before)
+
+
+def _kernel_rounds_as_orjson() -> None:
     rng = random.Random(11)
     texts = [_value(rng) for _ in range(60_000)]
     good, lines = [], []

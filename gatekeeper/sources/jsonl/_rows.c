@@ -16,9 +16,10 @@ between all tokens as orjson allows it). A value is:
     digits that fits int64 becomes the double Python's float(int) gives (correctly
     rounded; -0 is the integer 0, +0.0); any other number is a float, correctly
     rounded: Clinger's fast path (decimal significand <= 2**53, power of ten within
-    10**22, one exact IEEE operation), else PyOS_string_to_double on a NUL-terminated
-    copy (David Gay's correctly rounded strtod, locale-independent), called with the
-    GIL held;
+    10**22, one exact IEEE operation), else on a NUL-terminated copy glibc's strtod_l
+    in the "C" locale (exact, thread safe: no GIL needed) or, where that is not
+    available, PyOS_string_to_double (David Gay's correctly rounded strtod,
+    locale-independent) called with the GIL taken back;
   - null: NaN;
   - a string that is one of values.MARKERS after stripping spaces and lowercasing,
     written with printable ASCII only and no escapes: NaN / +inf / -inf exactly as
@@ -49,6 +50,7 @@ which decide every error and message. The parse runs with the GIL released.
 #include <stdlib.h>
 static locale_t c_locale = (locale_t)0;
 #endif
+static int libc_strtod = 1; /* tests switch it off to check the other path here too */
 
 typedef struct {
     const char *bytes;
@@ -76,7 +78,7 @@ static int slow_double(Ctx *ctx, const char *s, Py_ssize_t n, double *out) {
     memcpy(buf, s, (size_t)n);
     buf[n] = '\0';
 #ifdef HAVE_STRTOD_L
-    if (c_locale != (locale_t)0) {
+    if (libc_strtod && c_locale != (locale_t)0) {
         char *end = NULL;
         double v = strtod_l(buf, &end, c_locale);
         if (end != buf + n || isinf(v) || isnan(v)) return 0;
@@ -492,7 +494,26 @@ done:
     return result;
 }
 
+/* use_libc_strtod(flag) -> bool: whether long number texts are read by strtod_l (when
+it is available, glibc), else by PyOS_string_to_double; returns whether it was before. */
+static PyObject *use_libc_strtod(PyObject *self, PyObject *arg) {
+    (void)self;
+    int flag = PyObject_IsTrue(arg);
+    if (flag < 0) return NULL;
+    int before = libc_strtod;
+#ifdef HAVE_STRTOD_L
+    before = before && c_locale != (locale_t)0;
+#else
+    before = 0;
+#endif
+    libc_strtod = flag;
+    return PyBool_FromLong(before);
+}
+
 static PyMethodDef methods[] = {
+    {"use_libc_strtod", use_libc_strtod, METH_O,
+     "use_libc_strtod(flag) -> bool: read long number texts with glibc's strtod_l (else "
+     "PyOS_string_to_double); returns whether it did before (False where unavailable)."},
     {"rows", rows, METH_VARARGS,
      "rows(data, end, keys) -> bytearray | int | None: a block of rows of one key order "
      "into float64 columns (see the module's source)."},
