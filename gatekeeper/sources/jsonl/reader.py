@@ -8,8 +8,10 @@ Two line shapes, detected per line, so files and directories may mix them:
 
 Non-finite values may be the strings "NaN", "Infinity", "-Infinity" or the bare tokens
 Python's json module writes; a null value is a non-finite point too (DESIGN: a null where
-a metric has numbers elsewhere). Lines are parsed with orjson; rows that share one key
-set are converted to numpy together, so no Python object per point outlives its line.
+a metric has numbers elsewhere). Blocks of plain rows are read by the optional C
+extension `_rows` when it is built (`parse_block`, docs/jsonl-reading.md); otherwise lines
+are parsed with orjson, and rows that share one key set are converted to numpy together,
+so no Python object per point outlives its line.
 
 What is refused, always and on every path (fast and slow), with file:line: a step that is
 not a whole number fitting int64 (a bool, a string, 1e300, 2**63); a value that is neither
@@ -87,7 +89,7 @@ def _note_python_path(why: str) -> None:
     """Once per process: the slow path is never taken silently."""
     import logging  # here: most commands never get here, and logging costs start-up time
 
-    msg = f"JSONL rows are read by the pure-Python path, about 2x slower: {why}"
+    msg = f"JSONL rows are read by the pure-Python path, several times slower: {why}"
     logging.getLogger(__name__).info(msg)
     if "--debug" in sys.argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0"):
         print(f"gatekeeper: {msg}", file=sys.stderr)
@@ -243,11 +245,12 @@ class JsonlParser:
     def parse_block(self, data: bytes, end: int, *, nl: bytes = b"\n") -> bool:
         """The first fast way, before a block is split into lines: rows of one key order
         read by the C extension `_rows` in one call, the GIL released, straight into
-        float64 columns (see _rows.c). It reads the block exactly as `_uniform_rows`
-        would, or declines having changed nothing (False; also when the extension is not
-        built or USE_C is off): the Python ways then read the block and decide every
-        error and message. `data[:end]` is whole lines; `nl`: what `_load_line` adds back
-        to a line for its message (b"\n" for `parse_file`'s blocks, b"" for `feed`)."""
+        float64 columns (see _rows.c), or rows of a few key orders (`_c_grouped`). It
+        reads the block exactly as `_uniform_rows` / `_grouped_rows` would, or declines
+        having changed nothing (False; also when the extension is not built or USE_C is
+        off): the Python ways then read the block and decide every error and message.
+        `data[:end]` is whole lines; `nl`: what `_load_line` adds back to a line for its
+        message (b"\n" for `parse_file`'s blocks, b"" for `feed`)."""
         module = _c_module() if USE_C else None
         if module is None:
             return False
