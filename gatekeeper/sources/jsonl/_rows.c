@@ -44,7 +44,7 @@ which decide every error and message. The parse runs with the GIL released.
 
 /* glibc's strtod_l in the "C" locale: correctly rounded (exact multi-precision), thread
    safe, so it needs no GIL; elsewhere PyOS_string_to_double with the GIL taken back. */
-#if defined(__GLIBC__)
+#if defined(__GLIBC__) && !defined(GATEKEEPER_NO_STRTOD_L)
 #define HAVE_STRTOD_L 1
 #include <locale.h>
 #include <stdlib.h>
