@@ -1,11 +1,12 @@
 """The compiled parts of gatekeeper: the wandb history decoder (see
-gatekeeper/sources/wandb/_history.c) and the spike check's exact path
+gatekeeper/sources/wandb/_history.c), the JSONL rows reader (see
+gatekeeper/sources/jsonl/_rows.c) and the spike check's exact path
 (gatekeeper/checks/_spike.c). Everything else is in pyproject.toml.
 
-Both extensions are optional: without a C compiler the install still succeeds and
-gatekeeper reads wandb history with its pure-Python path (slower; `gatekeeper check
---debug` and GATEKEEPER_DEBUG=1 say so on stderr) and judges spike rules with numpy and
-bottleneck (the same verdicts, slower). The spike kernel is built without fused
+All extensions are optional: without a C compiler the install still succeeds and
+gatekeeper reads wandb history and JSONL rows with its pure-Python paths (slower, the
+same results; `gatekeeper check --debug` and GATEKEEPER_DEBUG=1 say so on stderr) and
+judges spike rules with numpy and bottleneck (the same verdicts, slower). The spike kernel is built without fused
 multiply-adds (-ffp-contract=off) so its roundings are numpy's, bit for bit.
 """
 
@@ -16,6 +17,12 @@ setup(
         Extension(
             "gatekeeper.sources.wandb._history",
             sources=["gatekeeper/sources/wandb/_history.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
+        Extension(
+            "gatekeeper.sources.jsonl._rows",
+            sources=["gatekeeper/sources/jsonl/_rows.c"],
             optional=True,
             extra_compile_args=["-O2"],
         ),

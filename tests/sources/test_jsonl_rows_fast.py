@@ -28,6 +28,14 @@ from gatekeeper.sources.jsonl import reader
 from gatekeeper.sources.jsonl.reader import JsonlParser, parse_file
 from tests.fuzz import gen
 
+@pytest.fixture(autouse=True)
+def _python_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the Python ways through a block: the C rows reader, which
+    would take uniform blocks first, is off (tests/sources/test_jsonl_rows_c.py compares
+    it with them)."""
+    monkeypatch.setattr(reader, "USE_C", False)
+
+
 MARKERS = ['"NaN"', '"Infinity"', '"-Infinity"', '" nan "', '"inf"', '"-INF"']
 
 

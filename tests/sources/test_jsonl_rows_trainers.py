@@ -27,11 +27,20 @@ from typing import Any
 
 import pytest
 
+from gatekeeper.sources.jsonl import reader
 from gatekeeper.sources.jsonl.reader import JsonlParser
 from tests.helpers import gatekeeper, write_policy
 from tests.sources.test_jsonl_rows_fast import _same
 
 torch = pytest.importorskip("torch")
+
+@pytest.fixture(autouse=True)
+def _python_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the Python ways through a block: the C rows reader, which
+    would take uniform blocks first, is off (tests/sources/test_jsonl_rows_c.py compares
+    it with them)."""
+    monkeypatch.setattr(reader, "USE_C", False)
+
 
 BLOCKS = [64, 700, 8 << 20]
 
@@ -83,6 +92,24 @@ def _assert_fast_equals_exact(path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         outcome = _same(path, block, monkeypatch)
         assert outcome[0] == "ok", outcome
     assert _fast_paths_taken(path, monkeypatch) > 0, "no block took a rows fast path"
+    _assert_c_equals_python(path, monkeypatch)
+
+
+def _assert_c_equals_python(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C rows reader (when built) on the same real rows: the same columns, axes and
+    line counts as the Python ways, at every block size, and it did read blocks (those
+    with a bare NaN token, as json.dumps writes a NaN loss, it leaves to Python)."""
+    if reader._c_module() is None:
+        return  # not built here: test_jsonl_rows_c.py is skipped with the reason
+    from tests.sources.test_jsonl_rows_c import _same as same_c
+
+    poisoned = b"NaN" in path.read_bytes()  # a bare NaN token: its block is Python's
+    for block in BLOCKS:
+        (kind, *_), taken = same_c(path, block, monkeypatch)
+        assert kind == "ok"
+        assert any(taken) or poisoned, "the C reader read no block"
+        if not poisoned:
+            assert all(taken), "the C reader declined a block of plain rows"
 
 
 @pytest.mark.parametrize("poison_at", [None, 12])

@@ -8,8 +8,10 @@ Two line shapes, detected per line, so files and directories may mix them:
 
 Non-finite values may be the strings "NaN", "Infinity", "-Infinity" or the bare tokens
 Python's json module writes; a null value is a non-finite point too (DESIGN: a null where
-a metric has numbers elsewhere). Lines are parsed with orjson; rows that share one key
-set are converted to numpy together, so no Python object per point outlives its line.
+a metric has numbers elsewhere). Blocks of plain rows are read by the optional C
+extension `_rows` when it is built (`parse_block`, docs/jsonl-reading.md); otherwise lines
+are parsed with orjson, and rows that share one key set are converted to numpy together,
+so no Python object per point outlives its line.
 
 What is refused, always and on every path (fast and slow), with file:line: a step that is
 not a whole number fitting int64 (a bool, a string, 1e300, 2**63); a value that is neither
@@ -19,10 +21,12 @@ for a float; a line nested deeper than orjson's 1024 levels; text that is not UT
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,6 +58,41 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # miles logs perf/* against rollout/step; other namespaces use "<ns>/step".
 DEFAULT_STEP_ALIASES: dict[str, str] = {"perf": "rollout/step"}
 EVENT_KEYS = frozenset({"event", "state", "time", "message", "reason"})
+
+# Read blocks of rows of one key order with the C extension `_rows` when it is built (the
+# tests set it False to compare both paths; the results are the same bit for bit).
+USE_C = True
+_C_MAX_KEY_ORDERS = 16  # per parser: more key orders than this are left to the Python ways
+
+
+@functools.cache
+def _c_module() -> Any:
+    """The compiled rows reader, or None (not built here: no C compiler at install)."""
+    try:
+        from gatekeeper.sources.jsonl import _rows  # type: ignore[attr-defined]
+    except ImportError as exc:
+        _note_python_path(f"the C extension is not built ({exc})")
+        return None
+    return _rows
+
+
+def c_rows_status() -> str:
+    """Which path reads per-step rows here, for --debug and the tests."""
+    if _c_module() is None:
+        return "pure Python (the C extension gatekeeper.sources.jsonl._rows is not built)"
+    if not USE_C:
+        return "pure Python (switched off: gatekeeper.sources.jsonl.reader.USE_C is False)"
+    return "C (gatekeeper.sources.jsonl._rows), the Python ways for blocks it declines"
+
+
+def _note_python_path(why: str) -> None:
+    """Once per process: the slow path is never taken silently."""
+    import logging  # here: most commands never get here, and logging costs start-up time
+
+    msg = f"JSONL rows are read by the pure-Python path, several times slower: {why}"
+    logging.getLogger(__name__).info(msg)
+    if "--debug" in sys.argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0"):
+        print(f"gatekeeper: {msg}", file=sys.stderr)
 
 
 def is_step_key(key: str) -> bool:
@@ -126,6 +165,26 @@ class _LazyRows:
         return len(self.raws)
 
 
+class _BlockRows:
+    """The rows of a block read by C (all of them, or those at the line indices `at`),
+    split and parsed again one by one only where a step must be looked at as written
+    (beyond 2**53, a fraction, NaN, out of int64)."""
+
+    def __init__(
+        self, data: bytes, end: int, start: int, nl: bytes,
+        load: Callable[[bytes, int, bytes], Any], at: list[int] | None = None,
+    ):
+        self.data, self.end, self.start, self.nl, self.load = data, end, start, nl, load
+        self.at = at
+        self.pieces: list[bytes] | None = None
+
+    def __getitem__(self, i: int) -> Any:
+        if self.pieces is None:
+            self.pieces = self.data[: self.end].split(b"\n")
+        k = i if self.at is None else self.at[i]
+        return self.load(self.pieces[k], self.start + k, self.nl)
+
+
 class _Field:
     """One field of every row, looked up only at the indices asked for."""
 
@@ -157,11 +216,16 @@ class JsonlParser:
     metric_errors: dict[str, str] = field(default_factory=dict)
     record_metrics: set[str] = field(default_factory=set)  # metrics from record lines
     _last_steps: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    # the key orders of rows C has met, as orjson writes their keys (for `_rows.grouped`)
+    _c_tables: dict[tuple[str, ...], tuple[bytes, ...]] = field(default_factory=dict, repr=False)
 
     def feed(self, data: bytes | memoryview, *, final: bool) -> int:
         """Parse the complete lines of `data`; with `final`, a partial tail is an error.
         Returns how many bytes were consumed (whole lines only, unless `final`)."""
         buf = data if isinstance(data, bytes) else bytes(data)
+        cut = buf.rfind(b"\n") + 1
+        if cut and not (final and buf[cut:].strip()) and self.parse_block(buf, cut, nl=b""):
+            return len(buf) if final else cut
         pieces = buf.split(b"\n")
         tail = pieces.pop()  # after the last newline: b"" or a partial line
         if tail.strip() and final:
@@ -177,6 +241,109 @@ class JsonlParser:
             file=self.path,
             line=line,
         )
+
+    def parse_block(self, data: bytes, end: int, *, nl: bytes = b"\n") -> bool:
+        """The first fast way, before a block is split into lines: rows of one key order
+        read by the C extension `_rows` in one call, the GIL released, straight into
+        float64 columns (see _rows.c), or rows of a few key orders (`_c_grouped`). It
+        reads the block exactly as `_uniform_rows` / `_grouped_rows` would, or declines
+        having changed nothing (False; also when the extension is not built or USE_C is
+        off): the Python ways then read the block and decide every error and message.
+        `data[:end]` is whole lines; `nl`: what `_load_line` adds back to a line for its
+        message (b"\n" for `parse_file`'s blocks, b"" for `feed`)."""
+        module = _c_module() if USE_C else None
+        if module is None:
+            return False
+        first_end = data.find(b"\n", 0, end)
+        if first_end < 0:
+            return False
+        raw = data[:first_end]
+        if b'"series"' in raw or b'"event"' in raw:  # as `_uniform_rows` declines
+            return False
+        try:
+            first = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return False
+        if type(first) is not dict or not first:
+            return False
+        keys = tuple(first)
+        if "event" in first or ("metric" in first and "series" in first):
+            return False
+        written = _written_keys(keys)
+        if written is None:
+            return False
+        out = module.rows(data, end, written)
+        if out is None:
+            return False
+        if isinstance(out, int):  # a line of another key order, at byte `out`
+            return self._c_grouped(module, data, end, nl, keys, written, out)
+        n = len(out) // (8 * len(keys))
+        columns = np.frombuffer(out, dtype=np.float64).reshape(len(keys), n)
+        start = self.line + 1
+        self.line += n
+        rows = _BlockRows(data, end, start, nl, self._load_line)
+        group = _Group(rows, range(start, start + n), rows)  # type: ignore[arg-type]
+        with _gc_paused():
+            self._row_group(keys, group, columns.T, from_c=True)
+        return True
+
+    def _c_grouped(
+        self, module: Any, data: bytes, end: int, nl: bytes, keys: tuple[str, ...],
+        written: tuple[bytes, ...], at: int,
+    ) -> bool:
+        """Rows of a few key orders (a trainer's train and eval rows, miles' train and
+        rollout rows) read by `_rows.grouped`, one table per key order, handed to
+        `_row_group` in the order `_grouped_rows` would (by each order's first line).
+        The key orders come from the block's lines as orjson reads them, one at a time
+        where C meets a line of an order it was not given (`at`: its byte offset), and are
+        kept for the next blocks. False, having changed nothing, when C declines, a line
+        of a new order is not a plain row (`_grouped_rows` would decline it too), or the
+        orders are too many."""
+        tables = self._c_tables
+        tables.setdefault(keys, written)
+        given = False  # whether C was given every key order in `tables` yet
+        while True:
+            raw = data[at : data.find(b"\n", at, end)]
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return False
+            if type(obj) is not dict or not obj:
+                return False
+            other = tuple(obj)
+            if other in tables:
+                if given:  # its keys are written another way (escapes): not C's
+                    return False
+            elif "event" in obj or ("metric" in obj and "series" in obj):
+                return False
+            else:
+                other_written = _written_keys(other)
+                if other_written is None or len(tables) >= _C_MAX_KEY_ORDERS:
+                    return False
+                tables[other] = other_written
+            out = module.grouped(data, end, tuple(tables.values()))
+            given = True
+            if out is None:
+                return False
+            if not isinstance(out, int):
+                break
+            at = out
+        start = self.line + 1
+        found = sorted(
+            (first, keys, lines, values)
+            for (keys, _), (first, lines, values) in zip(tables.items(), out, strict=True)
+            if first >= 0
+        )
+        self.line += sum(len(lines) for _, _, lines, _ in found) // 8  # every line is a row
+        with _gc_paused():
+            for _, keys, lines_bytes, values in found:
+                index = np.frombuffer(lines_bytes, dtype=np.int64)
+                table = np.frombuffer(values, dtype=np.float64).reshape(len(index), len(keys))
+                rows = _BlockRows(data, end, start, nl, self._load_line, index.tolist())
+                lines = (index + start).tolist()
+                self._row_group(keys, _Group(rows, lines, rows), table,  # type: ignore[arg-type]
+                                from_c=True)
+        return True
 
     def parse_lines(self, pieces: list[bytes], *, quotes: int | None = None) -> None:
         """Parse whole lines (with or without their newline), in file order. `quotes` is
@@ -557,8 +724,13 @@ class JsonlParser:
         return steps, values, null_step
 
     def _row_group(
-        self, keys: tuple[str, ...], group: _Group, table: np.ndarray | None = None
+        self, keys: tuple[str, ...], group: _Group, table: np.ndarray | None = None,
+        *, from_c: bool = False,
     ) -> None:
+        """The metrics of rows of one key order, from their `table` when a fast way made
+        one. `from_c`: the table is `_rows`' output, so no value in it was true or false;
+        when it is column-major (`rows`, not `grouped`) its columns are kept as they are,
+        views of one buffer, with no copy."""
         index = {k: i for i, k in enumerate(keys)}
         if table is None and self._no_strings_but_markers(keys, group):
             flat = fast_floats(list(map(dict.values, group.rows)), len(keys))
@@ -593,9 +765,14 @@ class JsonlParser:
                 )
             steps = step_columns.get(step_key)
             if steps is None:
-                steps = self._row_steps(step_key, index[step_key], group, table)
+                steps = self._row_steps(step_key, index[step_key], group, table, from_c)
                 step_columns[step_key] = steps
-            self._add(key, step_key, steps, np.array(column(j), dtype=VALUE_DTYPE))
+            # C's column-major table: its columns are contiguous, a view keeps no more alive
+            values = (
+                column(j) if from_c and table is not None and table.flags.f_contiguous
+                else np.array(column(j), dtype=VALUE_DTYPE)
+            )
+            self._add(key, step_key, steps, values)
 
     @staticmethod
     def _no_strings_but_markers(keys: tuple[str, ...], group: _Group) -> bool:
@@ -608,12 +785,12 @@ class JsonlParser:
         )
 
     def _row_steps(
-        self, key: str, j: int, group: _Group, table: np.ndarray | None
+        self, key: str, j: int, group: _Group, table: np.ndarray | None, from_c: bool = False
     ) -> np.ndarray:
         if table is not None:
             return as_steps(
                 table[:, j], lambda: _Field(group.rows, key), self.path, group.lines,
-                lambda i: f"step field {quote(key)}",
+                lambda i: f"step field {quote(key)}", bools=not from_c,
             )
         return np.array(
             [step_of(r[key], self.path, ln, f"step field {quote(key)}")
@@ -657,6 +834,20 @@ class JsonlParser:
         return out
 
 
+@functools.lru_cache(maxsize=64)
+def _written_keys(keys: tuple[str, ...]) -> tuple[bytes, ...] | None:
+    """The keys of a row as orjson writes them, quotes included, for `_rows` to match
+    byte for byte (a key written with escapes otherwise declines its block); None when a
+    key holds '"' (`key_quotes` cannot count it, and `_uniform_rows` declines too) or
+    cannot be written (a lone surrogate)."""
+    if key_quotes(keys) < 0:
+        return None
+    try:
+        return tuple(map(orjson.dumps, keys))
+    except orjson.JSONEncodeError:
+        return None
+
+
 def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
     """Feed a file from byte `offset` to `parser`; return the offset after the last whole
     line. With `final`, a last line without its newline is a truncation error.
@@ -682,12 +873,14 @@ def parse_file(parser: JsonlParser, offset: int = 0, *, final: bool) -> int:
                 parts.append(data[:cut])
                 data, parts = b"".join(parts), []
                 cut = len(data)
+            pos += cut
+            if parser.parse_block(data, cut):  # rows of one key order, read in C
+                continue
             pieces = data.split(b"\n")
             pieces.pop()  # after the last newline: b"" or that partial line
             # '"' counted by numpy: a quarter of bytes.count's time
             quotes = int(np.count_nonzero(np.frombuffer(data, np.uint8, cut) == _QUOTE))
             parser.parse_lines(pieces, quotes=quotes)
-            pos += cut
     parser.coalesce()
     tail = b"".join(parts)
     if tail and final:

@@ -111,14 +111,17 @@ class Indexed(Protocol):
 
 def as_steps(
     col: np.ndarray, originals: Callable[[], Indexed], path: str,
-    lines: Sequence[int] | Same, what: Callable[[int], str],
+    lines: Sequence[int] | Same, what: Callable[[int], str], *, bools: bool = True,
 ) -> np.ndarray:
     """A float64 step column as int64 — exactly. Where the floats cannot be trusted (0 and
-    1 may have been true/false; beyond 2**53 a float may stand for another whole number;
-    NaN, fractions, out of int64 range), the written values decide, point by point."""
+    1 may have been true/false, unless `bools` is False: the caller knows none was;
+    beyond 2**53 a float may stand for another whole number; NaN, fractions, out of int64
+    range), the written values decide, point by point."""
     if col.dtype.kind in "iu":
         return col.astype(STEP_DTYPE, copy=False)
-    doubt = (col == 0) | (col == 1) | ~(np.abs(col) < EXACT) | (col != np.floor(col))
+    doubt = ~(np.abs(col) < EXACT) | (col != np.floor(col))
+    if bools:
+        doubt |= (col == 0) | (col == 1)
     if not doubt.any():
         return col.astype(STEP_DTYPE)
     out = np.where(doubt, 0.0, col).astype(STEP_DTYPE)
