@@ -23,7 +23,7 @@ setup(
             "gatekeeper.checks._spike",
             sources=["gatekeeper/checks/_spike.c"],
             optional=True,
-            extra_compile_args=["-O2", "-ffp-contract=off"],
+            extra_compile_args=["-O3", "-ffp-contract=off"],
         ),
     ]
 )
