@@ -101,6 +101,8 @@ static PyObject *fit(PyObject *self, PyObject *args) {
     const double denom = (double)(w * w * (w * w - 1) / 12);
     double cy = 0.0, cxy = 0.0;
     ry[0] = rxy[0] = 0.0;
+    /* ring slots of index j + 1 and of window i = j + 1 - w (kept without a division) */
+    Py_ssize_t at = 1 % (w + 1), from = 0;
     for (Py_ssize_t j = 0; j < n; j++) { /* cy, cxy at index j + 1 */
         double xy = (double)j * y[j];
         if (j == 0) { /* numpy's cumsum copies its first entry (a -0.0 stays -0.0) */
@@ -110,9 +112,8 @@ static PyObject *fit(PyObject *self, PyObject *args) {
             cy = cy + y[j];
             cxy = cxy + xy;
         }
-        Py_ssize_t at = (j + 1) % (w + 1);
         if (j + 1 >= w) { /* window i = j + 1 - w: sums at j + 1 less those at i */
-            Py_ssize_t i = j + 1 - w, from = i % (w + 1);
+            Py_ssize_t i = j + 1 - w;
             double sy = cy - ry[from];
             double sxy = cxy - rxy[from];
             double sx = (double)i * dw;
@@ -129,9 +130,11 @@ static PyObject *fit(PyObject *self, PyObject *args) {
                 if (mean == 0) g = 0.0;
                 growth[all_growth ? i : 0] = g;
             }
+            from = from == w ? 0 : from + 1;
         }
         ry[at] = cy;
         rxy[at] = cxy;
+        at = at == w ? 0 : at + 1;
     }
     PyMem_Free(ring);
     result = Py_True;
