@@ -38,6 +38,14 @@ baseline instruction set and for AVX2, and the AVX2 copy runs where the CPU has 
 #else
 #define SPIKE_AVX2 0
 #endif
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+#if defined(_MSC_VER)
+#define restrict __restrict
+#endif
 #define MAD_TO_SIGMA 1.4826
 #define HUGE_VALUE 1e300
 
@@ -54,7 +62,7 @@ static int cmp_double(const void *a, const void *b) {
    < x <= r[i] (r[-1] = -inf), else r[i - 1]. Every step a comparison and a select of
    doubles, the same for every entry: the loop vectorizes. Only moves values, so exact.
    Ties: any copy of `gone` removed leaves the same values. */
-static inline __attribute__((always_inline)) void slide(
+static ALWAYS_INLINE void slide(
     double *restrict t, const double *restrict s, Py_ssize_t w, double gone, double x) {
     for (Py_ssize_t i = 0; i < w; i++) {
         double prev = s[i - 1], cur = s[i], nxt = s[i + 1];
@@ -108,7 +116,7 @@ static double kth_floor(const double *s, double med, Py_ssize_t top, Py_ssize_t 
    and one for AVX2 (chosen at run time), where slide's selects take four doubles at a
    time. The same operations either way (no fused multiply-add: -ffp-contract=off; the
    AVX2 copy does its arithmetic one double at a time as the other), so the same bits. */
-static inline __attribute__((always_inline)) void judge(
+static ALWAYS_INLINE void judge(
     const double *v, unsigned char *out, Py_ssize_t n, Py_ssize_t w, double *s, double *t,
     double factor, double min_scale, int direction) {
     Py_ssize_t k = w / 2;
