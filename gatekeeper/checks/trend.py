@@ -26,6 +26,7 @@ except ImportError:  # not built: numpy below gives the same floats
 # Off: always the numpy path below (the reference the C kernel is tested against).
 USE_C = True
 
+
 @dataclass
 class _TrendState:
     tail_steps: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
