@@ -30,6 +30,12 @@ setup(
             "gatekeeper.checks._spike",
             sources=["gatekeeper/checks/_spike.c"],
             optional=True,
+            extra_compile_args=["-O3", "-ffp-contract=off"],
+        ),
+        Extension(
+            "gatekeeper.checks._trend",
+            sources=["gatekeeper/checks/_trend.c"],
+            optional=True,
             extra_compile_args=["-O2", "-ffp-contract=off"],
         ),
     ]

@@ -14,11 +14,14 @@ Times are the best of R interleaved rounds, wall and CPU (the steadier on a shar
 machine); the machine's load is printed beside them.
 `--kinds` also times, interleaved the same way, a 50-rule policy of each kind alone (no
 derived metrics) against one of `max` rules: what each kind costs per rule; where the
-spike check's C kernel is built, `spike/np` is the same spike policy on its numpy path.
-`--spike-numpy` runs the whole benchmark on spike's numpy path (the figures before the C
-kernel, gatekeeper/checks/_spike.c).
+spike and trend C kernels are built, `spike/np` and `trend/np` are the same policies on
+their numpy paths. `--spike-numpy` / `--trend-numpy` run the whole benchmark on that
+kind's numpy path (the figures without gatekeeper/checks/_spike.c or _trend.c).
+To compare with another tree's code, run this script with PYTHONPATH=<that tree> (its
+`gatekeeper` package, compiled extensions beside their .c) alternately with this one;
+the first line says which gatekeeper was timed.
 Usage: python bench/bench_anomaly.py [--steps N] [--metrics M] [--repeat R] [--kinds]
-       [--spike-numpy]
+       [--spike-numpy] [--trend-numpy]
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ import time
 
 import numpy as np
 
+import gatekeeper
 from gatekeeper.checks import spike as spike_check
+from gatekeeper.checks import trend as trend_check
 from gatekeeper.engine import evaluate
 from gatekeeper.history import Baselines, RuleBaseline
 from gatekeeper.model import Run, Series
@@ -117,28 +122,40 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--kinds", action="store_true", help="time each kind alone as well")
     ap.add_argument("--spike-numpy", action="store_true", help="spike without its C kernel")
+    ap.add_argument("--trend-numpy", action="store_true", help="trend without its C kernel")
     args = ap.parse_args()
     spike_check.USE_C = not args.spike_numpy
+    if hasattr(trend_check, "USE_C"):  # absent in trees before the trend kernel
+        trend_check.USE_C = not args.trend_numpy
     run = make_run(args.steps, args.metrics)
     with tempfile.TemporaryDirectory() as tmp:
         a_path, t_path = os.path.join(tmp, "anomaly.yaml"), os.path.join(tmp, "threshold.yaml")
         write_policy(a_path, ANOMALY, args.metrics, derived=True)
         write_policy(t_path, THRESHOLD, args.metrics, derived=True)
         anomaly, threshold = load_policies([a_path]), load_policies([t_path])
+        # the same policies with every rule on a plain metric: what the checks cost
+        # without the derived metrics' alignment, which both policies pay alike
+        write_policy(a_path, ANOMALY, args.metrics, derived=False)
+        write_policy(t_path, THRESHOLD, args.metrics, derived=False)
+        anomaly_plain, threshold_plain = load_policies([a_path]), load_policies([t_path])
         record = os.path.join(tmp, "record.jsonl")
         write_record(run, record)
         parse_t = timed(lambda: open_source(record).read())
     base = baselines(anomaly, run)
+    base_plain = baselines(anomaly_plain, run)
     kinds = sorted({r.check.kind for p in anomaly for r in p.rules})
     derived = sum(r.expr is not None for p in anomaly for r in p.rules)
     print(
         f"{args.steps} steps x {args.metrics} metrics; anomaly rules use {', '.join(kinds)} "
-        f"({derived} on derived metrics); spike path: {spike_path()}"
+        f"({derived} on derived metrics); spike path: {spike_path()}; trend path: "
+        f"{trend_path()}; gatekeeper from {os.path.dirname(gatekeeper.__file__)}"
     )
-    a_times, t_times = [], []
+    a_times, t_times, ap_times, tp_times = [], [], [], []
     for _ in range(args.repeat):
         t_times.append(timed_both(lambda: evaluate(threshold, run)))
         a_times.append(timed_both(lambda: evaluate(anomaly, run, history=base)))
+        tp_times.append(timed_both(lambda: evaluate(threshold_plain, run)))
+        ap_times.append(timed_both(lambda: evaluate(anomaly_plain, run, history=base_plain)))
     verdict = evaluate(anomaly, run, history=base)
     assert len(verdict.results) == args.metrics
     # best of R: the least disturbed by other work (wall and CPU each)
@@ -153,6 +170,11 @@ def main() -> int:
     print(
         f"engine only, CPU time: threshold {t_cpu:6.3f}s  anomaly {a_cpu:6.3f}s  "
         f"ratio {a_cpu / t_cpu:5.2f}x"
+    )
+    tp, ap = min(x[1] for x in tp_times), min(x[1] for x in ap_times)
+    print(
+        f"no derived metrics, CPU time: threshold {tp:6.3f}s  anomaly {ap:6.3f}s  "
+        f"ratio {ap / tp:5.2f}x (the checks alone; not the issue's target)"
     )
     print(f"reading the JSONL record {parse_t:6.3f}s")
     print(
@@ -170,7 +192,16 @@ def main() -> int:
 def spike_path() -> str:
     if spike_check._spike is None:
         return "numpy (the C kernel is not built)"
-    return "C kernel" if spike_check.USE_C else "numpy (--spike-numpy)"
+    if not spike_check.USE_C:
+        return "numpy (--spike-numpy)"
+    simd = getattr(spike_check._spike, "simd", None)  # which copy of its loop runs
+    return f"C kernel ({simd()})" if simd is not None else "C kernel"
+
+
+def trend_path() -> str:
+    if getattr(trend_check, "_trend", None) is None:
+        return "numpy (no C kernel here)"
+    return "C kernel" if trend_check.USE_C else "numpy (--trend-numpy)"
 
 
 def per_kind(run: Run, metrics: int, repeat: int) -> None:
@@ -181,17 +212,22 @@ def per_kind(run: Run, metrics: int, repeat: int) -> None:
             path = os.path.join(tmp, "kind.yaml")
             write_policy(path, [kind], metrics, derived=False)
             policies[kind.format().split(":")[0].strip("{ ")] = load_policies([path])
-    use_c = spike_check.USE_C
-    if use_c and spike_check._spike is not None:  # before/after, interleaved
-        policies["spike/np"] = policies["spike"]
+    # where a kind has a C kernel, the same policy on its numpy path too, interleaved
+    switches = {"spike/np": (spike_check, "spike"), "trend/np": (trend_check, "trend")}
+    for name, (module, kind) in switches.items():
+        if getattr(module, "USE_C", False) and getattr(module, "_" + kind, None) is not None:
+            policies[name] = policies[kind]
     bases = {name: baselines(p, run) for name, p in policies.items()}
     best = dict.fromkeys(policies, float("inf"))
     cpu = dict.fromkeys(policies, float("inf"))
     for _ in range(repeat):
         for name, p in policies.items():
-            spike_check.USE_C = use_c and name != "spike/np"
+            module = switches[name][0] if name in switches else None
+            if module is not None:
+                module.USE_C = False
             took, took_cpu = timed_both(lambda p=p, n=name: evaluate(p, run, history=bases[n]))
-            spike_check.USE_C = use_c
+            if module is not None:
+                module.USE_C = True
             best[name], cpu[name] = min(best[name], took), min(cpu[name], took_cpu)
     for name, t in best.items():
         c = cpu[name]

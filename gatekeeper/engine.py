@@ -78,6 +78,23 @@ def _run_lengths(mask: np.ndarray, carry: int) -> np.ndarray:
     return runs
 
 
+def _runs_at(where: np.ndarray, size: int, carry: int) -> tuple[np.ndarray, int]:
+    """`_run_lengths` at the violating points only: `where` = np.flatnonzero(mask) of a
+    mask of `size` points (not empty). Returns the run length at each of them and at the
+    mask's last point (0 if it does not violate). O(violations), not O(points): a
+    rule with a few violations among 100,000 points no longer pays two 100,000-long
+    scans (~1 ms)."""
+    start = np.ones(where.size, dtype=bool)  # where a run of consecutive points begins
+    np.not_equal(np.diff(where), 1, out=start[1:])
+    begins = np.flatnonzero(start)
+    first = where[begins]  # each run's first point
+    runs = where - np.repeat(first, np.diff(np.append(begins, where.size))) + 1
+    if carry and where[0] == 0:  # the first run continues the one before this chunk
+        runs[: begins[1] if begins.size > 1 else where.size] += carry
+    last = int(runs[-1]) if int(where[-1]) == size - 1 else 0
+    return runs, last
+
+
 def step_shape(steps: np.ndarray) -> tuple[int, int, int]:
     """(lowest, highest, largest gap between neighbours) of non-empty steps (fed sorted).
     A live poll's few points in plain Python: four numpy calls cost ~20 us a metric."""
@@ -379,10 +396,10 @@ class RuleTracker:
         room = MAX_MARKED - len(self.marked)
         if room > 0:
             self.marked += tuple(int(s) for s in steps[mask][:room])
-        runs = _run_lengths(mask, self.run)
-        self.run = int(runs[-1])
+        where = np.flatnonzero(mask)
+        runs, self.run = _runs_at(where, mask.size, self.run)
         if self.fail is None:
-            fired = np.flatnonzero(runs >= self.rule.for_)
+            fired = where[runs >= self.rule.for_]  # for_ >= 1: only violating points fire
             if fired.size:
                 i = int(fired[0])
                 self.fail = (int(steps[i]), float(values[i]))

@@ -42,18 +42,29 @@ def numpy_path(check: Spike, values: np.ndarray, n_context: int) -> np.ndarray:
 
 
 def c_handles(check: Spike, values: np.ndarray, n_context: int) -> bool:
-    """Whether the kernel takes this call (False: it hands it back, writing nothing)."""
+    """Whether the kernel takes this call (False: it hands it back, writing nothing).
+    Both copies of its loop run (the AVX2 one where the CPU has it, and the baseline one)
+    and must agree with each other and with what `violations` returns."""
     w = check.window
     first = max(n_context, w)
     if first >= values.size:
         return True
-    out = np.zeros(values.size - first, dtype=bool)
     part = np.ascontiguousarray(values[first - w :])
-    took = _spike.violations(part, out, w, check.factor, check.min_scale,
-                             DIRECTIONS[check.direction])
-    if not took:
-        assert not out.any()
-    return bool(took)
+    outs, took = [], []
+    for simd in (True, False):
+        out = np.zeros(values.size - first, dtype=bool)
+        took.append(_spike.violations(part, out, w, check.factor, check.min_scale,
+                                      DIRECTIONS[check.direction], simd))
+        outs.append(out)
+    assert took[0] is took[1]
+    assert np.array_equal(outs[0], outs[1]), np.flatnonzero(outs[0] != outs[1])[:10]
+    if not took[0]:
+        assert not outs[0].any()
+    else:
+        got = check.violations(values, n_context)
+        assert not got[: first - n_context].any()
+        assert np.array_equal(got[first - n_context :], outs[0])
+    return bool(took[0])
 
 
 def same(check: Spike, values: np.ndarray, n_context: int = 0, *, c: bool = True) -> np.ndarray:
@@ -193,6 +204,48 @@ def test_chunked_feeding_with_context_matches_one_call() -> None:
         # a context longer than the window, and one shorter (the run's first points)
         same(check, values[100:400], n_context=w + 7)
         same(check, values[:400], n_context=w // 2)
+
+
+@needs_c
+def test_random_cases_against_the_numpy_path() -> None:
+    """Mirrors Spike's numpy path (the reference) on 2,500 random short cases: any window
+    3-69 (longer than the series too), direction, factor 1e-300..1e300 and min_scale,
+    values of one scale or mixed, few levels (ties), constant runs, signed zeros, a NaN
+    or +-inf or huge value now and then (handed back), any n_context. Each case also
+    compares the kernel's AVX2 and baseline loops (c_handles)."""
+    rng = np.random.default_rng(12)
+    for _ in range(2500):
+        w = int(rng.integers(3, 70))
+        n = int(rng.integers(0, 260))
+        kind = int(rng.integers(0, 5))
+        if kind == 0:
+            values = rng.normal(0.0, 1.0, n) * 10.0 ** rng.uniform(-300, 290)
+        elif kind == 1:
+            values = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(-300, 200, n)
+        elif kind == 2:
+            values = rng.integers(-2, 3, n).astype(np.float64)  # ties
+        elif kind == 3:
+            values = np.repeat(rng.normal(0.0, 1.0, n // 17 + 1), 17)[:n]  # constant runs
+        else:
+            values = rng.choice([0.0, -0.0, 1.0, -1.0, 5e-324], n)
+        spikes = rng.integers(0, max(n, 1), int(rng.integers(0, 4))) if n else []
+        for at in spikes:
+            values[at] *= rng.choice([10.0, -30.0, 1e6])
+        bad = n and rng.random() < 0.1
+        if bad:
+            values[int(rng.integers(0, n))] = rng.choice([np.nan, np.inf, -np.inf, 1e301])
+        check = Spike(
+            window=w,
+            factor=float(10.0 ** rng.uniform(-300, 300) if rng.random() < 0.2
+                         else rng.uniform(0.1, 12.0)),
+            direction=DIRS[int(rng.integers(0, 3))],
+            min_scale=float(rng.choice([0.0, 0.0, 1e-300, 0.05, 1.0])),
+        )
+        n_context = int(rng.integers(0, n + 1)) if n else 0
+        w_first = max(n_context, w)
+        part = values[max(w_first - w, 0):]
+        handled = w_first >= n or bool(np.all(np.abs(part) <= 1e300))
+        same(check, values, n_context, c=handled)
 
 
 @needs_c
