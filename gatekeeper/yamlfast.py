@@ -202,12 +202,11 @@ def fast_tree(text: str) -> MarkedMap | None:
 # is then not paid by a small check. tests/policy/test_yamlfast.py compares it with
 # ruamel on every policy of the repo, the tests, the docs and the fuzz generator.
 _SIMPLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")
-# the characters a one-line plain scalar may not hold here
-# (letters, digits, space and _.,+-/()=<>;%$~^*!?&|@'" -- ASCII but for the ones below;
-# non-ASCII is let through: unsure_text has already refused the characters where the
-# YAML versions differ)
-_PLAIN_BAD = re.compile(r"[\x00-\x1f\x7f#:\[\\\]`{}]")
-_FLOW_END = re.compile(r"[,\]}]")
+# characters a one-line plain scalar may hold here (non-ASCII is let through as well:
+# unsure_text has already refused the characters where the YAML versions differ)
+_PLAIN_OK = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.,+-/()=<>;%$~^*!?&|@'\""
+)
 _PLAIN_FIRST_BAD = frozenset("-?:,[]{}#&*!|>'\"%@`")  # indicators ("-x" is allowed below)
 
 
@@ -362,8 +361,9 @@ class _Simple:
             return self.flow(text, at, line, depth)
         if first in ("'", '"'):
             return _quoted(text, at)
-        found = _FLOW_END.search(text, at)
-        end = found.start() if found else len(text)
+        end = at
+        while end < len(text) and text[end] not in ",]}":
+            end += 1
         return _plain(text[at:end].rstrip(" "), flow=True), end
 
 
@@ -396,8 +396,9 @@ def _plain(value: str, flow: bool) -> Any:
         value[0] == "-" and len(value) > 1 and value[1] != " "
     ):
         raise Unsure("empty plain scalar or an indicator first")
-    if _PLAIN_BAD.search(value):
-        raise Unsure("a character this reader leaves to libyaml")
+    for c in value:
+        if c not in _PLAIN_OK and c <= "\x7f":
+            raise Unsure("a character this reader leaves to libyaml")
     if flow and ("'" in value or '"' in value):
         raise Unsure("quote in a flow plain scalar")
     return scalar(value)
