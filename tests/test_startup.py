@@ -280,7 +280,7 @@ def test_a_threshold_check_as_the_program_imports_no_other_kind_nor_their_depend
     # the same as above, through the program's start-up: no anomaly kind (spike, trend,
     # history: their sliding windows, the C extension), no bottleneck, no difflib (the
     # "did you mean" of an error), no expression parser (a policy without `expr:`), no
-    # YAML library (yamlfast._simple_tree reads it), no other command, no heavy dependency
+    # other command, no heavy dependency
     run, policy = _threshold_case(tmp_path)
     after = "import json\nprint(json.dumps(sorted(sys.modules)))\n"
     out = subprocess.run([sys.executable, "-c", _program(run, policy, after)], cwd=REPO,
@@ -289,7 +289,7 @@ def test_a_threshold_check_as_the_program_imports_no_other_kind_nor_their_depend
     modules = set(json.loads(out.stdout.splitlines()[-1]))
     unwanted = {
         "gatekeeper.checks.spike", "gatekeeper.checks.trend", "gatekeeper.checks.history",
-        "gatekeeper.checks.flat", "gatekeeper.checks._spike", "bottleneck", "scipy", "difflib", "importlib.metadata", "ruamel", "yaml",
+        "gatekeeper.checks.flat", "gatekeeper.checks._spike", "bottleneck", "scipy", "difflib", "importlib.metadata", "ruamel",
         "gatekeeper.cli.serve", "gatekeeper.cli.history", "gatekeeper.cli.live",
         "gatekeeper.sources.jsonl.live", "gatekeeper.sources.jsonl.discover", "gatekeeper.expr",
         *HEAVY,
