@@ -1,13 +1,15 @@
 """The compiled parts of gatekeeper: the wandb history decoder (see
 gatekeeper/sources/wandb/_history.c), the JSONL rows reader (see
-gatekeeper/sources/jsonl/_rows.c) and the spike check's exact path
-(gatekeeper/checks/_spike.c). Everything else is in pyproject.toml.
+gatekeeper/sources/jsonl/_rows.c) and the exact paths of the spike and trend checks
+(gatekeeper/checks/_spike.c, gatekeeper/checks/_trend.c). Everything else is in
+pyproject.toml.
 
 All extensions are optional: without a C compiler the install still succeeds and
 gatekeeper reads wandb history and JSONL rows with its pure-Python paths (slower, the
 same results; `gatekeeper check --debug` and GATEKEEPER_DEBUG=1 say so on stderr) and
-judges spike rules with numpy and bottleneck (the same verdicts, slower). The spike kernel is built without fused
-multiply-adds (-ffp-contract=off) so its roundings are numpy's, bit for bit.
+judges spike and trend rules with numpy and bottleneck (the same verdicts, slower). The
+check kernels are built without fused multiply-adds (-ffp-contract=off) so their
+roundings are numpy's, bit for bit.
 """
 
 from setuptools import Extension, setup
