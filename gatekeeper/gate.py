@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ReportOptions:
+    """Where and how a verdict is reported (JSON, JUnit, GitHub, the terminal)."""
+
     json_path: str | None = None
     junit_path: str | None = None
     github: str = "auto"  # auto: when GITHUB_ACTIONS=true | always | never

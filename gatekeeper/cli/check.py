@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CheckOptions:
+    """What one `gatekeeper check` was asked to do, parsed from its arguments."""
+
     source: str
     policy: PolicyOptions
     run: RunOverrides

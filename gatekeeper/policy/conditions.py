@@ -17,6 +17,8 @@ OPERATORS = ("eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "exists", "trut
 
 @dataclass(frozen=True)
 class Condition:
+    """One `when:` test of a policy or rule: `key` `op` `operand` on the run's metadata."""
+
     key: str  # "config.a.b", "name", "tags", "state"
     op: str
     operand: Any

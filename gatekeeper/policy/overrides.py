@@ -28,6 +28,8 @@ _FORM = "POLICY/RULE=off:REASON, POLICY/RULE=warn:REASON or POLICY/RULE=CHECK=VA
 
 @dataclass(frozen=True)
 class CliOverride:
+    """A `--override POLICY/RULE=...:REASON` given on the command line, parsed."""
+
     policy: str
     rule: str
     override: RuleOverride

@@ -16,6 +16,9 @@ if TYPE_CHECKING:  # imported when a rule has an expression (expr.py)
 
 @dataclass(frozen=True)
 class RuleSpec:
+    """One rule as the engine judges it: validated, its policy's defaults and overrides
+    applied, `source` the file:line it was declared at."""
+
     policy: str
     id: str
     metric: str
@@ -48,6 +51,8 @@ class RuleSpec:
 
 @dataclass(frozen=True)
 class PolicySpec:
+    """One policy file as the engine uses it: its rules as `RuleSpec`s, `extends` resolved."""
+
     name: str
     file: str
     mode: Mode = Mode.ENFORCE

@@ -123,6 +123,8 @@ def _gc_paused() -> Iterator[None]:
 
 @dataclass
 class _Group:
+    """Lines of one key order: their parsed objects, line numbers and raw bytes."""
+
     rows: list[Any] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     raws: list[bytes] = field(default_factory=list)  # the lines as read, for their quotes
