@@ -83,3 +83,28 @@ def gatekeeper(*args: str, cwd: Path | None = None, env: Mapping[str, str] | Non
         [sys.executable, "-m", "gatekeeper", *args],
         cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
     )
+
+
+def require_built_extension(module: str, source: Path) -> Any:
+    """The optional C extension `module`, built from the current `source`, wherever a C
+    compiler is (skips without one: the pure-Python/numpy path is expected there). A test
+    file that skips as a whole without its extension must not hide a failed build on a
+    machine that could have built it."""
+    import importlib
+    import shutil
+    import sysconfig
+
+    import pytest
+
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}): the pure-Python path is expected here")
+    try:
+        built = importlib.import_module(module)
+    except ImportError as exc:
+        pytest.fail(f"{module} is not built ({exc}): rebuild (scripts/bootstrap.sh)")
+    assert Path(built.__file__).stat().st_mtime >= source.stat().st_mtime, (
+        f"{Path(built.__file__).name} is older than {source.name}: rebuild "
+        "(scripts/bootstrap.sh)"
+    )
+    return built

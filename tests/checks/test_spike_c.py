@@ -5,16 +5,12 @@ same boolean array, element for element: random noise, spikes, constant windows 
 with and without min_scale), ties, odd and even windows, all three directions, factors
 from 1e-300 to 1e300, values from 1e-300 to 1e200 in magnitude, signed zeros, and chunked
 feeding with n_context as live polls make it. Non-finite and huge values must be handed
-back to the numpy path (the kernel writes nothing and says so). A last test requires the
-extension to be built, and used, wherever a C compiler is present, so CI cannot pass on
-the slow path unnoticed.
+back to the numpy path (the kernel writes nothing and says so). tests/test_extensions_built.py
+requires the extension to be built, and used, wherever a C compiler is present, so CI
+cannot pass on the slow path unnoticed.
 """
 
 from __future__ import annotations
-
-import shutil
-import sysconfig
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,8 +18,8 @@ import pytest
 from gatekeeper.checks import spike as spike_mod
 from gatekeeper.checks.spike import DIRECTIONS, Spike
 
-# Not imported with importorskip: the build test below must run (and fail) when the
-# extension is missing where a compiler is; the comparisons skip without it.
+# The comparisons skip without the extension; tests/test_extensions_built.py fails
+# when it is missing where a compiler is.
 _spike = spike_mod._spike
 needs_c = pytest.mark.skipif(_spike is None, reason="gatekeeper.checks._spike not built")
 
@@ -282,19 +278,3 @@ def test_the_kernel_refuses_wrong_buffers() -> None:
         _spike.violations(part, np.zeros(7, bool), 3, 1.0, 0.0, 3)
     with pytest.raises(ValueError):  # numpy: "ndarray is not C-contiguous"
         _spike.violations(part, np.zeros(14, bool)[::2], 3, 1.0, 0.0, 0)
-
-
-# ---- the build ------------------------------------------------------------------------
-
-
-def test_extension_is_built_and_used_where_a_compiler_is() -> None:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(cc) is None:
-        pytest.skip(f"no C compiler ({cc}): the numpy path is expected here")
-    assert spike_mod._spike is not None, "gatekeeper.checks._spike is not built"
-    assert spike_mod.USE_C
-    source = Path(spike_mod.__file__).with_name("_spike.c")
-    built = Path(spike_mod._spike.__file__)
-    assert built.stat().st_mtime >= source.stat().st_mtime, (
-        f"{built.name} is older than _spike.c: rebuild (scripts/bootstrap.sh)"
-    )

@@ -7,14 +7,11 @@ zeros, subnormals, values near the float limit whose sums overflow to inf and Na
 exactly 0, window = length), steps starting anywhere up to near the int64 limit.
 Steps that are not contiguous must be handed back (the kernel says False, the general
 formula judges). Verdicts fed whole and poll by poll (tests/checks/util.py) must be the
-numpy path's. A last test requires the extension to be built where a compiler is.
+numpy path's. tests/test_extensions_built.py
+requires the extension to be built where a compiler is.
 """
 
 from __future__ import annotations
-
-import shutil
-import sysconfig
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,16 +159,3 @@ def test_verdicts_are_the_numpy_paths_whole_and_in_chunks(tmp_path, monkeypatch,
             m.setattr(trend, "USE_C", False)
             want = whole_and_chunked(pol, run, (1, 13, 400))
         assert got == want
-
-
-def test_extension_is_built_and_used_where_a_compiler_is() -> None:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(cc) is None:
-        pytest.skip(f"no C compiler ({cc}): the numpy path is expected here")
-    assert trend._trend is not None, "gatekeeper.checks._trend is not built"
-    assert trend.USE_C
-    source = Path(trend.__file__).with_name("_trend.c")
-    built = Path(trend._trend.__file__)
-    assert built.stat().st_mtime >= source.stat().st_mtime, (
-        f"{built.name} is older than _trend.c: rebuild (scripts/bootstrap.sh)"
-    )

@@ -26,7 +26,6 @@ import gc
 import json
 import os
 import re
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from gatekeeper.sources.jsonl.values import (
     record_quotes,
     step_of,
 )
+from gatekeeper.sources.slowpath import note_python_path
 
 BLOCK_SIZE = 8 << 20
 _QUOTE = ord('"')
@@ -86,13 +86,7 @@ def c_rows_status() -> str:
 
 
 def _note_python_path(why: str) -> None:
-    """Once per process: the slow path is never taken silently."""
-    import logging  # here: most commands never get here, and logging costs start-up time
-
-    msg = f"JSONL rows are read by the pure-Python path, several times slower: {why}"
-    logging.getLogger(__name__).info(msg)
-    if "--debug" in sys.argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0"):
-        print(f"gatekeeper: {msg}", file=sys.stderr)
+    note_python_path(__name__, "JSONL rows are", why)
 
 
 def is_step_key(key: str) -> bool:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ import orjson
 from google.protobuf.message import DecodeError
 
 from gatekeeper.errors import RecordError, quote
+from gatekeeper.sources.slowpath import note_python_path
 from gatekeeper.sources.wandb.axes import NESTED, to_floats
 from gatekeeper.sources.wandb.log import BLOCK_LEN, LogReader
 from gatekeeper.sources.wandb.proto import narrowed_record_parser
@@ -461,13 +461,7 @@ def c_decoder_status() -> str:
 
 
 def _note_python_path(why: str) -> None:
-    """Once per process: the slow path is never taken silently."""
-    import logging  # here: most commands never get here, and logging costs start-up time
-
-    msg = f"wandb history is read by the pure-Python path, several times slower: {why}"
-    logging.getLogger(__name__).info(msg)
-    if "--debug" in sys.argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0"):
-        print(f"gatekeeper: {msg}", file=sys.stderr)
+    note_python_path(__name__, "wandb history is", why)
 
 
 def _size(path: str) -> int:
