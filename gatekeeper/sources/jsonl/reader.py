@@ -256,14 +256,8 @@ class JsonlParser:
         raw = data[:first_end]
         if b'"series"' in raw or b'"event"' in raw:  # as `_uniform_rows` declines
             return False
-        try:
-            first = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return False
-        if type(first) is not dict or not first:
-            return False
-        keys = tuple(first)
-        if "event" in first or ("metric" in first and "series" in first):
+        keys = _row_keys(raw)
+        if keys is None:
             return False
         written = _written_keys(keys)
         if written is None:
@@ -300,18 +294,12 @@ class JsonlParser:
         given = False  # whether C was given every key order in `tables` yet
         while True:
             raw = data[at : data.find(b"\n", at, end)]
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError:
+            other = _row_keys(raw)
+            if other is None:
                 return False
-            if type(obj) is not dict or not obj:
-                return False
-            other = tuple(obj)
             if other in tables:
                 if given:  # its keys are written another way (escapes): not C's
                     return False
-            elif "event" in obj or ("metric" in obj and "series" in obj):
-                return False
             else:
                 other_written = _written_keys(other)
                 if other_written is None or len(tables) >= _C_MAX_KEY_ORDERS:
@@ -831,6 +819,18 @@ class JsonlParser:
 
 
 @functools.lru_cache(maxsize=64)
+def _row_keys(raw: bytes) -> tuple[str, ...] | None:
+    """The key order of a line that is a plain row, as orjson reads it: None for a line
+    that is not JSON, not a non-empty object, a record line or an end marker."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict or not obj or "event" in obj or ("metric" in obj and "series" in obj):
+        return None
+    return tuple(obj)
+
+
 def _written_keys(keys: tuple[str, ...]) -> tuple[bytes, ...] | None:
     """The keys of a row as orjson writes them, quotes included, for `_rows` to match
     byte for byte (a key written with escapes otherwise declines its block); None when a
