@@ -5,8 +5,10 @@ callers cache what they decide, so each reason is said once a process."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from typing import Any
 
 
 def note_python_path(logger: str, what: str, why: str) -> None:
@@ -17,3 +19,13 @@ def note_python_path(logger: str, what: str, why: str) -> None:
     logging.getLogger(logger).info(msg)
     if "--debug" in sys.argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0"):
         print(f"gatekeeper: {msg}", file=sys.stderr)
+
+
+def load_extension(module: str, logger: str, what: str) -> Any:
+    """The optional C extension `module`, or None when it is not built here (no C
+    compiler at install), which is then noted (`note_python_path`)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        note_python_path(logger, what, f"the C extension is not built ({exc})")
+        return None

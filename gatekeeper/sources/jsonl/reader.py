@@ -50,7 +50,7 @@ from gatekeeper.sources.jsonl.values import (
     record_quotes,
     step_of,
 )
-from gatekeeper.sources.slowpath import note_python_path
+from gatekeeper.sources.slowpath import load_extension, note_python_path
 
 BLOCK_SIZE = 8 << 20
 _QUOTE = ord('"')
@@ -68,12 +68,7 @@ _C_MAX_KEY_ORDERS = 16  # per parser: more key orders than this are left to the 
 @functools.cache
 def _c_module() -> Any:
     """The compiled rows reader, or None (not built here: no C compiler at install)."""
-    try:
-        from gatekeeper.sources.jsonl import _rows  # type: ignore[attr-defined]
-    except ImportError as exc:
-        _note_python_path(f"the C extension is not built ({exc})")
-        return None
-    return _rows
+    return load_extension("gatekeeper.sources.jsonl._rows", __name__, "JSONL rows are")
 
 
 def c_rows_status() -> str:

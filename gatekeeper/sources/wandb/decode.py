@@ -27,7 +27,7 @@ import orjson
 from google.protobuf.message import DecodeError
 
 from gatekeeper.errors import RecordError, quote
-from gatekeeper.sources.slowpath import note_python_path
+from gatekeeper.sources.slowpath import load_extension, note_python_path
 from gatekeeper.sources.wandb.axes import NESTED, to_floats
 from gatekeeper.sources.wandb.log import BLOCK_LEN, LogReader
 from gatekeeper.sources.wandb.proto import narrowed_record_parser
@@ -373,12 +373,7 @@ def _typed_value(it: Any) -> Any:
 @functools.cache
 def _c_module() -> Any:
     """The compiled decoder module, or None (not built here: no C compiler at install)."""
-    try:
-        from gatekeeper.sources.wandb import _history  # type: ignore[attr-defined]
-    except ImportError as exc:
-        _note_python_path(f"the C extension is not built ({exc})")
-        return None
-    return _history
+    return load_extension("gatekeeper.sources.wandb._history", __name__, "wandb history is")
 
 
 @functools.cache
