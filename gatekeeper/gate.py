@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """Where and how a verdict is reported (JSON, JUnit, GitHub, the terminal)."""
+    """What `Gate.finalize()` (and `gatekeeper check`) writes: `json_path`, `junit_path`
+    (files, written atomically), `github` (auto: annotations and step summary when
+    GITHUB_ACTIONS=true; always; never), `quiet` (no console table), `show_skipped`."""
 
     json_path: str | None = None
     junit_path: str | None = None

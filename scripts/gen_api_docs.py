@@ -66,21 +66,8 @@ def signature(obj: Any) -> str:
     return f"({', '.join(parts)}){ret}"
 
 
-# Objects whose docstring is generated (dataclasses without one) get this text instead.
-FALLBACK = {
-    "ReportOptions": "What `Gate.finalize()` (and `gatekeeper check`) writes: `json_path`, "
-    "`junit_path` (files, written atomically), `github` (auto: annotations and step "
-    "summary when GITHUB_ACTIONS=true; always; never), `quiet` (no console table), "
-    "`show_skipped`.",
-}
-
-
 def doc(obj: Any) -> str:
-    text = inspect.cleandoc(obj.__doc__ or "(undocumented)")
-    name = getattr(obj, "__name__", "")
-    if name in FALLBACK and text.startswith(f"{name}("):
-        return FALLBACK[name]
-    return text
+    return inspect.cleandoc(obj.__doc__ or "(undocumented)")
 
 
 def render_class(module: str, cls: type) -> list[str]:
