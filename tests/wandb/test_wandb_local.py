@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -248,7 +249,17 @@ def test_forked_workers_read_the_same_run(miles_run: Path) -> None:
         assert forked[metric] == [s.step_key, s.steps.tolist(), repr(s.values.tolist())]
 
 
-def test_watch_follows_a_live_wandb_run_to_its_end_and_annotates(tmp_path: Path) -> None:
+def test_watch_follows_a_live_wandb_run_to_its_end_and_annotates(
+    tmp_path: Path, failed_run: Path
+) -> None:
+    """`watch wandb/` follows the run that starts after it (the SDK's own files, written
+    live by writer.py) to its end and writes the verdict into that run's directory.
+
+    The folder already holds an earlier run (a reused `wandb/`), and the writer starts
+    only once the watch has said it waits for a new one: a run created before the watch
+    has looked is an earlier run and is rightly not followed, so starting both at once
+    raced on a loaded machine (the watch then waited for a new run until the test's
+    timeout)."""
     policy = tmp_path / "p.yaml"
     policy.write_text(
         "version: 1\nname: live\nrules:\n"
@@ -257,18 +268,28 @@ def test_watch_follows_a_live_wandb_run_to_its_end_and_annotates(tmp_path: Path)
         "  - id: eval-20\n    metric: eval/score\n    steps: [20]\n    check: {min: 19}\n"
     )
     root = tmp_path / "train"
-    writer = start_writer(root, 300, "--sleep", "0.005")
+    shutil.copytree(failed_run, root / "wandb", symlinks=True)
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "gatekeeper", "watch", str(root / "wandb"), "-p",
+         str(policy), "--annotate", "--interval", "0.2", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    writer = None
     try:
-        watch = subprocess.run(
-            [sys.executable, "-m", "gatekeeper", "watch", str(root / "wandb"), "-p",
-             str(policy), "--annotate", "--interval", "0.2", "-q"],
-            capture_output=True, text=True, timeout=120,
-        )
+        assert watch.stdout is not None
+        ready, _, _ = select.select([watch.stdout], [], [], 60)  # its first line, bounded
+        first = watch.stdout.readline() if ready else "(nothing in 60 s)"
+        assert first.startswith("gatekeeper: waiting for a new wandb run"), first
+        writer = start_writer(root, 300, "--sleep", "0.005")
+        out, err = watch.communicate(timeout=120)
         assert writer.wait(timeout=60) == 0
     finally:
-        if writer.poll() is None:
+        if watch.poll() is None:
+            watch.kill()
+        if writer is not None and writer.poll() is None:
             os.killpg(writer.pid, signal.SIGKILL)
-    assert watch.returncode == 0, watch.stdout + watch.stderr
+    assert watch.returncode == 0, first + out + err
+    assert "following wandb run" in out and "started after the watch began" in out, out
     written = json.loads(
         (Path(os.path.realpath(root / "wandb" / "latest-run")) / "gatekeeper-verdict.json")
         .read_text()
