@@ -38,7 +38,13 @@ from gatekeeper.errors import RecordError
 from gatekeeper.sources.jsonl import reader
 from gatekeeper.sources.jsonl.reader import JsonlParser, parse_file
 from tests.fuzz import gen
-from tests.sources.test_jsonl_rows_fast import _hf_log_history, _miles_rows, _trl_dpo, rows_file
+from tests.sources.test_jsonl_rows_fast import (
+    _hf_log_history,
+    _miles_rows,
+    _trl_dpo,
+    parser_state,
+    rows_file,
+)
 
 _rows = pytest.importorskip(
     "gatekeeper.sources.jsonl._rows",
@@ -72,18 +78,7 @@ def _outcome(path: Path, *, use_c: bool, block: int, monkeypatch: pytest.MonkeyP
             end = parse_file(parser, final=True)
         except RecordError as exc:
             return ("error", type(exc), exc.file, exc.line, str(exc), parser.line)
-    return _state(parser, end)
-
-
-def _state(parser: JsonlParser, end: int) -> Any:
-    chunks = {
-        metric: [(s.dtype.str, s.tobytes(), v.dtype.str, v.tobytes()) for s, v in parts]
-        for metric, parts in parser.chunks.items()
-    }
-    return (
-        "ok", end, parser.line, chunks, parser.step_keys, parser.metric_errors,
-        parser.events, sorted(parser.record_metrics),
-    )
+    return parser_state(parser, end)
 
 
 def _same(path: Path, block: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[bool]]:
@@ -360,7 +355,7 @@ def test_feed_uses_the_c_path_and_equals_python(monkeypatch):
             parser = JsonlParser("live.jsonl")
             try:
                 used = parser.feed(text + tail, final=final)
-                results.append(_state(parser, used))
+                results.append(parser_state(parser, used))
             except RecordError as exc:
                 results.append(("error", exc.file, exc.line, str(exc)))
         assert results[0] == results[1]

@@ -28,6 +28,7 @@ from gatekeeper.sources.jsonl import reader
 from gatekeeper.sources.jsonl.reader import JsonlParser, parse_file
 from tests.fuzz import gen
 
+
 @pytest.fixture(autouse=True)
 def _python_ways(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about the Python ways through a block: the C rows reader, which
@@ -51,6 +52,12 @@ def _outcome(path: Path, *, fast: bool, block: int, monkeypatch: pytest.MonkeyPa
             end = parse_file(parser, final=True)
         except RecordError as exc:
             return ("error", str(exc), exc.line, parser.line)
+    return parser_state(parser, end)
+
+
+def parser_state(parser: JsonlParser, end: int) -> Any:
+    """Everything a parser ends with, comparable with ==: every chunk's bytes (NaN sign
+    bits included), step axes, metric errors, end markers, line count and end offset."""
     chunks = {
         metric: [(s.dtype.str, s.tobytes(), v.dtype.str, v.tobytes()) for s, v in parts]
         for metric, parts in parser.chunks.items()

@@ -252,7 +252,7 @@ def _read_whole_lines(fh: IO[bytes], parser: JsonlParser, offset: int) -> tuple[
         whole = b"".join(lines)  # rows of one key order: read by C in one call
         if not parser.parse_block(whole, len(whole)):
             parser.parse_lines(lines)
-        pos += sum(map(len, lines))
+        pos += len(whole)
         last = _last_bytes(last, lines)
         if partial:
             return pos, last
