@@ -165,7 +165,7 @@ def make_record(
         if rule.key not in rule_keys or rule.key in leave_out:
             continue
         steps, values = observations(tracker)
-        if steps.size and bool(np.any(np.diff(steps) == 0)):
+        if steps.size > 1 and bool(np.any(steps[1:] == steps[:-1])):
             continue  # duplicate steps are an ERROR verdict, never a stored value
         # rules sharing a coordinate select the same values: one row, never double weight
         points.setdefault(coordinate_prefix(rule), (steps, values))

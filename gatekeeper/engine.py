@@ -102,8 +102,12 @@ def step_shape(steps: np.ndarray) -> tuple[int, int, int]:
         s = steps.tolist()
         gap = max((b - a for a, b in zip(s[:-1], s[1:], strict=True)), default=0)
         return min(s), max(s), gap
+    lo, hi = int(steps.min()), int(steps.max())
+    if hi - lo > 2**63 - 1:  # an int64 difference would wrap: hostile steps, in Python
+        s = steps.tolist()
+        return lo, hi, max(b - a for a, b in zip(s[:-1], s[1:], strict=True))
     gap = int(np.max(np.diff(steps))) if steps.size > 1 else 0
-    return int(steps.min()), int(steps.max()), gap
+    return lo, hi, gap
 
 
 class RuleTracker:

@@ -98,8 +98,9 @@ def duplicate_step(state: HistoryState) -> int | None:
     steps, _ = state.points()
     if steps.size < 2 or bool(np.all(steps[1:] > steps[:-1])):  # the usual: increasing
         return None
-    same = np.flatnonzero(np.diff(np.sort(steps, kind="stable")) == 0)
-    return int(np.sort(steps)[same[0]]) if same.size else None
+    ordered = np.sort(steps)
+    same = np.flatnonzero(ordered[1:] == ordered[:-1])
+    return int(ordered[same[0]]) if same.size else None
 
 
 class History(AggregateCheck):

@@ -39,6 +39,7 @@ class _TrendState:
 
 
 EXACT = 2**53  # float64 holds every integer up to this exactly
+INT64_MAX = 2**63 - 1  # int64 differences of steps wider apart than this wrap around
 
 
 def _window_sums(a: np.ndarray, w: int, run: np.ndarray | None = None) -> np.ndarray:
@@ -89,7 +90,12 @@ def rolling_fit(
     sy = _window_sums(y, w, run)
     contiguous = exact and bool(np.all(np.diff(steps) == 1))
     # x: the steps from the first, as floats (exact: below 2^53 whenever contiguous)
-    x = np.arange(n, dtype=np.float64) if contiguous else (steps - steps[0]).astype(np.float64)
+    if contiguous:
+        x = np.arange(n, dtype=np.float64)
+    elif int(steps.max()) - int(steps.min()) <= INT64_MAX:  # no difference can wrap
+        x = (steps - steps[0]).astype(np.float64)
+    else:  # steps spanning more than int64 (-2^63 .. 2^63-1): from floats, never wrapped
+        x = steps.astype(np.float64) - float(steps[0])
     sxy = _window_sums(np.multiply(x, y, out=run[1:]), w, run)  # x * y, summed in place
     if contiguous:
         sx = x[: n - w + 1]  # 0, 1, ...: arange(0.0, n - w + 1), then the closed form

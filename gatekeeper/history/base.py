@@ -115,7 +115,7 @@ def check_record(run: RunRecord) -> None:
                 f"run {run.run_id}: refusing to store non-finite value {values[i]} at {metric} "
                 f"step {int(steps[i])}; non-finite values never enter a baseline"
             )
-        if steps.size > 1 and bool(np.any(np.diff(steps) <= 0)):
+        if steps.size > 1 and bool(np.any(steps[1:] <= steps[:-1])):  # no difference: none wraps
             raise StateError(
                 f"run {run.run_id}: {metric}: steps must be strictly increasing (one value per "
                 "coordinate)"

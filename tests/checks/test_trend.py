@@ -72,3 +72,26 @@ def test_window_longer_than_the_data_and_nan(tmp_path):
 def test_a_bound_is_required(tmp_path):
     with pytest.raises(PolicyError, match="trend needs a bound"):
         policy(tmp_path, rule("{window: 5}"))
+
+
+def test_steps_spanning_more_than_int64_are_not_wrapped(tmp_path):
+    """Steps fit int64 each, but from -9e18 to 9e18 their difference does not: a wrapped
+    int64 difference made a rising series' slope negative, and `max_slope: 0` passed."""
+    steps = np.linspace(-9e18, 9e18, 200).astype(np.int64)
+    rising = np.linspace(1.0, 3.0, 200)
+    pol = policy(tmp_path, rule("{window: 3, max_slope: 0}"))
+    r = judge(pol, run_of(series(GAP, rising, steps)))
+    assert r.status is Status.FAIL and r.value > 0
+    assert judge_in_chunks(pol, run_of(series(GAP, rising, steps)), 7).status is Status.FAIL
+    falling = judge(pol, run_of(series(GAP, rising[::-1], steps)))
+    assert falling.status is Status.PASS
+
+
+def test_step_shape_gap_does_not_wrap():
+    """The largest gap between neighbours of steps wider apart than int64 (>64 points:
+    the numpy path) is the true one, as the Python path for a few points gives."""
+    from gatekeeper.engine import step_shape
+
+    steps = np.array([-(2**63), *range(100), 2**63 - 1], dtype=np.int64)
+    assert step_shape(steps) == (-(2**63), 2**63 - 1, 2**63)  # from -2^63 to 0
+    assert step_shape(steps[[0, 1, -1]]) == (-(2**63), 2**63 - 1, 2**63)

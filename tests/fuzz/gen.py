@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 # (JSON text, is it a valid step?) — what a hostile writer puts where a step goes
-STEPS_OK = ["0", "1", "7", "3.0", "-5", "4611686018427387904", "9007199254740993"]
+STEPS_OK = [
+    *("0", "1", "7", "3.0", "-5", "4611686018427387904", "9007199254740993"),
+    *("-9223372036854775808", "9223372036854775807"),  # the int64 ends: differences wrap
+]
 STEPS_BAD = [
     "true",
     "false",
