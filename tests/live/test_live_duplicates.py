@@ -129,6 +129,18 @@ def test_rows_sharing_a_step_are_not_duplicates(tmp_path: Path) -> None:
     assert src.cursor()["seen"] == {}  # no step memory kept for rows
 
 
+def test_a_metric_first_read_as_rows_then_logged_by_a_record_line(tmp_path: Path) -> None:
+    """`check` judges every point of a metric any record line logs: a record line that
+    repeats a step the metric's rows had, a poll later, is found as check finds it."""
+    path = write_rows(tmp_path / "r.jsonl", [{"train/step": s, GRAD: 0.2} for s in range(3)])
+    src = LiveJsonlSource(str(path))
+    assert src.poll().run.metric_errors == {} == _check_errors(path)
+    _append(path, _line(GRAD, [(3, 0.2), (1, 0.5)]))
+    poll = src.poll()
+    assert poll.series[GRAD].steps.tolist() == [1, 3]
+    assert poll.run.metric_errors == {GRAD: _dup("train/step", 1, 2)} == _check_errors(path)
+
+
 def test_a_restored_cursor_still_finds_a_later_duplicate(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text(_line(GRAD, [(s, 0.2) for s in range(100)]) + _line(REWARD, [(0, 0.5)]))

@@ -222,6 +222,7 @@ class LiveJsonlSource(LiveSource):
     def poll(self) -> Poll:
         if self._recall:
             self._recall_emitted()
+        records, emitted = set(self.record_metrics), set(self.step_keys)
         chunks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         for path in self._files():
             tail = self.tails.get(path)
@@ -233,7 +234,12 @@ class LiveJsonlSource(LiveSource):
             metric: merge_chunks(metric, parts, self.step_keys[metric], ordered)
             for metric, parts in sorted(chunks.items())
         }
-        self._check_steps(series)
+        # a metric read as rows until now (no steps kept) that a record line now logs:
+        # its steps so far are read back once, as `check` judges all of its points
+        late = (self.record_metrics - records) & emitted
+        self._check_steps({m: s for m, s in series.items() if m not in late})
+        if late:
+            self._recall_emitted(late)
         points = sum(len(s) for s in series.values())
         ended = bool(self.tails) and all(t.ended is not None for t in self.tails.values())
         state = self._files_end_state() if ended else RunState.RUNNING
@@ -309,10 +315,11 @@ class LiveJsonlSource(LiveSource):
             if seen.dup is not None:
                 self.metric_errors[metric] = duplicate_reason(s.step_key, *seen.dup)
 
-    def _recall_emitted(self) -> None:
-        """A version-1 cursor kept no steps: read each file's points already emitted (the
-        first `emitted` of each metric, as a rewrite's re-read skips them) once, without
-        emitting them, so a step logged again later is still found."""
+    def _recall_emitted(self, only: set[str] | None = None) -> None:
+        """The steps of the points already emitted, read back from the files once (the
+        first `emitted` of each metric in each file, as a rewrite's re-read skips them)
+        and not emitted again: for a version-1 cursor, which kept none, or for the record
+        metrics `only` (first logged as rows) — so a step logged again is still found."""
         chunks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         for tail in self.tails.values():
             try:
@@ -324,17 +331,21 @@ class LiveJsonlSource(LiveSource):
             parser = self._parser(_Tail(tail.path))
             with fh:
                 _read_whole_lines(fh, parser, 0)
-            self.record_metrics |= parser.record_metrics
-            for metric, reason in parser.metric_errors.items():
-                self.metric_errors.setdefault(metric, reason)
+            if only is None:
+                self.record_metrics |= parser.record_metrics
+                for metric, reason in parser.metric_errors.items():
+                    self.metric_errors.setdefault(metric, reason)
             for metric, parts in parser.chunks.items():
+                if only is not None and metric not in only:
+                    continue
                 self.step_keys.setdefault(metric, parser.step_keys[metric])
                 steps = np.concatenate([p[0] for p in parts])[: tail.emitted.get(metric, 0)]
                 chunks.setdefault(metric, []).append((steps, np.zeros(steps.size)))
         self._check_steps(
             {m: merge_chunks(m, parts, self.step_keys[m]) for m, parts in sorted(chunks.items())}
         )
-        self._recall = False
+        if only is None:
+            self._recall = False
 
     # -- files --------------------------------------------------------------------------
     def _files(self) -> list[str]:
