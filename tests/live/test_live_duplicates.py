@@ -209,11 +209,15 @@ def _good_cursor(tmp_path: Path) -> dict[str, Any]:
 )
 def test_a_hostile_cursor_is_a_clear_source_error(tmp_path: Path, edit: Any, where: str) -> None:
     cursor = _good_cursor(tmp_path)
+    src = LiveJsonlSource(str(tmp_path / "r.jsonl"))
+    src.restore(json.loads(json.dumps(cursor)))
+    before = src.cursor()
     edit(cursor)
     with pytest.raises(SourceError) as err:
-        LiveJsonlSource(str(tmp_path / "r.jsonl")).restore(cursor)
+        src.restore(cursor)
     assert "saved read position is malformed" in str(err.value)
     assert where in str(err.value) and "drop the saved state to re-read" in str(err.value)
+    assert src.cursor() == before  # nothing of it was kept
 
 
 @pytest.mark.parametrize("version", [None, 0, 3, "2"])

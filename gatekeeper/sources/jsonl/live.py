@@ -265,37 +265,37 @@ class LiveJsonlSource(LiveSource):
                 f"this gatekeeper reads version {_CURSOR_VERSION}; drop the saved state to re-read"
             )
         where = "files"
-        try:
+        try:  # all checked before any is kept: a malformed cursor changes nothing
             files = cursor.get("files", {})
-            self.tails = {str(p): _Tail.from_json(str(p), dict(t)) for p, t in files.items()}
+            tails = {str(p): _Tail.from_json(str(p), dict(t)) for p, t in files.items()}
             where = "step_keys"
-            self.step_keys = _strings(cursor.get("step_keys", {}))
-            if version == 1:  # saved before duplicate steps were looked for live
-                self.record_metrics, self.metric_errors, self.seen = set(), {}, {}
-                self._recall = True
-                return
-            where = "record_metrics"
-            names = cursor["record_metrics"]
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                raise ValueError("expected a list of metric names")
-            self.record_metrics = set(names)
-            where = "metric_errors"
-            self.metric_errors = _strings(cursor["metric_errors"])
-            where = "seen"
-            seen = cursor["seen"]
-            if not isinstance(seen, dict):
-                raise ValueError(f"expected an object, got {type(seen).__name__}")
-            self.seen = {}
-            for metric, data in seen.items():
-                where = f"seen[{metric!r}]"
-                self.seen[str(metric)] = _Seen.from_json(data)
-            self._recall = False
+            step_keys = _strings(cursor.get("step_keys", {}))
+            names: list[str] = []
+            errors: dict[str, str] = {}
+            seen: dict[str, _Seen] = {}
+            if version != 1:  # 1: saved before duplicate steps were looked for live
+                where = "record_metrics"
+                names = cursor["record_metrics"]
+                if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                    raise ValueError("expected a list of metric names")
+                where = "metric_errors"
+                errors = _strings(cursor["metric_errors"])
+                where = "seen"
+                saved = cursor["seen"]
+                if not isinstance(saved, dict):
+                    raise ValueError(f"expected an object, got {type(saved).__name__}")
+                for metric, data in saved.items():
+                    where = f"seen[{metric!r}]"
+                    seen[str(metric)] = _Seen.from_json(data)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
             raise SourceError(
                 f"{self.path}: saved read position is malformed ({where}: {what}); "
                 "drop the saved state to re-read"
             ) from None
+        self.tails, self.step_keys = tails, step_keys
+        self.record_metrics, self.metric_errors, self.seen = set(names), errors, seen
+        self._recall = version == 1  # its steps are read back from the files at next poll
 
     # -- one point per step of a record metric -----------------------------------------
     def _check_steps(self, series: dict[str, Series]) -> None:
