@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from gatekeeper.sources.jsonl.source import JsonlSource
 from tests.daemon.harness import DaemonProcess, write_config, writer
 from tests.daemon.recorder import Recorder
 
@@ -233,3 +234,38 @@ def test_a_failing_rule_turning_error_is_not_resolved_on_a_fail_only_channel(
     finally:
         assert daemon.stop() == 0
         fail_only.close(), both.close()
+
+
+def test_a_duplicate_step_after_a_restart_is_still_found(tmp_path: Path) -> None:
+    """The daemon saves each record metric's steps in its cursor: a step logged again
+    while it was down is an error on that metric's rules once it is back, without
+    re-reading the points it had (as `check` on the whole record says)."""
+    config = write_config(tmp_path, interval=0.1, jitter=0)
+    run = tmp_path / "runs" / "rec.jsonl"
+    lines = [
+        {"metric": m, "series": [[s, 0.0] for s in range(3)]}
+        for m in ("train/ppo_kl", "train/loss")
+    ]
+    run.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    daemon = DaemonProcess(config).start()
+    try:
+        assert daemon.wait(lambda: daemon.run("rec")["points"] == 6), daemon.tail()
+        assert daemon.run("rec")["status"] == "pass"
+    finally:
+        assert daemon.stop() == 0
+    with open(run, "a") as fh:  # a retried step, logged while the daemon was down
+        fh.write(json.dumps({"metric": "train/ppo_kl", "series": [[1, 0.0], [3, 0.0]]}) + "\n")
+        fh.write('{"event": "end", "state": "finished"}\n')
+    daemon.start()
+    try:
+        assert daemon.wait(lambda: daemon.run("rec")["ended"]), daemon.tail()
+        rec = daemon.run("rec")
+        assert (rec["status"], rec["points"]) == ("error", 8)  # the 6 were not read again
+        results = {r["rule"]: r for r in rec["verdict"]["results"]}
+        assert results["kl-small"]["status"] == "error"
+        reason = "duplicate train/step 1 (2 points); a record holds one point per step"
+        assert reason in results["kl-small"]["message"]
+        assert results["loss-finite"]["status"] == "pass"
+        assert JsonlSource(str(run)).read().metric_errors == {"train/ppo_kl": reason}  # check's
+    finally:
+        assert daemon.stop() == 0

@@ -10,6 +10,12 @@ allows it:
   no other way) and only the points beyond those already emitted per metric are new;
 - a directory of per-process `*.jsonl` files: files are picked up as they appear.
 
+A record metric (the miles form, `{"metric": ..., "series": [[step, value], ...]}`) holds
+one point per step: as `check` does (`duplicate_step`), a step logged twice — within a poll,
+across polls, or by two files of a run — makes that metric an error. Each record metric's
+steps emitted so far are kept as merged [lo, hi] intervals (`_Seen`: one for miles'
+contiguous steps), so a poll stays O(its new points).
+
 A source that does not exist yet, and a partially written last line, are not errors:
 the poll returns nothing new. The run has ended when every file seen has written its
 end marker (`{"event": "end", "state": "finished"}`).
@@ -25,13 +31,15 @@ from typing import IO, Any
 import numpy as np
 
 from gatekeeper.errors import SourceError
-from gatekeeper.model import Run, RunState, merge_chunks
+from gatekeeper.model import STEP_DTYPE, Run, RunState, Series, merge_chunks
 from gatekeeper.safe_open import open_regular
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.jsonl.reader import BLOCK_SIZE, JsonlParser
-from gatekeeper.sources.jsonl.source import JsonlSource, end_state
+from gatekeeper.sources.jsonl.source import JsonlSource, duplicate_reason, end_state
 
-_CURSOR_VERSION = 1
+# 2: + the steps of each record metric already emitted, record metrics, metric errors.
+# A version-1 cursor is still read: those steps are recalled from the files once.
+_CURSOR_VERSION = 2
 _SIG_BYTES = 64  # bytes before the offset that must still match for a file to be "appended"
 
 
@@ -74,6 +82,116 @@ class _Tail:
         )
 
 
+def _no_steps() -> np.ndarray:
+    return np.empty(0, dtype=STEP_DTYPE)
+
+
+@dataclass
+class _Seen:
+    """The distinct steps of one record metric emitted so far, as sorted [lo, hi] intervals
+    with a gap between any two (miles logs every step: one interval), and the smallest step
+    met more than once with its number of points — what `check` reports of the same
+    points (`duplicate_step`)."""
+
+    lo: np.ndarray = field(default_factory=_no_steps)
+    hi: np.ndarray = field(default_factory=_no_steps)
+    dup: tuple[int, int] | None = None  # (step, points at it)
+
+    def add(self, steps: np.ndarray) -> None:
+        """Fold a poll's new points of the metric (`steps` sorted); O(len(steps)) while
+        they come after the steps already seen, as a writer's do."""
+        n = steps.size
+        if not n:
+            return
+        lo, hi = self.lo, self.hi
+        first_step, last_step = int(steps[0]), int(steps[-1])
+        if (
+            (not lo.size or first_step > hi[-1])
+            and last_step - first_step == n - 1
+            and not (n > 1 and np.any(steps[1:] == steps[:-1]))
+        ):  # the usual poll: the next steps, each once (what dup counts is behind them)
+            if lo.size and first_step - 1 == hi[-1]:
+                hi[-1] = last_step
+            else:
+                self.lo = np.append(lo, np.array([first_step], dtype=STEP_DTYPE))
+                self.hi = np.append(hi, np.array([last_step], dtype=STEP_DTYPE))
+            return
+        if lo.size and steps[0] <= hi[-1]:
+            at = np.searchsorted(lo, steps, side="right") - 1
+            known = (at >= 0) & (steps <= hi[np.maximum(at, 0)])
+        else:
+            known = np.zeros(n, dtype=bool)
+        again = np.zeros(n, dtype=bool)
+        again[1:] = steps[1:] == steps[:-1]
+        if self.dup is not None:  # more points at the step already reported
+            self.dup = (self.dup[0], self.dup[1] + _count(steps, self.dup[0]))
+        hits = known | again
+        if hits.any():
+            first = int(np.argmax(hits))  # steps sorted: the smallest step met twice
+            step = int(steps[first])
+            if self.dup is None or step < self.dup[0]:
+                # not met twice before, so at most one earlier point: the one `known`
+                self.dup = (step, _count(steps, step) + int(known[first]))
+        fresh = steps[~hits]  # distinct, sorted, none seen before
+        if not fresh.size:
+            return
+        cut = np.flatnonzero(fresh[1:] - 1 > fresh[:-1])  # gaps (no overflow: fresh ascends)
+        new_lo = fresh[np.concatenate(([0], cut + 1))]
+        new_hi = fresh[np.concatenate((cut, [fresh.size - 1]))]
+        if not lo.size:
+            self.lo, self.hi = new_lo, new_hi
+            return
+        all_lo, all_hi = np.concatenate((lo, new_lo)), np.concatenate((hi, new_hi))
+        if new_lo[0] <= hi[-1]:  # some new steps fall between earlier ones: re-sort
+            order = np.argsort(all_lo, kind="stable")
+            all_lo, all_hi = all_lo[order], all_hi[order]
+            joined = all_lo[1:] - 1 == all_hi[:-1]  # disjoint, so only adjacency merges
+        else:  # only the last earlier interval and the first new one can touch
+            joined = np.zeros(all_lo.size - 1, dtype=bool)
+            joined[lo.size - 1] = new_lo[0] - 1 == hi[-1]
+        if joined.any():
+            keep = np.flatnonzero(~joined)
+            all_lo = all_lo[np.concatenate(([0], keep + 1))]
+            all_hi = all_hi[np.concatenate((keep, [all_hi.size - 1]))]
+        self.lo, self.hi = all_lo, all_hi
+
+    def to_json(self) -> dict[str, Any]:
+        flat = np.empty(2 * self.lo.size, dtype=STEP_DTYPE)
+        flat[0::2], flat[1::2] = self.lo, self.hi
+        return {"steps": flat.tolist(), "dup": list(self.dup) if self.dup else None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> _Seen:
+        """Checked: sorted, disjoint, non-adjacent int64 intervals; ValueError if not."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected an object, got {type(data).__name__}")
+        flat, dup = data.get("steps"), data.get("dup")
+        if not isinstance(flat, list) or len(flat) % 2 or not all(_is_int(v) for v in flat):
+            raise ValueError('"steps" must be a list of [lo, hi] step pairs, flattened')
+        if dup is not None and not (
+            isinstance(dup, list) and len(dup) == 2 and all(_is_int(v) for v in dup) and dup[1] >= 2
+        ):
+            raise ValueError('"dup" must be null or [step, points] with points >= 2')
+        try:
+            steps = np.array(flat, dtype=STEP_DTYPE)
+        except OverflowError:
+            raise ValueError('"steps" holds a step outside the int64 range') from None
+        lo, hi = steps[0::2].copy(), steps[1::2].copy()
+        # sorted and disjoint first; then `lo - hi` > 0 (a wrap is negative, never 1)
+        if np.any(lo > hi) or np.any(lo[1:] <= hi[:-1]) or np.any(lo[1:] - hi[:-1] == 1):
+            raise ValueError('"steps" intervals must be sorted, disjoint and not adjacent')
+        return cls(lo, hi, (int(dup[0]), int(dup[1])) if dup is not None else None)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+
+
+def _count(steps: np.ndarray, step: int) -> int:
+    """Points at `step` in sorted `steps`."""
+    return int(np.searchsorted(steps, step, "right") - np.searchsorted(steps, step, "left"))
+
+
 class LiveJsonlSource(LiveSource):
     """A JSONL run (file or directory, possibly not created yet) followed by cursor."""
 
@@ -86,7 +204,11 @@ class LiveJsonlSource(LiveSource):
         self.step_aliases = step_aliases
         self.tails: dict[str, _Tail] = {}
         self.step_keys: dict[str, str] = {}
-        self.metric_errors: dict[str, str] = {}  # a null step in a record: that metric only
+        # a null or duplicate step in a record: that metric only; the first reason stands
+        self.metric_errors: dict[str, str] = {}
+        self.record_metrics: set[str] = set()  # metrics met in record lines (one point a step)
+        self.seen: dict[str, _Seen] = {}  # record metric -> its steps emitted so far
+        self._recall = False  # a version-1 cursor: rebuild `seen` before the next poll
         self._is_dir = False  # what the last `_files` found the path to be
 
     @classmethod
@@ -98,6 +220,9 @@ class LiveJsonlSource(LiveSource):
 
     # -- LiveSource ---------------------------------------------------------------------
     def poll(self) -> Poll:
+        if self._recall:
+            self._recall_emitted()
+        records, emitted = set(self.record_metrics), set(self.step_keys)
         chunks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         for path in self._files():
             tail = self.tails.get(path)
@@ -109,6 +234,12 @@ class LiveJsonlSource(LiveSource):
             metric: merge_chunks(metric, parts, self.step_keys[metric], ordered)
             for metric, parts in sorted(chunks.items())
         }
+        # a metric read as rows until now (no steps kept) that a record line now logs:
+        # its steps so far are read back once, as `check` judges all of its points
+        late = (self.record_metrics - records) & emitted
+        self._check_steps({m: s for m, s in series.items() if m not in late})
+        if late:
+            self._recall_emitted(late)
         points = sum(len(s) for s in series.values())
         ended = bool(self.tails) and all(t.ended is not None for t in self.tails.values())
         state = self._files_end_state() if ended else RunState.RUNNING
@@ -121,16 +252,100 @@ class LiveJsonlSource(LiveSource):
             "version": _CURSOR_VERSION,
             "files": {p: t.to_json() for p, t in self.tails.items()},
             "step_keys": dict(self.step_keys),
+            "record_metrics": sorted(self.record_metrics),
+            "metric_errors": dict(self.metric_errors),
+            "seen": {m: s.to_json() for m, s in sorted(self.seen.items())},
         }
 
     def restore(self, cursor: dict[str, Any]) -> None:
-        if cursor.get("version") != _CURSOR_VERSION:
+        version = cursor.get("version") if isinstance(cursor, dict) else None
+        if version not in (1, _CURSOR_VERSION):
             raise SourceError(
-                f"{self.path}: saved read position has version {cursor.get('version')!r}, "
+                f"{self.path}: saved read position has version {version!r}, "
                 f"this gatekeeper reads version {_CURSOR_VERSION}; drop the saved state to re-read"
             )
-        self.tails = {p: _Tail.from_json(p, t) for p, t in cursor.get("files", {}).items()}
-        self.step_keys = dict(cursor.get("step_keys", {}))
+        where = "files"
+        try:  # all checked before any is kept: a malformed cursor changes nothing
+            files = cursor.get("files", {})
+            tails = {str(p): _Tail.from_json(str(p), dict(t)) for p, t in files.items()}
+            where = "step_keys"
+            step_keys = _strings(cursor.get("step_keys", {}))
+            names: list[str] = []
+            errors: dict[str, str] = {}
+            seen: dict[str, _Seen] = {}
+            if version != 1:  # 1: saved before duplicate steps were looked for live
+                where = "record_metrics"
+                names = cursor["record_metrics"]
+                if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                    raise ValueError("expected a list of metric names")
+                where = "metric_errors"
+                errors = _strings(cursor["metric_errors"])
+                where = "seen"
+                saved = cursor["seen"]
+                if not isinstance(saved, dict):
+                    raise ValueError(f"expected an object, got {type(saved).__name__}")
+                for metric, data in saved.items():
+                    where = f"seen[{metric!r}]"
+                    seen[str(metric)] = _Seen.from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise SourceError(
+                f"{self.path}: saved read position is malformed ({where}: {what}); "
+                "drop the saved state to re-read"
+            ) from None
+        self.tails, self.step_keys = tails, step_keys
+        self.record_metrics, self.metric_errors, self.seen = set(names), errors, seen
+        self._recall = version == 1  # its steps are read back from the files at next poll
+
+    # -- one point per step of a record metric -----------------------------------------
+    def _check_steps(self, series: dict[str, Series]) -> None:
+        """A step a record metric already has, or has twice in this poll, makes it an
+        error with the reason `check` gives those points; another error (a null step)
+        that came first stands, and that metric's steps are no longer kept."""
+        for metric, s in series.items():
+            if metric not in self.record_metrics:
+                continue  # rows (HF Trainer): a train and an eval row may share a step
+            seen = self.seen.get(metric)
+            if metric in self.metric_errors and (seen is None or seen.dup is None):
+                self.seen.pop(metric, None)
+                continue
+            if seen is None:
+                seen = self.seen[metric] = _Seen()
+            seen.add(s.steps)
+            if seen.dup is not None:
+                self.metric_errors[metric] = duplicate_reason(s.step_key, *seen.dup)
+
+    def _recall_emitted(self, only: set[str] | None = None) -> None:
+        """The steps of the points already emitted, read back from the files once (the
+        first `emitted` of each metric in each file, as a rewrite's re-read skips them)
+        and not emitted again: for a version-1 cursor, which kept none, or for the record
+        metrics `only` (first logged as rows) — so a step logged again is still found."""
+        chunks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for tail in self.tails.values():
+            try:
+                fh = open_regular(tail.path)
+            except FileNotFoundError:
+                continue  # its points cannot come again either
+            except OSError as exc:
+                raise SourceError(f"{tail.path}: cannot read: {exc.strerror}") from None
+            parser = self._parser(_Tail(tail.path))
+            with fh:
+                _read_whole_lines(fh, parser, 0)
+            if only is None:
+                self.record_metrics |= parser.record_metrics
+                for metric, reason in parser.metric_errors.items():
+                    self.metric_errors.setdefault(metric, reason)
+            for metric, parts in parser.chunks.items():
+                if only is not None and metric not in only:
+                    continue
+                self.step_keys.setdefault(metric, parser.step_keys[metric])
+                steps = np.concatenate([p[0] for p in parts])[: tail.emitted.get(metric, 0)]
+                chunks.setdefault(metric, []).append((steps, np.zeros(steps.size)))
+        self._check_steps(
+            {m: merge_chunks(m, parts, self.step_keys[m]) for m, parts in sorted(chunks.items())}
+        )
+        if only is None:
+            self._recall = False
 
     # -- files --------------------------------------------------------------------------
     def _files(self) -> list[str]:
@@ -186,6 +401,7 @@ class LiveJsonlSource(LiveSource):
             # else: nothing new, and `_same_file` has just matched the signature
         tail.ino, tail.dev, tail.offset, tail.line = st.st_ino, st.st_dev, offset, parser.line
         self._collect(tail, parser, out, skip_emitted=not appended)
+        self.record_metrics |= parser.record_metrics
         for metric, reason in parser.metric_errors.items():
             self.metric_errors.setdefault(metric, reason)
         for event in parser.events:
@@ -234,6 +450,14 @@ class LiveJsonlSource(LiveSource):
         states = [t.ended for t in self.tails.values() if t.ended is not None]
         bad = [s for s in states if s is not RunState.FINISHED]
         return bad[0] if bad else RunState.FINISHED
+
+
+def _strings(data: Any) -> dict[str, str]:
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise ValueError("expected an object of strings")
+    return dict(data)
 
 
 def _read_whole_lines(fh: IO[bytes], parser: JsonlParser, offset: int) -> tuple[int, bytes]:

@@ -149,7 +149,13 @@ def duplicate_step(series: Series) -> str | None:
         return None
     step = int(steps[same[0]])
     count = int(np.count_nonzero(steps == step))
-    return f"duplicate {series.step_key} {step} ({count} points); a record holds one point per step"
+    return duplicate_reason(series.step_key, step, count)
+
+
+def duplicate_reason(step_key: str, step: int, count: int) -> str:
+    """Why a record metric with `count` points at `step` cannot be judged (the live tail
+    words it the same, so `watch` and `check` say one thing)."""
+    return f"duplicate {step_key} {step} ({count} points); a record holds one point per step"
 
 
 def share_steps(series: dict[str, Series]) -> dict[str, Series]:
