@@ -122,3 +122,18 @@ class AggregateCheck(Check):
         """What a plot of the rule may draw besides the points and the parameters (history's
         per-step corridor), as short parallel lists; None: nothing. Reporters only draw."""
         return None
+
+
+def mean_rows(rows: np.ndarray) -> np.ndarray:
+    """The mean of each row of finite values, never made NaN or Inf by overflow: numpy's
+    float sum overflows where the mean cannot (1e308 + 1e308 is Inf, and Inf - Inf a NaN,
+    in a mean of 0). Such a row is averaged again scaled down by a power of two above its
+    length: exact but for subnormals, whose share of the mean is a few subnormal ulps."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        means = np.asarray(rows.mean(axis=-1), dtype=np.float64)
+        bad = ~np.isfinite(means)
+        if bad.any():
+            e = int(rows.shape[-1]).bit_length()
+            means[bad] = np.ldexp(np.ldexp(rows[bad], -e).mean(axis=-1), e)
+    return means
+
