@@ -315,3 +315,15 @@ def test_a_reduction_of_finite_points_never_overflows(tmp_path, reduce, values, 
     assert math.isfinite(r.value)
     if value is not None:
         assert r.value == value
+
+
+@pytest.mark.parametrize(
+    ("x", "status"),
+    [(-1.7e308, Status.FAIL), (-1e308, Status.FAIL), (-0.8e308, Status.PASS), (1.0, Status.PASS)],
+)
+def test_approx_compares_an_overflowed_distance_with_an_overflowed_bound(tmp_path, x, status):
+    """Found by tests/fuzz/test_verdict_oracle.py: |x - v| and rel*|v| both overflowed to
+    Inf and Inf > Inf is false, so |x - 1.7e308| = 3.4e308 passed a tolerance of 2.55e308."""
+    rules = "  - {id: a, metric: m, check: {approx: {value: 1.7e308, rel: 1.5}}}\n"
+    r = one(evaluate(policy(tmp_path, rules), run_of({"m": [(0, x)]})))
+    assert r.status is status, r.message
