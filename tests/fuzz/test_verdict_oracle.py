@@ -14,7 +14,8 @@ For every case:
 1. the engine judging the run whole (`evaluate`) gives each rule the oracle's status (and
    step, where both report one) -- never a PASS where the oracle says FAIL or ERROR;
 2. the run fed in random polls (`Evaluation.feed`, a random number of new points of each
-   metric per poll) gives the same final result, field by field; and no live verdict on
+   metric per poll; between polls the state sometimes goes through JSON and back, as the
+   daemon stores it) gives the same final result, field by field; and no live verdict on
    the way is a FAIL/WARN/ERROR that the final verdict is not (live = final);
 3. the gate: exit 1 iff an enforce-mode, fail-severity rule is FAIL or ERROR.
 A few dozen cases also go through the real CLI (`python -m gatekeeper check`), as miles
@@ -588,6 +589,7 @@ def _fed(case: Case, policies: list[Any]) -> tuple[list[RuleResult], list[str]]:
     """The run fed poll by poll; the final results, and every live verdict that stopped a
     rule (FAIL/WARN/ERROR) as text, to hold against the final verdict."""
     ev = Evaluation(policies)
+    rng = random.Random(case.seed)
     at = {m: 0 for m in case.data}
     seen: dict[str, Series] = {}
     live: list[str] = []
@@ -600,6 +602,10 @@ def _fed(case: Case, policies: list[Any]) -> tuple[list[RuleResult], list[str]]:
             new[m] = Series.from_lists(m, d.steps[lo:hi], d.values[lo:hi], d.axis)
             seen[m] = Series.empty(m, d.axis)
         ev.feed(new)
+        if rng.random() < 0.3:  # the daemon saves the state as JSON and restores it
+            ev = Evaluation.from_state(
+                policies, json.loads(json.dumps(ev.to_state(), allow_nan=False))
+            )
         run = Run(name="r", source="mem", series=dict(seen))
         for r in ev.verdict(run, final=False).results:
             if r.status in (Status.FAIL, Status.WARN, Status.ERROR):
