@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gatekeeper.checks import AggregateCheck, EvalContext, MaskCheck, Outcome
+from gatekeeper.checks.base import mean_rows
 from gatekeeper.fmt import fmt
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.binding import metric_error, missing_config, period_from_config
@@ -47,9 +48,23 @@ def _state_value(value: Any) -> Any:
                 return encode(value)
         return sorted(value) if kind is set else list(value)
     return encode(value)
+
+
+def _median(values: np.ndarray) -> float:
+    """np.median, whose mean of the two middle values cannot overflow to Inf (1.7e308 and
+    1.7e308 have the median 1.7e308): taken again of the halved values (exact at that size)."""
+    with np.errstate(over="ignore"):
+        median = float(np.median(values))
+    if not math.isfinite(median):
+        median = float(np.ldexp(np.median(np.ldexp(values, -1)), 1))
+    return median
+
+
+# mean and median of finite values are never NaN or Inf by a float sum's overflow: a
+# mean of 0 made NaN passed `between` and `approx` (a NaN compares false)
 _REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
-    Reduce.MEAN: np.mean,
-    Reduce.MEDIAN: np.median,
+    Reduce.MEAN: lambda v: mean_rows(v[np.newaxis])[0],
+    Reduce.MEDIAN: _median,
     Reduce.MIN: np.min,
     Reduce.MAX: np.max,
     Reduce.LAST: lambda v: v[-1],

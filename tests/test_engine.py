@@ -286,3 +286,49 @@ def test_points_waiting_for_a_config_period_are_one_chunk_and_judged_alike(tmp_p
     got = live.verdict(run_of({"m": points}, config={"rollout": 3}), final=True)
     assert [r.to_dict() for r in got.results] == [r.to_dict() for r in whole.results]
     assert one(got).status is Status.FAIL
+
+
+@pytest.mark.parametrize(
+    ("reduce", "values", "check", "status", "value"),
+    [
+        # np.mean's pairwise float sum: Inf + -Inf = NaN for a mean of 0, and NaN is inside
+        # no `between` (both comparisons false): a silent pass
+        ("mean", [1e308, -1e308, *[0.0] * 6] * 2, "{between: [1, 2]}", Status.FAIL, 0.0),
+        ("mean", [1e308, -1e308, *[0.0] * 6] * 2, "{approx: {value: 0, abs: 1}}", Status.PASS, 0.0),
+        # a mean of finite points summed to -Inf although it is +3.3e299: passed lt: -1e300
+        (
+            "mean",
+            [-1e308, -1e308, 1e308, 1e308, 1e308, 2e300 * 10 - 1e308],
+            "{lt: -1.0e+300}",
+            Status.FAIL,
+            None,
+        ),
+        ("mean", [1.7e308, 1.7e308], "{max: 1.7e308}", Status.PASS, 1.7e308),
+        ("median", [1.7e308, 1.7e308], "{max: 1.7e308}", Status.PASS, 1.7e308),
+        ("median", [-1.7e308, -1.7e308, -1.7e308, 1.0], "{min: -1.7e308}", Status.PASS, -1.7e308),
+    ],
+)
+def test_a_reduction_of_finite_points_never_overflows(
+    tmp_path, reduce, values, check, status, value
+):
+    """Found by tests/fuzz/test_verdict_oracle.py: a mean or median of finite points came
+    out NaN or Inf when a float sum overflowed (the mean of finite points is finite)."""
+    rules = f"  - {{id: m, metric: m, reduce: {reduce}, check: {check}}}\n"
+    run = run_of({"m": list(enumerate(values))})
+    r = one(evaluate(policy(tmp_path, rules), run))
+    assert r.status is status, r.message
+    assert math.isfinite(r.value)
+    if value is not None:
+        assert r.value == value
+
+
+@pytest.mark.parametrize(
+    ("x", "status"),
+    [(-1.7e308, Status.FAIL), (-1e308, Status.FAIL), (-0.8e308, Status.PASS), (1.0, Status.PASS)],
+)
+def test_approx_compares_an_overflowed_distance_with_an_overflowed_bound(tmp_path, x, status):
+    """Found by tests/fuzz/test_verdict_oracle.py: |x - v| and rel*|v| both overflowed to
+    Inf and Inf > Inf is false, so |x - 1.7e308| = 3.4e308 passed a tolerance of 2.55e308."""
+    rules = "  - {id: a, metric: m, check: {approx: {value: 1.7e308, rel: 1.5}}}\n"
+    r = one(evaluate(policy(tmp_path, rules), run_of({"m": [(0, x)]})))
+    assert r.status is status, r.message

@@ -122,3 +122,48 @@ class AggregateCheck(Check):
         """What a plot of the rule may draw besides the points and the parameters (history's
         per-step corridor), as short parallel lists; None: nothing. Reporters only draw."""
         return None
+
+
+def mean_rows(rows: np.ndarray) -> np.ndarray:
+    """The mean of each row of finite values, never made NaN or Inf by overflow: numpy's
+    float sum overflows where the mean cannot (1e308 + 1e308 is Inf, and Inf - Inf a NaN,
+    in a mean of 0). Such a row is averaged again scaled down by a power of two above its
+    length: exact but for subnormals, whose share of the mean is a few subnormal ulps."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        means = np.asarray(rows.mean(axis=-1), dtype=np.float64)
+        bad = ~np.isfinite(means)
+        if bad.any():
+            e = int(rows.shape[-1]).bit_length()
+            means[bad] = np.ldexp(np.ldexp(rows[bad], -e).mean(axis=-1), e)
+    return means
+
+
+def window_means(values: np.ndarray, k: int, first: int) -> np.ndarray:
+    """The mean of every k consecutive values (len(values) - k + 1 of them, in order),
+    `values[0]` being point number `first` of the sequence. Each window is summed from its
+    own points -- the suffix of one k-block plus the prefix of the next, blocks aligned to
+    the point numbers -- never as a difference of running sums, which cancels (after a
+    1e16 a 0.7 came out 0.0): so a window's mean is within k ulps of its points' and the
+    same whatever the chunks the sequence is fed in. O(len(values))."""
+    if k == 1:
+        return values.astype(np.float64, copy=True)
+    n = values.size
+    if n < k:
+        return np.empty(0)
+    lead = first % k  # zeros before values[0] align the blocks: x + 0 is x
+    padded = np.zeros(-(-(lead + n) // k) * k)
+    padded[lead : lead + n] = values
+    blocks = padded.reshape(-1, k)
+    with np.errstate(over="ignore", invalid="ignore"):
+        prefix = np.cumsum(blocks, axis=1).ravel()
+        suffix = np.cumsum(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
+        end = np.arange(lead + k - 1, lead + n)  # each window's last point, in padded
+        start = end - k + 1
+        whole = start % k == 0  # the window is one block
+        sums = np.where(whole, prefix[end], suffix[start] + np.where(whole, 0.0, prefix[end]))
+        means = sums / k
+    bad = ~np.isfinite(means)
+    if bad.any():  # an overflow inside a window of finite points
+        view = np.lib.stride_tricks.sliding_window_view(values, k)
+        means[bad] = mean_rows(view[bad])
+    return means

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, window_means
 from gatekeeper.checks.conclusion import failed, passed
 from gatekeeper.fmt import fmt
 from gatekeeper.verdict import Status
@@ -62,18 +62,18 @@ class Reach(AggregateCheck):
             state.last_step = int(steps[-1]) if state.last_step is None else max(
                 state.last_step, int(steps[-1])
             )
-        if state.reached_step is not None:
-            return state
         keep = steps <= self.by_step
         steps, values = steps[keep], values[keep]
-        if not values.size:
-            return state
+        # every point by the deadline counts, reached or not: the count is the same
+        # whatever the polls (it was not once the mean was reached mid-poll)
+        first = state.judged - state.tail.size  # the number of joined[0] among them
         state.judged += int(values.size)
+        if state.reached_step is not None or not values.size:
+            return state
         joined = np.concatenate([state.tail, values])
         k = self.window
         if joined.size >= k:
-            csum = np.concatenate([[0.0], np.cumsum(joined)])
-            means = (csum[k:] - csum[:-k]) / k  # means[i] ends at joined[i + k - 1]
+            means = window_means(joined, k, first)  # means[i] ends at joined[i + k - 1]
             ends = np.arange(k - 1, joined.size) - state.tail.size  # index into values
             valid = ends >= 0
             means, ends = means[valid], ends[valid]
