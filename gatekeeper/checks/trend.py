@@ -9,6 +9,7 @@ gaps are measured as gaps, not as neighbouring points.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +52,20 @@ def _window_sums(a: np.ndarray, w: int, run: np.ndarray | None = None) -> np.nda
     return np.subtract(c[w:], c[:-w])
 
 
+def _overflow_shift(steps: np.ndarray, values: np.ndarray, w: int) -> int:
+    """0, or the power of two to scale (finite) values down by so that no sum of the fit
+    overflows: with values near 1e308 the window sums were Inf, Inf - Inf a NaN slope, and
+    a NaN passes every bound (a rising 1e307 passed `max_slope: 0`). Scaling by a power
+    of two is exact, so the slope scaled back is the very float the fit would give
+    without overflow (and the growth, a ratio, is unchanged); the usual values skip it."""
+    top = max(float(values.max()), -float(values.min()))
+    if top < 2.0**800:  # sums of n * w * span * top stay below 2^1023 (each < 2^50)
+        return 0
+    span = max(1, int(steps.max()) - int(steps.min()))
+    room = 1000 - values.size.bit_length() - w.bit_length() - span.bit_length()
+    return max(0, math.frexp(top)[1] - room)
+
+
 def rolling_fit(
     steps: np.ndarray, values: np.ndarray, w: int, *, growth: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -67,6 +82,11 @@ def rolling_fit(
     array is another 800 kB to allocate and fault in.
     """
     n = values.size
+    shift = _overflow_shift(steps, values, w)
+    if shift:  # the same fit of the values scaled down by 2^shift, exactly, then back
+        slope, grow = rolling_fit(steps, np.ldexp(values, -shift), w, growth=growth)
+        with np.errstate(over="ignore"):  # a slope past 1.8e308 a step is Inf: it fails
+            return np.ldexp(slope, shift), grow  # growth is a ratio: the same scaled
     y = values
     exact = (
         int(steps[-1]) - int(steps[0]) == n - 1

@@ -95,3 +95,34 @@ def test_step_shape_gap_does_not_wrap():
     steps = np.array([-(2**63), *range(100), 2**63 - 1], dtype=np.int64)
     assert step_shape(steps) == (-(2**63), 2**63 - 1, 2**63)  # from -2^63 to 0
     assert step_shape(steps[[0, 1, -1]]) == (-(2**63), 2**63 - 1, 2**63)
+
+
+def test_values_near_the_float_limit_are_fitted_without_overflow(tmp_path):
+    """Window sums of values near 1e308 overflowed: Inf - Inf made the slope NaN, and a
+    NaN passes every bound (a rising 1e307 passed `max_slope: 0`). The fit is now taken
+    of the values scaled down by a power of two, exactly: the same floats, scaled back."""
+    rising = 1e307 * (1 + 0.05 * np.arange(100))
+    pol = policy(tmp_path, rule("{window: 10, max_slope: 0}"))
+    r = judge(pol, run_of(series(GAP, rising)))
+    assert r.status is Status.FAIL and math.isclose(r.value, 5e305)
+    assert judge_in_chunks(pol, run_of(series(GAP, rising)), 7).value == r.value
+    grow = judge(
+        policy(tmp_path, rule("{window: 10, max_growth: 0.01}"), "g"), run_of(series(GAP, rising))
+    )
+    assert grow.status is Status.FAIL and math.isclose(grow.value, 0.45 / 1.225)
+    assert judge(pol, run_of(series(GAP, rising[::-1]))).status is Status.PASS
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_the_scaled_fit_is_the_fit_scaled(contiguous):
+    """Scaling by 2^k is exact: the fit of values x 2^1000 (which takes the scaled path)
+    is the fit of the values, x 2^1000, bit for bit, on the C and the numpy path."""
+    from gatekeeper.checks.trend import rolling_fit
+
+    rng = np.random.default_rng(3)
+    steps = np.arange(500) if contiguous else np.cumsum(rng.integers(1, 9, 500))
+    values = rng.normal(1.0, 0.3, 500)
+    slope, grow = rolling_fit(steps, values, 25)
+    big_slope, big_grow = rolling_fit(steps, np.ldexp(values, 1000), 25)
+    assert np.array_equal(big_slope, np.ldexp(slope, 1000))
+    assert np.array_equal(big_grow, grow)
