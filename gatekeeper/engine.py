@@ -372,6 +372,11 @@ class RuleTracker:
         if self.rule.reduce is not Reduce.NONE:
             self.reduced.append(values)
             self.reduced_steps.append(steps)
+            if self.error is None and not finite:  # the first NaN/Inf: ERROR at once
+                bad = ~np.isfinite(values)
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    self.error = (int(steps[i]), float(values[i]), "non-finite")
             return
         if self.error is not None:
             return
@@ -574,6 +579,16 @@ class RuleTracker:
         )
         if gap and final:
             return Outcome(Status.ERROR, gap)
+        if self.error is not None and not complete:
+            # a NaN/Inf inside the selection makes the reduction an ERROR whatever comes
+            # later: said at once, in the words the final reduction uses
+            step, value, _ = self.error
+            return Outcome(
+                Status.ERROR,
+                f"non-finite value {fmt(value)} at {axis} {step} inside the {rule.reduce.value}",
+                step=step,
+                value=value,
+            )
         if not complete:
             return Outcome(
                 Status.PENDING, f"{rule.reduce.value} judged once steps {sel.describe()} are in"

@@ -56,6 +56,30 @@ def test_nan_at_a_judged_step_is_an_error_never_a_pass(tmp_path):
     assert one(live.verdict(run, final=False)).status is Status.ERROR  # at once, even live
 
 
+@pytest.mark.parametrize("steps", ["all", "{from: 0, to: 50}", "[0, 1, 40]", "{every: 1}"])
+def test_nan_inside_a_reduction_is_an_error_at_once_live(tmp_path, steps):
+    """A NaN inside a reduced selection makes it an ERROR whatever comes later (DESIGN: a
+    NaN is ERROR at once); live it was PENDING until the selection was complete. The live
+    result says what the final one says, word for word."""
+    rules = f"  - {{id: m, metric: m, steps: {steps}, reduce: mean, check: {{max: 1}}}}\n"
+    pol = policy(tmp_path, rules)
+    first = run_of({"m": [(0, 0.5), (1, math.nan)]})
+    live = Evaluation(pol)
+    live.feed(first.series)
+    now = one(live.verdict(first, final=False))
+    assert now.status is Status.ERROR and now.step == 1
+    assert now.message.startswith("non-finite value NaN at train/step 1 inside the mean")
+    whole = run_of({"m": [(0, 0.5), (1, math.nan), (40, 0.2)]})
+    live.feed(run_of({"m": [(40, 0.2)]}).series)
+    final = one(live.verdict(whole, final=True))
+    assert (final.status, final.message) == (now.status, now.message)
+    assert one(evaluate(pol, whole)).message == now.message
+    # a `last: n` selection is not: the NaN may leave its window
+    tail = Evaluation(policy(tmp_path, rules.replace(steps, "{last: 1}"), name="t"))
+    tail.feed(first.series)
+    assert one(tail.verdict(first, final=False)).status is Status.PENDING
+
+
 def test_missing_metric_and_missing_step(tmp_path):
     run = run_of({"train/ppo_kl": [(1, 0.0)], "train/other": [(0, 1.0)]})
     v = evaluate(policy(tmp_path, KL + "  - {id: gone, metric: train/ppo_k1, check: {max: 1}}\n"), run)
