@@ -522,6 +522,8 @@ class RuleTracker:
             from gatekeeper.expr import missing_inputs
 
             return Outcome(Status.ERROR, missing_inputs(self.rule.expr, available))
+        if metric in available:  # named by the source (a wandb key, an empty series)
+            return Outcome(Status.ERROR, f"metric {metric} is in the run but has no points")
         import difflib  # only for a missing metric's "did you mean"
 
         close = difflib.get_close_matches(metric, available, n=3, cutoff=0.6)

@@ -80,6 +80,16 @@ def test_nan_inside_a_reduction_is_an_error_at_once_live(tmp_path, steps):
     assert one(tail.verdict(first, final=False)).status is Status.PENDING
 
 
+@pytest.mark.parametrize("if_logged", ["", ", if_logged: true"])
+def test_a_metric_with_no_points_is_said_to_have_none(tmp_path, if_logged):
+    """A metric the source names but holds no points of (a record's empty `series`) is an
+    ERROR in those words, also under if_logged (it is logged, with nothing in it); it
+    used to read "not in the run; similar: m", naming itself."""
+    rules = f"  - {{id: r, metric: m, check: {{max: 1}}{if_logged}}}\n"
+    r = one(evaluate(policy(tmp_path, rules), run_of({"m": []})))
+    assert r.status is Status.ERROR and r.message == "metric m is in the run but has no points"
+
+
 def test_missing_metric_and_missing_step(tmp_path):
     run = run_of({"train/ppo_kl": [(1, 0.0)], "train/other": [(0, 1.0)]})
     v = evaluate(policy(tmp_path, KL + "  - {id: gone, metric: train/ppo_k1, check: {max: 1}}\n"), run)
