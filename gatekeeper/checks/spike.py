@@ -4,6 +4,7 @@ before it, in units of their robust spread (MAD): "loss spikes", "kl_loss sudden
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import bottleneck as bn
@@ -38,6 +39,15 @@ HUGE = 1e300
 # floats, each rounded within 2^-53 (see _bound); deviations are lifted to LIFT.
 TINY = 2.0**-990
 LIFT = 2.0**-980
+
+
+def _huge_shift(values: np.ndarray) -> int:
+    """0, or the power of two that brings (finite) values beyond HUGE below 2^990: near
+    1e308 the median of an even window (a + b) / 2 and the deviations overflowed, Inf > Inf
+    is false, and a spike to -1.7e308 after 1.7e308s passed. Scaling by a power of two is
+    exact (and min_scale is scaled alike), so the verdicts are those without overflow."""
+    top = max(float(values.max()), -float(values.min()))
+    return math.frexp(top)[1] - 990 if HUGE < top < math.inf else 0
 
 
 def median_and_mad(windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -113,6 +123,10 @@ class Spike(MaskCheck):
             if _spike.violations(part, out[first - n_context :], w, float(self.factor),
                                  float(self.min_scale), DIRECTIONS[self.direction]):
                 return out
+        shift = _huge_shift(values[first - w :])
+        if shift:  # the same verdicts on the values scaled down by 2^shift, exactly
+            scaled = self.model_copy(update={"min_scale": math.ldexp(self.min_scale, -shift)})
+            return scaled.violations(np.ldexp(values, -shift), n_context)
         points = values[first:]
         maybe = self._may_violate(values[first - w :])
         rows = np.arange(points.size) if maybe is None else np.flatnonzero(maybe)

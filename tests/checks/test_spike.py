@@ -90,3 +90,37 @@ def test_params_are_validated_with_file_and_line(tmp_path):
         policy(tmp_path, RULE.format(args="{window: 1}"))
     with pytest.raises(PolicyError, match="reduce must be none"):
         policy(tmp_path, "  - {id: s, metric: m, reduce: mean, check: {spike: 5}}\n")
+
+
+@pytest.mark.parametrize("window", [9, 10])
+@pytest.mark.parametrize("direction", ["down", "both"])
+def test_a_spike_near_the_float_limit_is_caught(tmp_path, window, direction):
+    """Near 1e308 an even window's median (a + b) / 2 overflowed to Inf, so did the
+    deviations and the MAD, and Inf > Inf is false: a drop to -1.7e308 after 1.7e308s
+    passed. The values are now scaled down by a power of two first, exactly."""
+    values = np.full(30, 1.7e308)
+    values[20] = -1.7e308
+    args = f"{{window: {window}, factor: 5, direction: {direction}}}"
+    pol = policy(tmp_path, RULE.format(args=args))
+    r = judge(pol, run_of(series("train/loss", values)))
+    assert r.status is Status.FAIL and r.step == 20 and r.violations == 1
+    assert judge_in_chunks(pol, run_of(series("train/loss", values)), 7).step == 20
+
+
+@pytest.mark.parametrize("use_c", [True, False])
+def test_scaled_values_give_the_same_verdicts(monkeypatch, use_c):
+    """Scaling by 2^k is exact: values x 2^1000 (beyond HUGE: the scaled path) with
+    min_scale x 2^1000 flag the very points the values do, on the C and numpy paths."""
+    from gatekeeper.checks import spike
+
+    monkeypatch.setattr(spike, "USE_C", use_c)
+    rng = np.random.default_rng(11)
+    values = rng.normal(1.0, 0.1, 2000)
+    values[rng.integers(40, 2000, 30)] += rng.choice([-1.0, 1.0], 30)
+    values[500:560] = 1.0  # MAD 0: min_scale decides
+    for direction in ("up", "down", "both"):
+        small = spike.Spike(window=20, factor=4, direction=direction, min_scale=0.05)
+        big = spike.Spike(window=20, factor=4, direction=direction, min_scale=0.05 * 2.0**1000)
+        want = small.violations(values, 0)
+        assert want.sum() > 10
+        assert np.array_equal(big.violations(np.ldexp(values, 1000), 0), want)
