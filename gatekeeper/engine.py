@@ -585,12 +585,7 @@ class RuleTracker:
             # a NaN/Inf inside the selection makes the reduction an ERROR whatever comes
             # later: said at once, in the words the final reduction uses
             step, value, _ = self.error
-            return Outcome(
-                Status.ERROR,
-                f"non-finite value {fmt(value)} at {axis} {step} inside the {rule.reduce.value}",
-                step=step,
-                value=value,
-            )
+            return self._nonfinite_in_reduction(axis, step, value)
         if not complete:
             return Outcome(
                 Status.PENDING, f"{rule.reduce.value} judged once steps {sel.describe()} are in"
@@ -602,6 +597,14 @@ class RuleTracker:
         self.reduced_memo = (key, outcome)
         return outcome
 
+    def _nonfinite_in_reduction(self, axis: str, step: int, value: float) -> Outcome:
+        return Outcome(
+            Status.ERROR,
+            f"non-finite value {fmt(value)} at {axis} {step} inside the {self.rule.reduce.value}",
+            step=step,
+            value=value,
+        )
+
     def _reduce(self, axis: str) -> Outcome:
         rule = self.rule
         values = np.concatenate(self.reduced)
@@ -610,13 +613,7 @@ class RuleTracker:
         bad = ~np.isfinite(values)
         if bad.any():
             i = int(np.argmax(bad))
-            return Outcome(
-                Status.ERROR,
-                f"non-finite value {fmt(float(values[i]))} at {axis} {int(steps[i])} inside the "
-                f"{rule.reduce.value}",
-                step=int(steps[i]),
-                value=float(values[i]),
-            )
+            return self._nonfinite_in_reduction(axis, int(steps[i]), float(values[i]))
         value = float(_REDUCERS[rule.reduce](values))
         assert isinstance(rule.check, MaskCheck)
         violates = bool(rule.check.violations(np.array([value]), 0)[0])
