@@ -18,14 +18,9 @@ extras=""
 # The trainer-callback tests (tests/integrations) run the real transformers and Lightning
 # trainers; they install into .venv (measured: ~2 min more on a fresh machine).
 [ "$want_test" = 1 ] && extras="[test,hf,lightning]"
-# Reinstall only when the project definition changed since the last install, or a C
-# source did (the install compiles gatekeeper/sources/wandb/_history.c in place; an edited
-# .c must be rebuilt, a stale extension would decode with the old code).
+# Reinstall only when the project definition changed since the last install.
 stamp=".venv/.gatekeeper-installed$extras"
-changed_c=""
-[ -f "$stamp" ] && changed_c=$(find gatekeeper -name '*.c' -newer "$stamp" -print -quit)
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
-    || [ -n "$changed_c" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "==> installing gatekeeper$extras into .venv"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
   if [ "$want_test" = 1 ]; then
