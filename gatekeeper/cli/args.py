@@ -72,7 +72,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tag", action="append", metavar="TAG", help="add a run tag (repeatable)")
     p.add_argument(
         "--config", action="append", metavar="KEY=VALUE",
-        help="set a run config key, dotted for nesting; VALUE is read as YAML (8, true, x)",
+        help="set a run config key, dotted for nesting; VALUE is read as YAML (8, true, x; "
+        "quote text YAML reads otherwise: 'key=\"a: b\"')",
     )
     p.add_argument(
         "--allow-state", action="append", metavar="STATE:REASON",
@@ -93,7 +94,7 @@ def _yaml_value(item: str, text: str) -> Any:
         return to_plain(load_text(text, "--config"), "--config")
     except PolicyError as exc:
         raise UsageError(
-            f"--config {item!r}: cannot read the value as YAML ({exc}); quote text, "
+            f"--config {item!r}: cannot read value {text!r}: {exc}; or quote it for text, "
             "e.g. --config 'key=\"a: b\"'"
         ) from None
 
