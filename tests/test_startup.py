@@ -287,7 +287,8 @@ def test_a_threshold_check_as_the_program_imports_no_other_kind_nor_their_depend
     modules = set(json.loads(out.stdout.splitlines()[-1]))
     unwanted = {
         "gatekeeper.checks.spike", "gatekeeper.checks.trend", "gatekeeper.checks.history",
-        "gatekeeper.checks.flat", "gatekeeper.checks._spike", "bottleneck", "scipy", "difflib", "importlib.metadata",
+        "gatekeeper.checks.flat", "gatekeeper.checks._spike", "bottleneck", "scipy", "difflib",
+        "importlib.metadata",
         "gatekeeper.cli.serve", "gatekeeper.cli.history", "gatekeeper.cli.live",
         "gatekeeper.sources.jsonl.live", "gatekeeper.sources.jsonl.discover", "gatekeeper.expr",
         *HEAVY,

@@ -1,8 +1,9 @@
-"""The one YAML reader (`gatekeeper/yamlfile.py`): plain scalars as the YAML 1.2 core schema
-defines them, the line of every node, and a file:line error naming the fix for what it
-does not read (tags, merge keys, directives, a second document, ...). The same answers
-from PyYAML's pure-Python parser, for an install whose PyYAML was built without libyaml.
-Every consumer (policy, daemon config, test file, --override) is in test_yaml_consumers.py.
+"""The one YAML reader (`gatekeeper/yamltree.py`; files through `yamlfile.py`): plain
+scalars as the YAML 1.2 core schema defines them, the line of every node, and a file:line
+error naming the fix for what it does not read (tags, merge keys, directives, a second
+document, ...). The same answers from PyYAML's pure-Python parser, for an install whose
+PyYAML was built without libyaml. Every consumer (policy, daemon config, test file,
+--override, --config) is in test_yaml_consumers.py.
 """
 
 from __future__ import annotations

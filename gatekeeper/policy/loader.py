@@ -1,5 +1,5 @@
 """Load policy files (YAML 1.2) into `PolicySpec`s; every error names file:line:field.
-Read by the one YAML reader (`yamlfile.read_yaml`: libyaml, YAML 1.2 core schema).
+Read by the one YAML reader (`yamltree.py`: libyaml, YAML 1.2 core schema).
 
 Hostile files are bounded, not trusted (see yamlfile.py): at most MAX_BYTES,
 nesting at most MAX_DEPTH levels, at most ALIAS_BUDGET nodes produced by alias expansion
