@@ -164,13 +164,11 @@ def resolve_plain(value: str) -> Any:
         return _BOOLS[value]
     if value[0] not in _NUMBER_START:  # most scalars: names, metrics, descriptions
         return value
-    number = _INT.fullmatch(value) or _FLOAT.fullmatch(value) or _BASED.fullmatch(value)
-    if number and len(value) > MAX_DIGITS:
-        raise ValueError(f"a number of {len(value)} characters; at most {MAX_DIGITS} are read")
-    if number:
-        return int(value, 0) if _BASED.fullmatch(value) else (
-            int(value) if _INT.fullmatch(value) else float(value)
-        )
+    decimal, based = _INT.fullmatch(value), _BASED.fullmatch(value)
+    if decimal or based or _FLOAT.fullmatch(value):
+        if len(value) > MAX_DIGITS:
+            raise ValueError(f"a number of {len(value)} characters; at most {MAX_DIGITS} are read")
+        return int(value) if decimal else int(value, 0) if based else float(value)
     if value in _SPECIAL_FLOATS:
         return _SPECIAL_FLOATS[value]
     bare = value.replace("_", "")
@@ -179,8 +177,8 @@ def resolve_plain(value: str) -> Any:
         _INT.fullmatch(bare) or _FLOAT.fullmatch(bare)
     ):
         raise ValueError(
-            f"{quote(value)} is a number in YAML 1.1 but text in YAML 1.2; write the number "
-            "as 1.2 does (1000, 5, 31, 0x1F), or quote it for text"
+            f"{quote(value)} is a number in YAML 1.1 but text in YAML 1.2; write it as a "
+            "1.2 number (digits without underscores, 0x/0o without a sign), or quote it for text"
         )
     return value
 
