@@ -70,7 +70,7 @@ def generate(steps: int, metrics: int) -> tuple[str, str, str]:
 CHILD = r"""
 import sys, time
 import orjson
-import numpy, pydantic, ruamel.yaml  # the baseline includes the libraries both would load
+import numpy, pydantic, yaml  # the baseline includes the libraries both would load
 def hwm():  # peak RSS of this process (VmHWM; ru_maxrss is inherited across exec)
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):

@@ -163,7 +163,7 @@ class Results:
 CHECK_CHILD = r"""
 import sys, time
 import orjson
-import numpy, pydantic, ruamel.yaml  # the baseline includes the libraries check loads
+import numpy, pydantic, yaml  # the baseline includes the libraries check loads
 def hwm():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):

@@ -14,7 +14,7 @@ PACKAGE = REPO / "gatekeeper"
 # Lowest first. A module may import from its own layer and the ones below.
 LAYERS: list[tuple[str, ...]] = [
     # ground floor: shared by everything, imports nothing of gatekeeper above it
-    ("errors", "model", "verdict", "fmt", "yamlfile", "yamlfast", "safe_open", "registry",
+    ("errors", "model", "verdict", "fmt", "yamltree", "yamlfile", "safe_open", "registry",
      "run_state", "statedata"),
     ("engine", "checks", "expr", "policy"),  # the pure engine and the rule format
     ("sources", "report", "notify", "history", "annotate"),  # edges: I/O and reporting

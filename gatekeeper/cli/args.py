@@ -72,7 +72,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tag", action="append", metavar="TAG", help="add a run tag (repeatable)")
     p.add_argument(
         "--config", action="append", metavar="KEY=VALUE",
-        help="set a run config key, dotted for nesting; VALUE is read as YAML (8, true, x)",
+        help="set a run config key, dotted for nesting; VALUE is read as YAML (8, true, x; "
+        "quote text YAML reads otherwise: 'key=\"a: b\"')",
     )
     p.add_argument(
         "--allow-state", action="append", metavar="STATE:REASON",
@@ -81,16 +82,21 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _yaml_scalar(text: str) -> Any:
-    from ruamel.yaml import YAML
+def _yaml_value(item: str, text: str) -> Any:
+    """A `--config` value read by the one YAML reader, as in a policy file: what it
+    refuses (a tag, a syntax error) is a usage error, never kept as text unnoticed."""
+    from gatekeeper.errors import PolicyError
+    from gatekeeper.yamlfile import load_text, to_plain
 
-    from gatekeeper.yamlfile import check_flow_depth, plain
-
+    if not text:
+        return ""
     try:
-        check_flow_depth(text.encode(), "--config")  # ruamel is quadratic in deep brackets
-        return plain(YAML(typ="rt").load(text)) if text else ""
-    except Exception:
-        return text
+        return to_plain(load_text(text, "--config"), "--config")
+    except PolicyError as exc:
+        raise UsageError(
+            f"--config {item!r}: cannot read value {text!r}: {exc}; or quote it for text, "
+            "e.g. --config 'key=\"a: b\"'"
+        ) from None
 
 
 def run_overrides(args: argparse.Namespace) -> RunOverrides:
@@ -104,7 +110,7 @@ def run_overrides(args: argparse.Namespace) -> RunOverrides:
         key, eq, value = item.partition("=")
         if not eq or not key:
             raise UsageError(f"--config {item!r}: expected KEY=VALUE, e.g. --config lora_rank=8")
-        config[key.removeprefix("config.")] = _yaml_scalar(value)
+        config[key.removeprefix("config.")] = _yaml_value(item, value)
     state = RunState(args.state) if getattr(args, "state", None) else None
     allowed: dict[str, str] = {}
     for item in getattr(args, "allow_state", None) or []:

@@ -24,7 +24,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from ruamel.yaml.comments import CommentedMap
 
 from gatekeeper.errors import ConfigError, PolicyError
 from gatekeeper.notify.settings import NotifierEntry
@@ -35,10 +34,11 @@ from gatekeeper.yamlfile import (
     Duration,
     PositiveDuration,
     display_path,
+    is_mapping,
     line_of,
-    plain,
     read_yaml,
     seconds,
+    to_plain,
     validation_error,
 )
 
@@ -197,11 +197,11 @@ def load_config(path: str) -> DaemonConfig:
     shown = display_path(path)
     try:
         tree = read_yaml(path)
+        raw = to_plain(tree, shown)
     except PolicyError as exc:
         raise ConfigError(str(exc).replace("cannot read policy", "cannot read config")) from None
-    if not isinstance(tree, CommentedMap):
+    if not is_mapping(tree):
         raise ConfigError(f"{shown}:1: a daemon config is a YAML mapping (state, targets, ...)")
-    raw = plain(tree)
     raw.pop("file", None)
     try:
         config = DaemonConfig.model_validate(raw)

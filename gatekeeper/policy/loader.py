@@ -1,5 +1,5 @@
 """Load policy files (YAML 1.2) into `PolicySpec`s; every error names file:line:field.
-The common file is read by libyaml (`yamlfast.py`), anything it is unsure of by ruamel.
+Read by the one YAML reader (`yamltree.py`: libyaml, YAML 1.2 core schema).
 
 Hostile files are bounded, not trusted (see yamlfile.py): at most MAX_BYTES,
 nesting at most MAX_DEPTH levels, at most ALIAS_BUDGET nodes produced by alias expansion
@@ -21,16 +21,13 @@ from gatekeeper.policy.schema import Policy, Rule, RuleOverride
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import Mode
 from gatekeeper.yamlfile import (
-    ALIAS_BUDGET,
-    TooBig,
     display_path,
     dotted,
     is_mapping,
     line_of,
-    node_count,
     out_of_range,
-    plain,
     read_yaml,
+    to_plain,
     validation_error,
 )
 
@@ -80,7 +77,7 @@ def load_policies(paths: list[str]) -> list[PolicySpec]:
 
 def load_policy(path: str, _chain: tuple[str, ...] = ()) -> PolicySpec:
     shown = display_path(path)
-    tree = read_yaml(path, fast=True)
+    tree = read_yaml(path)
     if not is_mapping(tree):
         raise PolicyError(
             "a policy file is a YAML mapping (version, name, rules, ...)", file=shown, line=1
@@ -238,13 +235,7 @@ def _parse_expr(text: str) -> Any:
 def plain_policy(tree: Any, shown: str) -> Any:
     """The policy tree as plain values: bounded (see `plain`) and without a non-finite
     number anywhere — a NaN threshold makes a rule that can never fail."""
-    budget = [node_count(tree) + ALIAS_BUDGET]
-    try:
-        data = plain(tree, budget)
-    except TooBig as exc:
-        raise PolicyError(
-            f"{dotted(exc.loc) or '(top level)'}: {exc}", file=shown, line=line_of(tree, exc.loc)
-        ) from None
+    data = to_plain(tree, shown)
     bad = out_of_range(data)
     if bad is not None:
         loc, why = bad

@@ -21,7 +21,7 @@ from gatekeeper.policy.loader import apply_override
 from gatekeeper.policy.schema import RuleOverride
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.verdict import Severity
-from gatekeeper.yamlfile import check_flow_depth, out_of_range, plain
+from gatekeeper.yamlfile import load_text, out_of_range, to_plain
 
 _FORM = "POLICY/RULE=off:REASON, POLICY/RULE=warn:REASON or POLICY/RULE=CHECK=VALUE:REASON"
 
@@ -73,13 +73,9 @@ def parse_override(text: str) -> CliOverride:
             raise UsageError(
                 f"--override {text!r}: unknown check {kind!r}; known: {', '.join(registry())}"
             )
-        from ruamel.yaml import YAML  # only for a check value given on the command line
-        from ruamel.yaml.error import YAMLError
-
-        try:
-            check_flow_depth(raw.encode(), "--override")  # ruamel: quadratic in deep brackets
-            value = plain(YAML(typ="rt").load(raw))
-        except (YAMLError, ValueError, PolicyError) as exc:
+        try:  # the one YAML reader, as a policy file's check value would be read
+            value = to_plain(load_text(raw, "--override"), "--override")
+        except PolicyError as exc:
             raise UsageError(f"--override {text!r}: cannot read value {raw!r}: {exc}") from None
         bad = out_of_range(value)
         if bad is not None:

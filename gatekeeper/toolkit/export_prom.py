@@ -8,10 +8,7 @@ evaluation interval; the header says so.
 
 from __future__ import annotations
 
-import io
 from typing import Any
-
-from ruamel.yaml import YAML
 
 from gatekeeper.policy.spec import RuleSpec
 from gatekeeper.toolkit.promql import Naming, Translation, alert_name
@@ -71,13 +68,16 @@ def header(translation: Translation, naming: Naming, interval: float) -> str:
 
 
 def dump(data: Any) -> str:
-    yaml = YAML(typ="safe", pure=True)
-    yaml.default_flow_style = False
-    yaml.width = 4096  # one PromQL expression per line
-    yaml.sort_base_mapping_type_on_output = False  # type: ignore[assignment]
-    buf = io.StringIO()
-    yaml.dump(data, buf)
-    return buf.getvalue()
+    """Block-style YAML by PyYAML's safe dumper (libyaml's emitter when built with it):
+    keys in the order built (the alert's name first), one PromQL expression per line."""
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", None) or yaml.SafeDumper
+    text: str = yaml.dump(
+        data, Dumper=dumper, default_flow_style=False, sort_keys=False, width=4096,
+        allow_unicode=True,
+    )
+    return text
 
 
 def render(translation: Translation, naming: Naming, interval: float) -> str:

@@ -30,7 +30,7 @@ from gatekeeper.checks.strictly_between import StrictlyBetween
 from gatekeeper.expr import Node
 from gatekeeper.policy.schema import Reduce
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
-from gatekeeper.yamlfile import display_path, plain, read_yaml, validation_error
+from gatekeeper.yamlfile import display_path, read_yaml, to_plain, validation_error
 
 
 @dataclass(frozen=True)
@@ -284,7 +284,7 @@ def load_naming(path: str | None, selector: str = "") -> Naming:
         return Naming(selector=selector)
     tree = read_yaml(path)
     try:
-        data = _NamingFile.model_validate(plain(tree) or {})
+        data = _NamingFile.model_validate(to_plain(tree, display_path(path)) or {})
     except ValidationError as exc:
         raise validation_error(exc, tree, display_path(path)) from None
     return Naming(**{**data.model_dump(), "selector": selector or data.selector})

@@ -27,13 +27,20 @@ import os
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from ruamel.yaml.comments import CommentedMap
 
 from gatekeeper.errors import PolicyError
 from gatekeeper.model import RunState
 from gatekeeper.toolkit.notation import NotationError, expand
 from gatekeeper.verdict import Status
-from gatekeeper.yamlfile import display_path, line_of, plain, read_yaml, validation_error
+from gatekeeper.yamlfile import (
+    MarkedMap,
+    display_path,
+    is_mapping,
+    line_of,
+    read_yaml,
+    to_plain,
+    validation_error,
+)
 
 
 class SeriesInput(BaseModel):
@@ -157,7 +164,7 @@ class TestFile(BaseModel):
 class LoadedTests:
     """A parsed test file: its cases, the policy paths it names, the line of each case."""
 
-    def __init__(self, path: str, spec: TestFile, tree: CommentedMap):
+    def __init__(self, path: str, spec: TestFile, tree: MarkedMap):
         self.path = display_path(path)
         self.spec = spec
         self.tree = tree
@@ -187,10 +194,10 @@ def _default_policy(path: str) -> str:
 def load_tests(path: str) -> LoadedTests:
     shown = display_path(path)
     tree = read_yaml(path)
-    if not isinstance(tree, CommentedMap):
+    if not is_mapping(tree):
         raise PolicyError("a test file is a YAML mapping (policies, tests)", file=shown, line=1)
     try:
-        spec = TestFile.model_validate(plain(tree))
+        spec = TestFile.model_validate(to_plain(tree, shown))
     except ValidationError as exc:
         raise validation_error(exc, tree, shown) from None
     loaded = LoadedTests(path, spec, tree)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from ruamel.yaml import YAML
+import yaml
 
 from gatekeeper.daemon.config import load_config
 from gatekeeper.daemon.service import Daemon
@@ -40,7 +40,7 @@ def env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_example_config_and_kubernetes_configmap_load(tmp_path: Path, env: None) -> None:
     cfg = load_config(str(localized((DEPLOY / "gatekeeper.example.yaml").read_text(), tmp_path)))
     assert [n.kind for n in cfg.notifiers] == ["slack", "lark", "webhook"]
-    docs = list(YAML(typ="safe").load_all((DEPLOY / "kubernetes" / "gatekeeper.yaml").read_text()))
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "gatekeeper.yaml").read_text()))
     cm = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["gatekeeper.yaml"]
     k8s = load_config(str(localized(cm, tmp_path)))
     assert k8s.http.address == "0.0.0.0" and k8s.http.token() == "t"

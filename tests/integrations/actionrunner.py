@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
+import yaml
 
 EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}", re.S)
 
 
 def load_action(path: Path) -> dict[str, Any]:
-    return YAML(typ="safe").load(path.read_text())
+    return yaml.safe_load(path.read_text())
 
 
 @dataclass

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ruamel.yaml import YAML
+import yaml
 
 from tests.helpers import REPO, write_policy
 
@@ -21,7 +21,7 @@ VENV_BIN = str(Path(sys.executable).parent)
 
 
 def gitlab_job(tmp: Path, **variables: str) -> subprocess.CompletedProcess[str]:
-    template = YAML(typ="safe").load((REPO / "ci/gitlab/gatekeeper.gitlab-ci.yml").read_text())
+    template = yaml.safe_load((REPO / "ci/gitlab/gatekeeper.gitlab-ci.yml").read_text())
     job = template[".gatekeeper-check"]
     env = {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp)}
     env.update({k: str(v) for k, v in job["variables"].items()})
@@ -34,7 +34,7 @@ def gitlab_job(tmp: Path, **variables: str) -> subprocess.CompletedProcess[str]:
 def test_gitlab_template_gates_and_publishes_junit(tmp_path: Path) -> None:
     shutil.copytree(REPO / "examples", tmp_path / "examples")
     shutil.copytree(REPO / "policies", tmp_path / "policies")
-    template = YAML(typ="safe").load((REPO / "ci/gitlab/gatekeeper.gitlab-ci.yml").read_text())
+    template = yaml.safe_load((REPO / "ci/gitlab/gatekeeper.gitlab-ci.yml").read_text())
     artifacts = template[".gatekeeper-check"]["artifacts"]
     assert artifacts["when"] == "always"
     assert artifacts["reports"]["junit"] == "gatekeeper-reports/gatekeeper.xml"
@@ -60,7 +60,7 @@ def test_gitlab_template_gates_and_publishes_junit(tmp_path: Path) -> None:
 
 def precommit_run(repo: Path, files: list[str]) -> subprocess.CompletedProcess[str]:
     """What pre-commit runs: `entry` plus the staged files that match `files`."""
-    hooks = YAML(typ="safe").load((REPO / ".pre-commit-hooks.yaml").read_text())
+    hooks = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
     hook = next(h for h in hooks if h["id"] == "gatekeeper-validate")
     assert hook["language"] == "python" and hook["pass_filenames"] is True
     chosen = [f for f in files if re.search(hook["files"], f)]

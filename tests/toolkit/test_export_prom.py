@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ruamel.yaml import YAML
+import yaml
 
 from tests.helpers import REPO, gatekeeper, write_policy
 
@@ -40,7 +40,7 @@ def export(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_shipped_packs_export_and_their_tests_agree_in_promtool(tmp_path):
     out = export(tmp_path, "policies", "--selector", 'job="rl"', "--tests-from", "policies")
     assert "not exportable: rl-health/loss-spike" in out.stdout
-    rules = YAML(typ="safe").load((tmp_path / "rules.yml").read_text())
+    rules = yaml.safe_load((tmp_path / "rules.yml").read_text())
     names = [r["alert"] for g in rules["groups"] for r in g["rules"]]
     assert "GatekeeperRlHealthPgClipfracHigh" in names
     assert "GatekeeperRecipeDeepseekV41FlashTrainRolloutKlFlat" in names
@@ -49,7 +49,7 @@ def test_shipped_packs_export_and_their_tests_agree_in_promtool(tmp_path):
     assert f"SUCCESS: {len(names)} rules found" in checked.stdout
     tested = promtool("test", "rules", "tests.yml", cwd=tmp_path)
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    groups = YAML(typ="safe").load((tmp_path / "tests.yml").read_text())["tests"]
+    groups = yaml.safe_load((tmp_path / "tests.yml").read_text())["tests"]
     firing = [t for g in groups for t in g["alert_rule_test"] if t["exp_alerts"]]
     assert len(groups) >= 8 and len(firing) >= 6  # silent and firing cases both exercised
 
