@@ -279,3 +279,27 @@ def test_fast_and_protobuf_paths_discard_alike(tmp_path: Path, monkeypatch) -> N
             m.setattr(events, "simple_scalars", no_fast_path)
             slow = _points(TensorBoardSource(str(run)).read().series)
         assert fast == slow
+
+
+def test_the_daemon_polled_across_the_resume_ends_where_check_does(tmp_path: Path) -> None:
+    """`gatekeeper serve`'s watcher (its state in sqlite, its cursor saved and restored
+    each poll): FAIL on the first session, PASS once the resume discards step 70."""
+    from gatekeeper.daemon.state import StateStore
+    from gatekeeper.daemon.watch import RunWatcher, Watched
+
+    run = tmp_path / "run"
+    _first_session(run, "torch")
+    spec = f"tensorboard://{run}"
+    watched = Watched(
+        target="tb", policies=load_policies([str(_policy(tmp_path))]), fingerprint="f",
+        tags=(), interval=1.0, debounce=1, channels=[], open_source=TensorBoardSource,
+    )
+    store = StateStore(str(tmp_path / "state.db"))
+    watcher = RunWatcher(spec, watched, store)
+    watcher.apply(watcher.fetch(), now=1.0)
+    assert watcher.status == "fail"
+    _resume(run, "torch", range(50, 100)).close()
+    again = RunWatcher(spec, watched, store, store.load_runs()[spec])  # a restarted daemon
+    again.apply(again.fetch(), now=2.0)
+    assert again.status == "pass", again.verdict
+    assert again.points == 100
