@@ -14,13 +14,12 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gatekeeper.daemon.http import Api, HttpServer
+from gatekeeper.daemon.http import Api, HttpServer, default_routes
 from tests.daemon.harness import DaemonProcess, write_config
 
 
-@pytest.fixture
-def server() -> Iterator[HttpServer]:
-    api = Api(
+def _api() -> Api:
+    return Api(
         registry=CollectorRegistry(),
         healthy=lambda: True,
         ready=lambda: True,
@@ -29,7 +28,11 @@ def server() -> Iterator[HttpServer]:
         alerts=lambda: [],
         token="t0ken-value",
     )
-    srv = HttpServer(api, "127.0.0.1", 0, workers=2, request_timeout=1.0, max_connections=50)
+
+
+@pytest.fixture
+def server() -> Iterator[HttpServer]:
+    srv = HttpServer(_api(), "127.0.0.1", 0, workers=2, request_timeout=1.0, max_connections=50)
     srv.start()
     yield srv
     srv.stop()
@@ -78,18 +81,61 @@ def test_a_trickling_request_is_cut_at_the_request_timeout(server: HttpServer) -
     assert httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5).status_code == 200
 
 
-def test_more_connections_than_the_cap_close_the_oldest_and_probes_still_answer(
-    server: HttpServer,
-) -> None:
-    socks = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(80)]
+def _drain(s: socket.socket, seconds: float) -> int | None:
+    """Bytes read from `s` until the server closed it (EOF or reset); None when it is
+    still open after `seconds` without sending anything."""
+    s.settimeout(seconds)
+    got = 0
     try:
-        assert httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5).status_code == 200
-        assert server.server.waiting() <= 50
-        socks[0].settimeout(2)
-        assert socks[0].recv(1) == b""  # the oldest was closed to make room
+        while chunk := s.recv(65536):
+            got += len(chunk)
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return got
+
+
+def _closed_within(s: socket.socket, seconds: float) -> bool:
+    return _drain(s, seconds) is not None
+
+
+def test_more_connections_than_the_cap_close_the_oldest_and_probes_still_answer() -> None:
+    """80 idle sockets against a cap of 50: the 30 oldest are closed at once (long before
+    the 5 s request timeout), and a probe is answered meanwhile."""
+    srv = HttpServer(_api(), "127.0.0.1", 0, workers=2, request_timeout=5.0, max_connections=50)
+    srv.start()
+    started = time.monotonic()
+    socks = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(80)]
+    try:
+        assert probe(srv.port) < 1.0
+        assert all(_closed_within(s, 2.0) for s in socks[:30])
+        assert time.monotonic() - started < 4.0
+        assert not _closed_within(socks[-1], 0.2)  # the newest is still open
     finally:
         for s in socks:
             s.close()
+        srv.stop()
+
+
+def test_a_client_that_does_not_read_its_answer_is_cut_at_the_request_timeout() -> None:
+    """The answer (8 MB, more than the socket buffers hold) must be read within the
+    request timeout too: a client that stops reading is closed, not held forever."""
+    routes = default_routes()
+    routes.add("/big", lambda h: h.send(200, b"x" * 8_000_000, "text/plain"), auth=False)
+    srv = HttpServer(_api(), "127.0.0.1", 0, workers=2, request_timeout=1.0, routes=routes)
+    srv.start()
+    try:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", srv.port))
+            s.sendall(b"GET /big HTTP/1.0\r\n\r\n")
+            time.sleep(2.5)  # well past the timeout, reading nothing
+            got = _drain(s, 5.0)
+        assert got is not None and got < 8_000_000, got
+        assert probe(srv.port) < 1.0
+    finally:
+        srv.stop()
 
 
 def probe(port: int) -> float:
@@ -150,19 +196,31 @@ def test_1000_idle_connections_cost_bounded_threads_and_memory_while_probes_answ
         assert daemon.stop() == 0
 
 
-def test_clients_that_vanish_mid_request_leave_no_traceback_in_the_log(tmp_path: Path) -> None:
+def _open_fds(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+def test_clients_that_vanish_mid_request_leave_no_traceback_and_no_socket_behind(
+    tmp_path: Path,
+) -> None:
     config = write_config(tmp_path)
     daemon = DaemonProcess(config, level="debug").start()
+    assert daemon.proc is not None
     try:
+        time.sleep(0.5)
+        before = _open_fds(daemon.proc.pid)
         for i in range(30):
             _reset_after_request(daemon.port, "/metrics" if i % 2 else "/api/alerts")
             with socket.create_connection(("127.0.0.1", daemon.port)) as s:
                 s.sendall(b"GET /api/runs HTTP/1.0\r\n\r\n")
                 s.shutdown(socket.SHUT_RDWR)  # gone before the answer is written
         assert daemon.get("/healthz").status_code == 200
-        time.sleep(0.5)
+        # every one of the 60 connections is closed on the daemon's side too
+        assert daemon.wait(lambda: _open_fds(daemon.proc.pid) <= before + 2, 5), (
+            before,
+            _open_fds(daemon.proc.pid),
+        )
     finally:
         assert daemon.stop() == 0
     log = daemon.log.read_text()
     assert "Traceback" not in log and "Exception" not in log, log[-2000:]
-    assert "went away" in log  # some answers really hit a closed socket (one debug line each)
