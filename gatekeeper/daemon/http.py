@@ -147,13 +147,25 @@ class App:
         except Exception:
             log.exception("http: answering %s failed", h.path)
             h.json(500, {"error": "internal error"})
+
+        def answer(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+            # one DEBUG line a request, as the stdlib server wrote; never its headers
+            log.debug(
+                "%s %s %s: %s",
+                environ.get("REMOTE_ADDR"),
+                environ["REQUEST_METHOD"],
+                h.path,
+                status,
+            )
+            return start_response(status, headers, *exc)
+
         if h.app is not None:
-            return h.app(environ, start_response)
+            return h.app(environ, answer)
         code, body, ctype, auth = h.answer
         headers = [("Content-Type", ctype), ("Content-Length", str(len(body)))]
         if auth:
             headers.append(("WWW-Authenticate", "Bearer"))
-        start_response(f"{code} {HTTPStatus(code).phrase}", headers)
+        answer(f"{code} {HTTPStatus(code).phrase}", headers)
         return [body]
 
     def _route(self, h: Exchange, environ: dict[str, Any]) -> None:
