@@ -51,7 +51,8 @@ class _Channel(HTTPChannel):
         self.deadline = time.monotonic() + self.adj.channel_timeout
 
     def service(self) -> None:  # on a worker thread
-        self.deadline = math.inf  # `requests` empties before super() returns
+        # `requests` empties inside super().service(), before the answer is flushed
+        self.deadline = math.inf
         try:
             super().service()
         finally:
@@ -73,9 +74,8 @@ class _Server(TcpWSGIServer):
             super().handle_accept()
             if not self._accepted:
                 break
-        over = len(self.active_channels) - self.max_connections
-        if over > 0:
-            self.evict(over)
+            if len(self.active_channels) > self.max_connections:
+                self.evict(1)
 
     def accept(self) -> tuple[socket.socket, Any] | None:
         try:

@@ -1,5 +1,5 @@
 """The daemon's HTTP listener under hostile clients: idle floods, trickling requests,
-clients that vanish mid-answer, and the bearer scheme in any case."""
+clients that vanish mid-answer or stop reading it, and the bearer scheme in any case."""
 
 from __future__ import annotations
 
@@ -12,19 +12,27 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from gatekeeper.daemon.http import Api, HttpServer, default_routes
 from tests.daemon.harness import DaemonProcess, write_config
 
 
-def _api() -> Api:
+def _api(looked_up: list[str] | None = None) -> Api:
+    """No runs; every run lookup is recorded in `looked_up` and finds nothing."""
+    registry = CollectorRegistry()
+    Counter("probe", "a counter to expose", registry=registry).inc()
+    seen = looked_up if looked_up is not None else []
+
+    def run(ident: str) -> None:
+        seen.append(ident)
+
     return Api(
-        registry=CollectorRegistry(),
+        registry=registry,
         healthy=lambda: True,
         ready=lambda: True,
         runs=lambda: [],
-        run=lambda ident: None,
+        run=run,
         alerts=lambda: [],
         token="t0ken-value",
     )
@@ -32,7 +40,11 @@ def _api() -> Api:
 
 @pytest.fixture
 def server() -> Iterator[HttpServer]:
-    srv = HttpServer(_api(), "127.0.0.1", 0, workers=2, request_timeout=1.0, max_connections=50)
+    looked_up: list[str] = []
+    srv = HttpServer(
+        _api(looked_up), "127.0.0.1", 0, workers=2, request_timeout=1.0, max_connections=50
+    )
+    srv.looked_up = looked_up  # type: ignore[attr-defined]
     srv.start()
     yield srv
     srv.stop()
@@ -55,6 +67,32 @@ def test_the_bearer_scheme_is_case_insensitive_and_the_token_is_not(
     headers = {"Authorization": header} if header else {}
     resp = httpx.get(f"http://127.0.0.1:{server.port}/api/runs", headers=headers, timeout=5)
     assert resp.status_code == code
+
+
+def test_answers_keep_their_codes_types_and_bodies(server: HttpServer) -> None:
+    base, auth = f"http://127.0.0.1:{server.port}", {"Authorization": "Bearer t0ken-value"}
+    denied = httpx.get(f"{base}/api/alerts", timeout=5)
+    assert denied.headers["WWW-Authenticate"] == "Bearer"
+    assert denied.json() == {"error": "bearer token required"}
+    missing = httpx.get(f"{base}/nowhere", timeout=5)
+    assert (missing.status_code, missing.json()) == (404, {"error": "no endpoint /nowhere"})
+    assert httpx.post(f"{base}/api/runs", headers=auth, timeout=5).status_code == 501
+    # a run key is url-encoded: %2F reaches the lookup as "/", not as a path separator
+    run = httpx.get(f"{base}/api/runs/runs%2Fa%20b.jsonl", headers=auth, timeout=5)
+    assert (run.status_code, run.json()) == (404, {"error": "no such run"})
+    assert server.looked_up == ["runs/a b.jsonl"]  # type: ignore[attr-defined]
+
+
+def test_metrics_are_negotiated_like_prometheus_client_serves_them(server: HttpServer) -> None:
+    url, auth = f"http://127.0.0.1:{server.port}/metrics", {"Authorization": "Bearer t0ken-value"}
+    plain = httpx.get(url, headers=auth, timeout=5)
+    assert plain.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "# TYPE probe_total counter" in plain.text
+    om = httpx.get(url, headers={**auth, "Accept": "application/openmetrics-text"}, timeout=5)
+    assert om.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert om.text.endswith("# EOF\n")
+    zipped = httpx.get(url, headers={**auth, "Accept-Encoding": "gzip"}, timeout=5)
+    assert zipped.headers["Content-Encoding"] == "gzip" and "probe_total" in zipped.text
 
 
 def test_a_trickling_request_is_cut_at_the_request_timeout(server: HttpServer) -> None:
