@@ -14,6 +14,12 @@ them (measured in docs/daemon.md, asserted by tests/daemon/test_http.py):
   idle sockets would lock `/healthz` out until they time out. Here one connection over
   `max_connections` closes the oldest connection that has no answer running, and so does
   running out of file descriptors.
+
+It also accepts a burst of connections per loop turn (waitress takes one, and a turn costs
+O(connections)), and runs its own loop so `stop` ends it. What this leans on beyond
+waitress's documented API (checked against waitress 3.0): `HTTPChannel.service` and
+`.requests`, the server's `active_channels`, `accept`/`handle_accept`, and
+`wasyncore.poll2`/`close_all`.
 """
 
 from __future__ import annotations
