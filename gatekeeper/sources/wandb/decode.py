@@ -3,6 +3,8 @@
 `decode` reads every complete record after an offset with the SDK's own protobuf `Record`
 (the upb runtime): history items become per-key row indices and float64 values; the
 records a reader's metadata needs (run, config, metric, exit) are handed back parsed.
+This is the only decoder: a 1M-point run reads in about 1.2 s of CPU, most of it upb
+making each item's key and value text; docs/wandb.md#speed says where the rest goes.
 """
 
 from __future__ import annotations
