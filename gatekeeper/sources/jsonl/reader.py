@@ -24,9 +24,7 @@ the order each group's first line comes.
 from __future__ import annotations
 
 import gc
-import json
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ import orjson
 from gatekeeper.errors import RecordError, quote
 from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Series, merge_chunks
 from gatekeeper.safe_open import open_regular
+from gatekeeper.sources.jsonl.lines import BLANK, reload_line
 from gatekeeper.sources.jsonl.records import (
     DEFAULT_STEP_ALIASES,
     Converted,
@@ -50,8 +49,6 @@ from gatekeeper.sources.jsonl.values import (
     as_steps,
     coerce_value,
     fast_floats,
-    finite_float,
-    int_text,
     key_quotes,
     only_marker_strings,
     step_of,
@@ -64,9 +61,7 @@ __all__ = [
 
 BLOCK_SIZE = 8 << 20
 _QUOTE = ord('"')
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 EVENT_KEYS = frozenset({"event", "state", "time", "message", "reason"})
-_BLANK = object()  # what `_reload` gives for a blank line
 
 
 @contextmanager
@@ -142,15 +137,13 @@ class JsonlParser:
         )
 
     def parse_lines(self, pieces: list[bytes], *, quotes: int | None = None) -> None:
-        """Parse whole lines, in file order. `quotes` is given by `parse_file` for lines it
-        split off at their newlines (an error quotes a line with it, as the file holds it):
-        how many '"' they hold, counted at once. Nothing is kept from a block that has an
-        error, but the line count."""
+        """Parse whole lines, in file order: the one way every block is read (see the
+        module's docstring). `quotes` is given by `parse_file` for lines it split off at
+        their newlines (an error quotes a line with it, as the file holds it): how many
+        '"' they hold, counted at once."""
         nl = b"\n" if quotes is not None else b""
         with _gc_paused():
             groups = self._group_lines(pieces, nl)
-            if not groups:
-                return
             self._mark_plain(groups, pieces, quotes)
             for keys, group in groups.items():
                 if group.kind == "record":
@@ -175,8 +168,8 @@ class JsonlParser:
             try:
                 obj = loads(raw)
             except orjson.JSONDecodeError:
-                obj = self._reload(raw, start + k, nl)
-                if obj is _BLANK:
+                obj = reload_line(raw + nl, self.path, start + k)
+                if obj is BLANK:
                     continue
             if type(obj) is not dict:
                 not_object = not_object or (start + k, obj)
@@ -200,49 +193,6 @@ class JsonlParser:
                 line=not_object[0],
             )
         return groups
-
-    def _reload(self, raw: bytes, line: int, nl: bytes) -> Any:
-        """A line orjson refused, read again as the file holds it (`nl`: the newline
-        `parse_file` split off): `_BLANK` for a blank line, a bare NaN line read with
-        `json`, any other error the line's error."""
-        raw += nl
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            if not raw.strip():
-                return _BLANK
-            return self._fallback_loads(raw, line, exc)
-
-    def _fallback_loads(self, raw: bytes, line: int, exc: orjson.JSONDecodeError) -> Any:
-        """Python's json writes bare NaN/Infinity, which orjson rejects; only such lines
-        are re-read with `json` (strict UTF-8, no lone surrogates, no out-of-range number,
-        no unbounded recursion). Any other orjson error is the line's error."""
-        if b"NaN" not in raw and b"Infinity" not in raw:
-            # orjson counts lines and columns within this one line: say "byte" instead
-            why = re.sub(r": line 1 column \d+ \(char (\d+)\)$", r" at byte \1 of the line",
-                         str(exc))
-            why = why.replace(
-                "number is infinity when parsed as double", "a number out of range of a float64"
-            )
-            raise self._not_json(raw, line, why)
-        try:
-            text = raw.decode("utf-8")
-            if _SURROGATE_ESCAPE.search(raw):
-                raise ValueError("a \\u escape of a lone surrogate is not text")
-            return json.loads(text, parse_float=finite_float, parse_int=int_text)
-        except UnicodeDecodeError as err:
-            raise self._not_json(raw, line, f"not UTF-8 at byte {err.start} of the line") from None
-        except RecursionError:
-            raise self._not_json(raw, line, "nested too deeply") from None
-        except ValueError as err:
-            raise self._not_json(raw, line, str(err)) from None
-
-    def _not_json(self, raw: bytes, line: int, why: str) -> RecordError:
-        return RecordError(
-            f"not valid JSON ({why}): {quote(raw[:60].decode('utf-8', 'replace'))}",
-            file=self.path,
-            line=line,
-        )
 
     @staticmethod
     def _mark_plain(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -98,21 +98,13 @@ def only_marker_strings(values: Any) -> bool:
     return all(not isinstance(v, str) or v.strip().lower() in MARKERS for v in values)
 
 
-class Indexed(Protocol):
-    """What the written values of a column need to be: looked up by index."""
-
-    def __getitem__(self, i: int, /) -> Any: ...
-
-
 def as_steps(
-    col: np.ndarray, originals: Callable[[], Indexed], path: str,
+    col: np.ndarray, originals: Callable[[], Sequence[Any]], path: str,
     lines: Sequence[int] | Same, what: Callable[[int], str],
 ) -> np.ndarray:
     """A float64 step column as int64 — exactly. Where the floats cannot be trusted (0 and
     1 may have been true/false; beyond 2**53 a float may stand for another whole number;
     NaN, fractions, out of int64 range), the written values decide, point by point."""
-    if col.dtype.kind in "iu":
-        return col.astype(STEP_DTYPE, copy=False)
     doubt = ~(np.abs(col) < EXACT) | (col != np.floor(col)) | (col == 0) | (col == 1)
     if not doubt.any():
         return col.astype(STEP_DTYPE)
