@@ -84,9 +84,12 @@ class _Group:
     kind: str  # "row", "record" or "event"
     lines: list[int] = field(default_factory=list)  # their line numbers
     at: list[int] = field(default_factory=list)  # their indices in the block
-    # a row's values, one flat list (row i is items[i*width:(i+1)*width]); or the objects
+    # rows: their values, one flat list (row i is items[i*width:(i+1)*width]); records:
+    # their series converted (`Converted`), each line's objects dropped at once (a
+    # 100k-point series is ~14 MB of them); end markers: their objects
     items: list[Any] = field(default_factory=list)
     plain: bool = False  # rows: every string among the values is a marker (numpy may convert)
+    error: RecordError | None = None  # records: the first line that did not convert
 
 
 def _kind(keys: tuple[str, ...]) -> str:
@@ -147,9 +150,10 @@ class JsonlParser:
             self._mark_plain(groups, pieces, quotes)
             for keys, group in groups.items():
                 if group.kind == "record":
-                    for obj, line, k in zip(group.items, group.lines, group.at, strict=True):
-                        self._commit_record(convert_record(
-                            obj, pieces[k], self.path, line, self.step_aliases))
+                    for conv in group.items:
+                        self._commit_record(conv)
+                    if group.error is not None:  # raised in its turn, as if met here
+                        raise group.error
                 elif group.kind == "event":
                     for obj, line in zip(group.items, group.lines, strict=True):
                         self.events.append({**obj, "line": line})
@@ -181,8 +185,15 @@ class JsonlParser:
             group.at.append(k)
             if group.kind == "row":
                 group.items.extend(obj.values())
-            else:
+            elif group.kind == "event":
                 group.items.append(obj)
+            elif group.error is None:
+                try:  # changes nothing on the parser: committed in the group's turn
+                    group.items.append(convert_record(
+                        obj, raw, self.path, start + k, self.step_aliases))
+                except RecordError as exc:
+                    group.error = exc
+                del obj  # before the next line is parsed: one series' objects alive at once
         self.line += len(pieces)
         for group in groups.values():
             group.lines = [start + k for k in group.at]
