@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -62,6 +62,7 @@ __all__ = [
 BLOCK_SIZE = 8 << 20
 _QUOTE = ord('"')
 EVENT_KEYS = frozenset({"event", "state", "time", "message", "reason"})
+_Kind = Literal["row", "record", "event"]  # a line's shape, told by its keys
 
 
 @contextmanager
@@ -81,7 +82,7 @@ def _gc_paused() -> Iterator[None]:
 class _Group:
     """The lines of a block that share one key order."""
 
-    kind: str  # "row", "record" or "event"
+    kind: _Kind
     lines: list[int] = field(default_factory=list)  # their line numbers
     at: list[int] = field(default_factory=list)  # their indices in the block
     # rows: their values, one flat list (row i is items[i*width:(i+1)*width]); records:
@@ -92,7 +93,7 @@ class _Group:
     error: RecordError | None = None  # records: the first line that did not convert
 
 
-def _kind(keys: tuple[str, ...]) -> str:
+def _kind(keys: tuple[str, ...]) -> _Kind:
     if "metric" in keys and "series" in keys:
         return "record"
     if "event" in keys and set(keys) <= EVENT_KEYS:
