@@ -1,6 +1,7 @@
 """The JSONL source family: record files written by trainers (miles' CI records, per-step rows).
 
-`reader` parses records, `values` coerces their numbers, `source` reads a run whole,
+`reader` parses record files (`lines` re-reads a line orjson refused, `records` converts
+the miles record form, `values` coerces numbers), `source` reads a run whole,
 `live` tails it while it is written, `metadata` reads the sidecar (`run.json`),
 `annotate` writes the verdict beside the records, `discover` expands a daemon `glob:`.
 
