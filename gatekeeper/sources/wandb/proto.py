@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from gatekeeper.errors import SourceError
+from gatekeeper.extras import load
 
 
 @functools.cache
@@ -22,12 +22,7 @@ def narrowed_record_parser(fields: frozenset[str]) -> Any:
     same wire format, so the fields kept are parsed and checked exactly as the SDK would.
     """
     # Imported on first use: `import wandb` costs a second, and most commands never read wandb.
-    try:
-        from wandb.proto import wandb_internal_pb2
-    except ImportError as exc:
-        raise SourceError(
-            f"reading wandb runs needs the wandb SDK ({exc}); install gatekeeper[wandb]"
-        ) from None
+    wandb_internal_pb2 = load("wandb.proto.wandb_internal_pb2", "wandb", "reading wandb runs")
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     sdk_file = wandb_internal_pb2.DESCRIPTOR
