@@ -61,3 +61,21 @@ def test_a_missing_module_is_one_line_naming_the_extra(monkeypatch: pytest.Monke
 def test_another_import_failure_is_not_said_to_be_a_missing_extra() -> None:
     with pytest.raises(ModuleNotFoundError):  # not a module of the extra: a bug, shown as one
         load("gatekeeper.no_such_module", "wandb", "reading wandb runs")
+
+
+def _extras_installed(containerfile: str) -> set[str]:
+    text = (REPO / containerfile).read_text()
+    (spec,) = re.findall(r'pip install [^\n]*"\.\[([a-z,]+)\]"', text)
+    return set(spec.split(","))
+
+
+def test_the_images_and_the_action_install_the_extras_they_need() -> None:
+    daemon = _extras_installed("deploy/Containerfile")
+    assert daemon == {"all"}  # serve, and every family a target may name
+    cli = _extras_installed("deploy/cli/Containerfile")
+    assert cli <= set(EXTRAS) and {"wandb", "tensorboard", "mlflow", "prometheus"} <= cli
+    assert "serve" not in cli
+    action = (REPO / "action.yml").read_text()
+    default = re.search(r"\n  extras:\n(?:    .*\n)*?    default: (.*)\n", action)
+    assert default is not None and set(default.group(1).split(",")) <= set(EXTRAS)
+    assert "GK_EXTRAS: ${{ inputs.extras }}" in action
