@@ -2,4 +2,6 @@
 `mlflow://ID` (the server in MLFLOW_TRACKING_URI). A leaf module: the package's
 detection answer reads them without importing the readers."""
 
-SCHEMES = ("mlflow+", "mlflow://")
+PREFIX = "mlflow+"
+SCHEME = "mlflow://"
+SCHEMES = (PREFIX, SCHEME)

@@ -25,10 +25,8 @@ from gatekeeper.extras import require
 from gatekeeper.model import Run, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.mlflow.client import Point, RunInfo, TrackingClient, param_value
-from gatekeeper.sources.mlflow.scheme import SCHEMES
+from gatekeeper.sources.mlflow.scheme import PREFIX, SCHEME, SCHEMES
 
-PREFIX = "mlflow+"
-SCHEME = "mlflow://"
 STEP_KEY = "step"
 _CURSOR_VERSION = 1
 _LOCAL = ("file:", "sqlite:")
