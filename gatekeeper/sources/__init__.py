@@ -120,11 +120,11 @@ def open_source(spec: str) -> Source:
         return found[1](spec)
     raise UsageError(
         f"cannot open source {spec!r}: expected a JSONL file or directory"
-        + "".join(f", {k.kind}" for k in [*_added(), *source_kinds()] if not _local(k))
+        + "".join(f", {k.kind}" for k in with_plugins(source_kinds()) if not _is_jsonl(k))
     )
 
 
-def _local(kind: type[Source]) -> bool:
+def _is_jsonl(kind: type[Source]) -> bool:
     from gatekeeper.sources.jsonl import JsonlSource
 
     return kind is JsonlSource
