@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 
 # Declared, not bound: the module's __getattr__ builds it when first asked for.
 KIND: SourceFamily
+# Any local path is a JSONL run: the detection pass (`sources.open_source`) asks this
+# family after every other one has declined.
+FALLBACK = True
+
+
+def source_for(spec: str) -> type[JsonlSource] | None:
+    return JsonlSource if JsonlSource.accepts(spec) else None
 
 
 def _kind() -> SourceFamily:

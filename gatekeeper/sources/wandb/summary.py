@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
-from google.protobuf.message import DecodeError
 
 from gatekeeper.errors import RecordError
 from gatekeeper.sources.wandb.log import LogReader
@@ -23,6 +22,10 @@ from gatekeeper.sources.wandb.proto import sdk_record
 def summary_values(path: str, wanted: Iterable[str]) -> dict[str, float]:
     """The last summary value of each wanted metric in the `.wandb` file at `path` that is
     a number (NaN/±Inf kept); non-numeric and removed entries are left out."""
+    # here: `fill_summary` is called for every live source that may have a summary (a
+    # watch of a path that turns out to be JSONL too), and protobuf is gatekeeper[wandb]'s
+    from google.protobuf.message import DecodeError
+
     want = set(wanted)
     found: dict[str, float] = {}
     parse = sdk_record().FromString
