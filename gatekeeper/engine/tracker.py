@@ -122,7 +122,7 @@ class RuleTracker:
         check = self.rule.check
         return {
             "selection": _SELECTION.dump(self.selection),
-            "reduction": _REDUCTION.dump(self.reduction) if self.reduction else None,
+            "reduction": None if self.reduction is None else _REDUCTION.dump(self.reduction),
             "judgement": _JUDGEMENT.dump(self.judgement),
             "aggregate": (
                 check.dump_state(self.judgement.agg) if isinstance(check, AggregateCheck) else None
