@@ -167,8 +167,8 @@ def _tamper(path: str, change: str) -> None:
         ("json_set(state, '$.state_version', 99)", "its state has version 99"),
         ("json_set(state, '$.evaluation.rules[0].tracker.selection.seen', 'os.system')",
          r"evaluation.rules\[0\].tracker.selection.seen: expected an integer"),
-        ("json_set(state, '$.evaluation.rules[0].tracker.judgement.context', json('{\"dtype\": \"O\", "
-         "\"b64\": \"\"}'))", "bad array dtype"),
+        ("json_set(state, '$.evaluation.rules[0].tracker.judgement.context', "
+         "json('{\"dtype\": \"O\", \"b64\": \"\"}'))", "bad array dtype"),
     ],
 )
 def test_a_tampered_state_is_refused_naming_the_run_and_the_way_out(

@@ -73,7 +73,8 @@ def test_a_state_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
     good = ev.to_state()
     bad = json.loads(json.dumps(good))
     bad["rules"][0]["tracker"]["selection"]["seen"] = "20; import os"
-    with pytest.raises(StateDataError, match=r"rules\[0\].tracker.selection.seen: expected an integer"):
+    seen = r"rules\[0\].tracker.selection.seen: expected an integer"
+    with pytest.raises(StateDataError, match=seen):
         Evaluation.from_state(policies, bad)
     bad = json.loads(json.dumps(good))
     bad["rules"][0]["tracker"]["judgement"]["context"] = {"dtype": "O", "b64": ""}
