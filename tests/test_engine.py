@@ -138,6 +138,39 @@ def test_when_and_match(tmp_path):
         assert one(evaluate(matched, other)).status is Status.SKIP
 
 
+def test_a_live_verdict_follows_the_runs_metadata_as_it_changes(tmp_path):
+    """What the run's metadata decides (match, when, requires_config) is worked out once
+    per change of it, not per poll: each verdict must still follow the metadata it is
+    given, whether a new Run, the same Run edited in place, or a value that equals the
+    old one but is another type (`1` and `true` are told apart by `eq`)."""
+    rules = (
+        "  - {id: small-lr, metric: m, check: {max: 0.5}, when: {config.lr: {lt: 1}}}\n"
+        "  - {id: one, metric: m, check: {max: 0.5}, when: {config.flag: {eq: 1}}}\n"
+    )
+    head = "match: {tags: [rl]}\n"
+    pols = policy(tmp_path, rules, head=head)
+    ev = Evaluation(pols)
+    ev.feed(run_of({"m": [(0, 0.9)]}).series)
+
+    def statuses(run):
+        return [r.status for r in ev.verdict(run, final=False).results]
+
+    run = run_of({}, tags=("rl",), config={"lr": 2, "flag": 1})
+    assert statuses(run) == [Status.SKIP, Status.FAIL]
+    run.config["lr"] = 0.5  # edited in place
+    assert statuses(run) == [Status.FAIL, Status.FAIL]
+    run.config["flag"] = True  # == 1, yet not `eq: 1`
+    assert statuses(run) == [Status.FAIL, Status.SKIP]
+    run.tags = ()
+    assert statuses(run) == [Status.SKIP, Status.SKIP]
+    assert statuses(run_of({}, tags=("rl",), config={"lr": 0.5, "flag": 1})) == [
+        Status.FAIL,
+        Status.FAIL,
+    ]
+    for state in ev.to_state()["rules"]:  # judged whatever was skipped on the way
+        assert state["tracker"]["judgement"]["judged"] == 1
+
+
 def test_debounce_fires_on_the_nth_consecutive_violation(tmp_path):
     rules = "  - {id: g, metric: train/grad_norm, check: {max: 1.0}, for: 3}\n"
     two = run_of({"train/grad_norm": [(0, 5), (1, 5), (2, 0.1), (3, 5), (4, 5)]})
