@@ -17,6 +17,7 @@ from gatekeeper.engine.tracker import RuleTracker
 from gatekeeper.model import Run
 from gatekeeper.policy.binding import metric_error, missing_config
 from gatekeeper.policy.conditions import first_failing, parse_conditions
+from gatekeeper.policy.schema import period_expr
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import Mode, Status
 
@@ -29,11 +30,16 @@ class Applicability:
         self.policies, self.trackers = policies, trackers
         self.before: list[Outcome | None] = []
         self.allowed: dict[str, str] = {}
+        self._keys = _keys_read(policies)
         self._seen: str | None = None
 
     def update(self, run: Run) -> None:
-        """Work it out again when the metadata differs from the last run's."""
-        seen = _metadata(run)
+        """Work it out again when what it reads of the metadata differs from the last
+        run's. As text: repr keeps 1, 1.0 and True apart (`eq` and a period tell them
+        apart; == does not), and reads only the config keys the policies name, not a
+        whole config of hundreds of keys on every poll."""
+        found = [run.lookup(key) for key in self._keys]
+        seen = repr((run.name, run.tags, run.state, run.run_id, run.metric_errors, found))
         if seen == self._seen:
             return
         mismatch = {p.name: _policy_mismatch(p, run) for p in self.policies}
@@ -57,12 +63,19 @@ class Applicability:
         self._seen = seen
 
 
-def _metadata(run: Run) -> str:
-    """Everything of the run that the above reads, as text: repr keeps 1, 1.0 and True
-    apart (a condition or a period may tell them apart; == does not)."""
-    return repr(
-        (run.name, run.tags, run.state, run.run_id, run.config, run.metric_errors)
-    )
+def _keys_read(policies: list[PolicySpec]) -> tuple[str, ...]:
+    """The metadata keys (`config.a.b`, `name`, ...) that matching, variants, `when` and
+    `every: config.k` look up, each once."""
+    keys: list[str] = []
+    for policy in policies:
+        if policy.match is not None:
+            keys += [f"config.{k}" for k in policy.match.config]
+        keys += [f"config.{k}" for k in policy.requires_config]
+        for rule in policy.rules:
+            keys += [c.key for c in rule.conditions]
+            for text in rule.steps.period_from if rule.steps.kind == "every" else ():
+                keys += period_expr(text).metrics
+    return tuple(dict.fromkeys(keys))
 
 
 def _policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
