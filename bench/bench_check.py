@@ -123,9 +123,6 @@ def main() -> int:
     mb = {k: os.path.getsize(p) / 1e6 for k, p in (("record", record), ("rows", rows))}
     sizes = f"record {mb['record']:.0f} MB, rows {mb['rows']:.0f} MB"
     print(f"data ready in {time.perf_counter() - t0:.1f}s ({sizes})")
-    from gatekeeper.sources.jsonl.reader import c_rows_status
-
-    print(f"rows reader: {c_rows_status()}")
     data_bytes = args.steps * args.metrics * 8 * 2  # int64 steps + float64 values
     ok = True
     print(f"load before (1/5/15 min): {load()}")

@@ -17,7 +17,8 @@ import numpy as np
 
 from gatekeeper.checks.baseline import Baselines, RuleBaseline
 from gatekeeper.checks.history import INACTIVE, History
-from gatekeeper.engine import RuleTracker, in_range
+from gatekeeper.engine import RuleTracker
+from gatekeeper.engine.selection import in_range
 from gatekeeper.errors import ConfigError
 from gatekeeper.history import keys, open_store
 from gatekeeper.history.base import HistoryStore, RunRecord

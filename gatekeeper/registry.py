@@ -88,56 +88,10 @@ def subclass_of(base: type, *, named: bool = True) -> Callable[[str, object], ty
 @cache
 def _entry_points(group: str) -> tuple[EntryPoint, ...]:
     """The installed entry points of `group`, scanned once per process (importlib.metadata
-    itself costs tens of milliseconds: imported only when some installed distribution may
-    declare the group, `_may_declare`)."""
-    if not _may_declare(group):
-        return ()
+    is imported here, when a kind is not built in or every kind is asked for)."""
     from importlib.metadata import entry_points
 
     return tuple(entry_points(group=group))
-
-
-def _may_declare(group: str) -> bool:
-    """False only when no distribution importlib.metadata would find declares `group`:
-    no `entry_points.txt` of a `*.dist-info` / `*.egg-info` directory in a sys.path
-    directory holds the group's name (a plain substring test: a superset of the section
-    `[group]` that importlib.metadata parses). importlib.metadata (its import ~15-35 ms,
-    reading every distribution's METADATA ~10 ms more in a large environment) is then not
-    needed: a small check asks for the source plug-ins of a JSONL file, and there are
-    usually none. Anything this does not read as importlib.metadata does -- another
-    finder of distributions on sys.meta_path, a zip or `.egg` on sys.path, an unreadable
-    file -- answers True (the exact scan decides)."""
-    import os
-    import sys
-    from importlib.machinery import PathFinder
-
-    if any(
-        getattr(finder, "find_distributions", None) is not None and finder is not PathFinder
-        for finder in sys.meta_path
-    ):
-        return True
-    for entry in sys.path:
-        root = entry or "."
-        try:
-            names = os.listdir(root)
-        except NotADirectoryError:
-            return True  # a zip archive on sys.path: importlib.metadata reads inside it
-        except OSError:
-            continue  # no such directory (python311.zip, a path hook's name): nothing there
-        if root.lower().endswith(".egg"):
-            return True
-        for name in names:
-            if not name.lower().endswith((".dist-info", ".egg-info")):
-                continue
-            try:
-                with open(os.path.join(root, name, "entry_points.txt"), "rb") as fh:
-                    if group.encode() in fh.read():
-                        return True
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # a distribution without entry points, an egg-info file
-            except OSError:
-                return True
-    return False
 
 
 class Registry(Generic[T]):

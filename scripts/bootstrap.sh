@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Make a fresh clone usable: a virtualenv in .venv with gatekeeper installed editable.
-#   scripts/bootstrap.sh            runtime only
-#   scripts/bootstrap.sh --test     plus test tools and the system servers the tests start
+#   scripts/bootstrap.sh            every feature (gatekeeper[all]: the source families, serve,
+#                                   PostgreSQL history)
+#   scripts/bootstrap.sh --test     plus test tools, the trainer callbacks' libraries and the
+#                                   system servers the tests start
 #                                   (PostgreSQL and Prometheus from Debian, when missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +16,8 @@ if [ ! -x .venv/bin/python ]; then
   echo "==> creating .venv with $($PY --version)"
   "$PY" -m venv .venv
 fi
-extras=""
-# The trainer-callback tests (tests/integrations) run the real transformers and Lightning
+extras="[all]"
+# `test` takes `all`. The trainer-callback tests (tests/integrations) run the real transformers and Lightning
 # trainers; they install into .venv (measured: ~2 min more on a fresh machine).
 [ "$want_test" = 1 ] && extras="[test,hf,lightning]"
 # Reinstall only when the project definition changed since the last install.

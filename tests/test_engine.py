@@ -138,6 +138,39 @@ def test_when_and_match(tmp_path):
         assert one(evaluate(matched, other)).status is Status.SKIP
 
 
+def test_a_live_verdict_follows_the_runs_metadata_as_it_changes(tmp_path):
+    """What the run's metadata decides (match, when, requires_config) is worked out once
+    per change of it, not per poll: each verdict must still follow the metadata it is
+    given, whether a new Run, the same Run edited in place, or a value that equals the
+    old one but is another type (`1` and `true` are told apart by `eq`)."""
+    rules = (
+        "  - {id: small-lr, metric: m, check: {max: 0.5}, when: {config.lr: {lt: 1}}}\n"
+        "  - {id: one, metric: m, check: {max: 0.5}, when: {config.flag: {eq: 1}}}\n"
+    )
+    head = "match: {tags: [rl]}\n"
+    pols = policy(tmp_path, rules, head=head)
+    ev = Evaluation(pols)
+    ev.feed(run_of({"m": [(0, 0.9)]}).series)
+
+    def statuses(run):
+        return [r.status for r in ev.verdict(run, final=False).results]
+
+    run = run_of({}, tags=("rl",), config={"lr": 2, "flag": 1})
+    assert statuses(run) == [Status.SKIP, Status.FAIL]
+    run.config["lr"] = 0.5  # edited in place
+    assert statuses(run) == [Status.FAIL, Status.FAIL]
+    run.config["flag"] = True  # == 1, yet not `eq: 1`
+    assert statuses(run) == [Status.FAIL, Status.SKIP]
+    run.tags = ()
+    assert statuses(run) == [Status.SKIP, Status.SKIP]
+    assert statuses(run_of({}, tags=("rl",), config={"lr": 0.5, "flag": 1})) == [
+        Status.FAIL,
+        Status.FAIL,
+    ]
+    for state in ev.to_state()["rules"]:  # judged whatever was skipped on the way
+        assert state["tracker"]["judgement"]["judged"] == 1
+
+
 def test_debounce_fires_on_the_nth_consecutive_violation(tmp_path):
     rules = "  - {id: g, metric: train/grad_norm, check: {max: 1.0}, for: 3}\n"
     two = run_of({"train/grad_norm": [(0, 5), (1, 5), (2, 0.1), (3, 5), (4, 5)]})
@@ -263,8 +296,8 @@ def test_results_and_contexts_made_without_setattr_equal_the_constructors(tmp_pa
 
 
 def test_tracker_state_equals_the_generic_encoding(tmp_path):
-    """RuleTracker.to_state passes plain ints/strs/bools/None through as they are; the
-    data must be what statedata.encode makes of every field (types included)."""
+    """RuleTracker.to_state passes plain ints/strs/bools/None through as they are; each
+    stage's data must be what statedata.encode makes of its dataclass (types included)."""
     import orjson
 
     from gatekeeper.statedata import encode
@@ -282,23 +315,33 @@ def test_tracker_state_equals_the_generic_encoding(tmp_path):
     ev.feed(run_of({"m": [(s, [0.1, 9.0, math.nan][s % 3]) for s in range(10)]}).series)
     for t in ev.trackers:
         state = t.to_state()
-        generic = {name: encode(getattr(t, name)) for name in t.STATE_FIELDS}
-        generic["aggregate"] = state["aggregate"]
+        judged = encode(t.judgement)
+        del judged["agg"]  # saved by its check, as "aggregate"
+        generic = {
+            "selection": encode(t.selection),
+            "reduction": encode(t.reduction),
+            "judgement": judged,
+            "aggregate": state["aggregate"],
+        }
         assert orjson.dumps(state) == orjson.dumps(generic)
-        assert [type(v) for v in state.values()] == [type(v) for v in generic.values()]
+        for stage in ("selection", "reduction", "judgement"):
+            if state[stage] is not None:
+                got, want = state[stage].values(), generic[stage].values()  # type: ignore[union-attr]
+                assert [type(v) for v in got] == [type(v) for v in want]
 
 
 def test_a_tracker_has_slots_not_a_dict(tmp_path):
     """The daemon keeps a tracker per rule per run: with a per-instance dict each grew by
     ~1.3 KB once it passed CPython's 29 compactly stored attributes (+20 MB at 1,000 runs
-    of 16 rules). Slots keep it small whatever fields are added; every state field has one."""
+    of 16 rules). Slots keep it and its stages' states small whatever fields are added."""
     from gatekeeper.engine import RuleTracker
 
     (rule,) = policy(tmp_path, "  - {id: a, metric: m, check: {max: 1}}\n")[0].rules
     tracker = RuleTracker(rule)
     tracker.outcome(final=False, ctx=None)  # type: ignore[arg-type]
     assert not hasattr(tracker, "__dict__")
-    assert set(RuleTracker.STATE_FIELDS) <= set(RuleTracker.__slots__)
+    assert not hasattr(tracker.selection, "__dict__")
+    assert not hasattr(tracker.judgement, "__dict__")
     RuleTracker(rule).restore(tracker.to_state(), "test")
 
 
@@ -316,7 +359,8 @@ def test_points_waiting_for_a_config_period_are_one_chunk_and_judged_alike(tmp_p
     for lo in range(0, 20, 4):  # five polls before the config is known
         live.feed(run_of({"m": points[lo : lo + 4]}).series)
     (tracker,) = live.trackers
-    assert len(tracker.unbound) == 1 and tracker.unbound[0][0].tolist() == list(range(20))
+    unbound = tracker.selection.unbound
+    assert len(unbound) == 1 and unbound[0][0].tolist() == list(range(20))
     got = live.verdict(run_of({"m": points}, config={"rollout": 3}), final=True)
     assert [r.to_dict() for r in got.results] == [r.to_dict() for r in whole.results]
     assert one(got).status is Status.FAIL

@@ -1,14 +1,24 @@
-"""The engine's run lengths of violations at the violating points only (`_runs_at`)
-against the dense `_run_lengths` it replaced on the judging path (kept as the
-reference): the same run length at every violating point and at the mask's end, for
-random masks of every density, runs at either end, and a carried run from the chunk
-before; and `for: N` verdicts fed whole and poll by poll are unchanged."""
+"""The engine's run lengths of violations at the violating points only (`runs_at`)
+against the definition, counted point by point: the same run length at every violating
+point and at the mask's end, for random masks of every density, runs at either end, and
+a carried run from the chunk before; and `for: N` verdicts fed whole and poll by poll
+follow it."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from gatekeeper.engine import _run_lengths, _runs_at
+from gatekeeper.engine.judgement import runs_at
+
+
+def _run_lengths(mask: np.ndarray, carry: int) -> np.ndarray:
+    """The definition: the length of the run of consecutive True ending at each index,
+    `carry` continuing a run from before the first."""
+    out, run = [], carry
+    for violates in mask.tolist():
+        run = run + 1 if violates else 0
+        out.append(run)
+    return np.array(out, dtype=np.int64)
 
 
 def test_runs_at_the_violating_points_are_the_dense_ones() -> None:
@@ -26,7 +36,7 @@ def test_runs_at_the_violating_points_are_the_dense_ones() -> None:
         carry = int(rng.choice([0, 0, 1, 3, 10**6]))
         dense = _run_lengths(mask, carry)
         where = np.flatnonzero(mask)
-        runs, last = _runs_at(where, n, carry)
+        runs, last = runs_at(where, n, carry)
         assert np.array_equal(runs, dense[where]), (trial, mask, carry)
         assert last == int(dense[-1]), (trial, mask, carry)
         for for_ in (1, 2, 3, 5, 50):  # the first point that fires, as the engine asks

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Step 1 of action.yml: put a `gatekeeper` on PATH for the following steps.
-# GK_INSTALL=true: a virtualenv under RUNNER_TEMP with GK_VERSION (default: the action's
-# own checkout) pip-installed; false: use the gatekeeper already on PATH.
+# GK_INSTALL=true: a virtualenv under RUNNER_TEMP with GK_VERSION pip-installed as written
+# (default: the action's own checkout with the extras in GK_EXTRAS, e.g. `wandb`); false:
+# use the gatekeeper already on PATH.
 set -euo pipefail
 
 if [ "${GK_INSTALL:-true}" != "true" ]; then
@@ -15,7 +16,10 @@ fi
 
 venv="${RUNNER_TEMP:?RUNNER_TEMP is set by the runner}/gatekeeper-venv"
 spec="${GK_VERSION:-}"
-[ -n "$spec" ] || spec="${GITHUB_ACTION_PATH:?}"
+if [ -z "$spec" ]; then
+  spec="${GITHUB_ACTION_PATH:?}"
+  [ -z "${GK_EXTRAS:-}" ] || spec="$spec[$GK_EXTRAS]"
+fi
 "${GK_PYTHON:-python3}" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$spec"
 echo "$venv/bin" >> "${GITHUB_PATH:?}"

@@ -139,50 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 #   - with the cyclic collector paused: it walked them again and again while they were
 #     made (~7% of a small check's CPU, bench_startup.py);
 #   - without pydantic plug-ins for gatekeeper's own models (PYDANTIC_DISABLE_PLUGINS,
-#     unless the user set it): pydantic's plug-in lookup reads the metadata of every
-#     installed distribution (~5-10 ms); a pydantic plug-in is for the user's models.
+#     unless the user set it): a pydantic plug-in is for the user's models.
 # `startup_done` ends it before the command's work: the environment as the user gave it
 # (a trainer `gatekeeper run` starts inherits it unchanged), the collector on.
 _STARTUP_ENV = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}
 _startup: tuple[bool, list[str]] | None = None  # (collector paused, variables set)
-
-# pydantic's plug-in lookup (pydantic/plugin/_loader.py, imported when the first model is
-# built) imports importlib.metadata at its top -- with email, zipfile, csv, socket: ~15 ms
-# of a small check's ~0.3 s -- even when PYDANTIC_DISABLE_PLUGINS says there are none.
-# During start-up a stand-in module answers `get_plugins()` as the real one does when
-# plug-ins are disabled (no plug-ins), and hands anything else to the real module, which
-# it then imports; `startup_done` removes it, so later models use the real loader.
-_PLUGIN_LOADER = "pydantic.plugin._loader"
-_PLUGINS_OFF = ("__all__", "1", "true")  # the values the real loader reads as "none"
-
-
-def _real_plugin_loader() -> Any:
-    import importlib
-
-    if getattr(sys.modules.get(_PLUGIN_LOADER), "_gatekeeper_stand_in", False):
-        del sys.modules[_PLUGIN_LOADER]
-    return importlib.import_module(_PLUGIN_LOADER)
-
-
-def _plugin_loader_stand_in() -> Any:
-    import types
-
-    module = types.ModuleType(_PLUGIN_LOADER, "gatekeeper's start-up stand-in (cli/main.py)")
-
-    def get_plugins() -> Any:
-        if os.environ.get("PYDANTIC_DISABLE_PLUGINS") in _PLUGINS_OFF:
-            return ()
-        return _real_plugin_loader().get_plugins()
-
-    def __getattr__(name: str) -> Any:  # anything but get_plugins: the real module's
-        if name.startswith("__"):  # what the import system probes (__path__: a package?)
-            raise AttributeError(name)
-        return getattr(_real_plugin_loader(), name)
-
-    module.get_plugins = get_plugins  # type: ignore[attr-defined]
-    module.__getattr__ = __getattr__  # type: ignore[method-assign]
-    module._gatekeeper_stand_in = True  # type: ignore[attr-defined]
-    return module
 
 
 def _begin_startup() -> None:
@@ -192,8 +153,6 @@ def _begin_startup() -> None:
     added = [name for name in _STARTUP_ENV if name not in os.environ]
     for name in added:
         os.environ[name] = _STARTUP_ENV[name]
-    if _PLUGIN_LOADER not in sys.modules:  # pydantic not imported yet (the program)
-        sys.modules[_PLUGIN_LOADER] = _plugin_loader_stand_in()
     paused = gc.isenabled()  # never turned on here when the program had it off
     if paused:
         gc.disable()
@@ -214,8 +173,6 @@ def startup_done() -> None:
     _startup = None
     for name in added:
         os.environ.pop(name, None)
-    if getattr(sys.modules.get(_PLUGIN_LOADER), "_gatekeeper_stand_in", False):
-        del sys.modules[_PLUGIN_LOADER]  # a model built from now on asks the real loader
     if paused:
         import gc
 

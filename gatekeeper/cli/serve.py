@@ -44,6 +44,9 @@ def register(sub: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from gatekeeper.extras import require
+
+    require("serve", "gatekeeper serve")  # before the daemon's modules import them
     from gatekeeper.daemon.config import load_config
 
     logging.basicConfig(

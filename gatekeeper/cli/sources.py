@@ -1,5 +1,6 @@
-"""`gatekeeper sources`: the run source families, with example SOURCE strings for each
-(every kind can be judged whole with `check` and followed with `watch`/`run`)."""
+"""`gatekeeper sources`: the run source families, with the extra each needs and example
+SOURCE strings (every kind can be judged whole with `check` and followed with
+`watch`/`run`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def cmd_sources(args: argparse.Namespace) -> int:
     from gatekeeper.sources.plugins import SOURCES
 
     for family in FAMILIES:
-        print(family.name)
+        needs = f" (gatekeeper[{family.extra}])" if family.extra else ""
+        print(f"{family.name}{needs}")
         for example in family.examples:
             print(f"    e.g. {example}")
     for name, kind in SOURCES.all().items():  # plug-ins, tried before the built-ins

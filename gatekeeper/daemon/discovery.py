@@ -10,18 +10,23 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gatekeeper.daemon.config import Target
-from gatekeeper.sources import FAMILIES
+from gatekeeper.extras import require
+from gatekeeper.sources import FAMILIES, family_of
 from gatekeeper.sources.base import Discovery
 
 Lister = Callable[[], list[str]]
 
 
 def discovery(target: Target) -> Discovery | None:
-    """The family's listing for a `glob:`/`wandb:` target; None for a single `source:`."""
+    """The family's listing for a `glob:`/`wandb:` target; None for a single `source:`.
+    A family whose extra is not installed stops the daemon here, at start-up (and
+    `--check-config`), with the line naming it, not at every listing."""
     for family in FAMILIES:
         key = family.target_key
         value = target.filter_of(key) if key else None
         if value is not None and family.discovery is not None:
+            if family.extra is not None:
+                require(family.extra, f"a daemon target's {key}:")
             return family.discovery(value)
     return None
 
@@ -33,6 +38,9 @@ def lister(target: Target) -> Lister:
         return found.runs
     source = target.source
     assert source is not None  # the config allows exactly one of source, glob, wandb
+    family = family_of(source)
+    if family is not None and family.extra is not None:
+        require(family.extra, f"a daemon target's source {source!r}")
     return lambda: [source]
 
 

@@ -1,4 +1,4 @@
-"""The daemon's HTTP endpoints, served by `httpserver.BoundedServer`.
+"""The daemon's HTTP endpoints: one WSGI app, served by waitress (see httpserver).
 
 - `/healthz`: the process and its scheduler are alive (liveness probe).
 - `/readyz`: state loaded and the first discovery done (readiness probe).
@@ -14,19 +14,17 @@ refuses a non-loopback address without one.
 from __future__ import annotations
 
 import hmac
-import io
 import json
 import logging
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from gatekeeper.daemon.httpserver import BoundedServer, SocketWriter
+from gatekeeper.daemon.httpserver import BoundedServer, WsgiApp
 
 log = logging.getLogger("gatekeeper.http")
 
@@ -44,7 +42,7 @@ class Api:
     token: str | None = None
 
 
-Route = Callable[["Handler"], None]
+Route = Callable[["Exchange"], None]
 
 
 @dataclass
@@ -52,7 +50,8 @@ class Routes:
     """Exact paths and path prefixes to handlers; `auth` routes need the bearer token.
 
     Another module adds pages with `routes.add("/status", handler)`; a handler answers
-    with `h.json(...)` or `h.send(...)` and reads `h.path`, `h.query` and `h.api`.
+    with `h.json(...)`, `h.send(...)` or `h.delegate(wsgi_app)` and reads `h.path`,
+    `h.query` and `h.api`.
     """
 
     exact: dict[str, tuple[Route, bool]] = field(default_factory=dict)
@@ -74,26 +73,29 @@ def default_routes() -> Routes:
     routes = Routes()
     routes.add("/healthz", _healthz, auth=False)
     routes.add("/readyz", _readyz, auth=False)
-    routes.add(
-        "/metrics", lambda h: h.send(200, generate_latest(h.api.registry), CONTENT_TYPE_LATEST)
-    )
+    routes.add("/metrics", _metrics)
     routes.add("/api/runs", lambda h: h.json(200, {"runs": h.api.runs()}))
     routes.add("/api/runs/", _run, prefix=True)
     routes.add("/api/alerts", lambda h: h.json(200, {"alerts": h.api.alerts()}))
     return routes
 
 
-def _healthz(h: Handler) -> None:
+def _metrics(h: Exchange) -> None:
+    # prometheus_client's own app: content negotiation (OpenMetrics), gzip, `name[]=`
+    h.delegate(make_wsgi_app(h.api.registry))
+
+
+def _healthz(h: Exchange) -> None:
     ok = h.api.healthy()
     h.json(200 if ok else 503, {"ok": ok})
 
 
-def _readyz(h: Handler) -> None:
+def _readyz(h: Exchange) -> None:
     ok = h.api.ready()
     h.json(200 if ok else 503, {"ready": ok})
 
 
-def _run(h: Handler) -> None:
+def _run(h: Exchange) -> None:
     found = h.api.run(unquote(h.path[len("/api/runs/") :]))
     if found is None:
         return h.json(404, {"error": "no such run"})
@@ -110,49 +112,73 @@ def authorized(header: str, token: str | None) -> bool:
     return same and scheme.lower() == "bearer"
 
 
-class Handler(BaseHTTPRequestHandler):
-    """Answers one request whose head the server already read (see httpserver)."""
+class Exchange:
+    """One request as a route sees it (`path`, `query`, `api`); the route answers with
+    `json`, `send` or `delegate` (another WSGI app answers)."""
 
-    api: Api  # set on the subclass built per server
-    routes: Routes
-    server_version = "gatekeeper"
-    query = ""  # the request's query string, for routes that take parameters
-
-    def __init__(self, sock: socket.socket, addr: Any, head: bytes):
-        self._head = head
-        super().__init__(sock, addr, None)  # type: ignore[arg-type]
-
-    def setup(self) -> None:
-        self.connection = self.request
-        self.rfile = io.BytesIO(self._head)
-        self.wfile = SocketWriter(self.request)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
-        log.debug("%s " + format, self.address_string(), *args)
-
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        url = urlsplit(self.path)
-        self.path, self.query = url.path, url.query
-        found = self.routes.find(self.path)
-        if found is None:
-            return self.json(404, {"error": f"no endpoint {self.path}"})
-        route, auth = found
-        if auth and not authorized(self.headers.get("Authorization", ""), self.api.token):
-            return self.json(401, {"error": "bearer token required"}, auth=True)
-        route(self)
+    def __init__(self, api: Api, path: str, query: str):
+        self.api, self.path, self.query = api, path, query
+        self.answer: tuple[int, bytes, str, bool] = (500, b"", "text/plain", False)
+        self.app: WsgiApp | None = None
 
     def json(self, code: int, data: Any, auth: bool = False) -> None:
         body = json.dumps(data, default=str).encode()
         self.send(code, body, "application/json", auth)
 
     def send(self, code: int, body: bytes, ctype: str, auth: bool = False) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
+        self.answer = (code, body, ctype, auth)
+
+    def delegate(self, app: WsgiApp) -> None:
+        self.app = app
+
+
+class App:
+    """The daemon's one WSGI app: routing, the bearer token, JSON errors."""
+
+    def __init__(self, api: Api, routes: Routes):
+        self.api, self.routes = api, routes
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        # The raw target, not PATH_INFO: WSGI decodes %2F, and a run key is url-encoded.
+        url = urlsplit(environ.get("REQUEST_URI") or environ.get("PATH_INFO", "/"))
+        h = Exchange(self.api, url.path, url.query)
+        try:
+            self._route(h, environ)
+        except Exception:
+            log.exception("http: answering %s failed", h.path)
+            h.json(500, {"error": "internal error"})
+
+        def answer(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+            # one DEBUG line a request, as the stdlib server wrote; never its headers
+            log.debug(
+                "%s %s %s: %s",
+                environ.get("REMOTE_ADDR"),
+                environ["REQUEST_METHOD"],
+                h.path,
+                status,
+            )
+            return start_response(status, headers, *exc)
+
+        if h.app is not None:
+            return h.app(environ, answer)
+        code, body, ctype, auth = h.answer
+        headers = [("Content-Type", ctype), ("Content-Length", str(len(body)))]
         if auth:
-            self.send_header("WWW-Authenticate", "Bearer")
-        self.end_headers()
-        self.wfile.write(body)
+            headers.append(("WWW-Authenticate", "Bearer"))
+        answer(f"{code} {HTTPStatus(code).phrase}", headers)
+        return [body]
+
+    def _route(self, h: Exchange, environ: dict[str, Any]) -> None:
+        method = environ["REQUEST_METHOD"]
+        if method != "GET":
+            return h.json(501, {"error": f"unsupported method {method}"})
+        found = self.routes.find(h.path)
+        if found is None:
+            return h.json(404, {"error": f"no endpoint {h.path}"})
+        route, auth = found
+        if auth and not authorized(environ.get("HTTP_AUTHORIZATION", ""), self.api.token):
+            return h.json(401, {"error": "bearer token required"}, auth=True)
+        route(h)
 
 
 class HttpServer:
@@ -174,11 +200,10 @@ class HttpServer:
             from gatekeeper.daemon.status_page import StatusPages, add_routes
 
             add_routes(self.routes, StatusPages(api.runs, api.run))
-        handler = type("BoundHandler", (Handler,), {"api": api, "routes": self.routes})
         self.server = BoundedServer(
             address,
             port,
-            handler,
+            App(api, self.routes),
             workers=workers,
             request_timeout=request_timeout,
             max_connections=max_connections,

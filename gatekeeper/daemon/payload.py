@@ -20,9 +20,11 @@ from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.statedata import StateDataError
 
 FORMAT = "gatekeeper-run-state"
-# Bump when RuleTracker.STATE_FIELDS or a check's state changes shape; it is part of the
-# policy fingerprint too, so a state of another version is re-read, never misread.
-STATE_VERSION = 1
+# Bump when a rule tracker's state (engine/tracker.py: its stages' dataclasses) or a
+# check's state changes shape. A state of an older version is not read: its run is re-read
+# from its source (`loads` says so); one of a newer version is refused (a downgrade).
+# 2: a tracker's state is per stage (selection, reduction, judgement, aggregate).
+STATE_VERSION = 2
 
 
 def dumps(evaluation: Evaluation) -> str:
@@ -38,14 +40,17 @@ def dumps(evaluation: Evaluation) -> str:
     return orjson.dumps(data).decode()
 
 
-def loads(text: Any, path: str, key: str) -> dict[str, Any]:
-    """The evaluation data of a stored row; StateError when the envelope is not ours."""
+def loads(text: Any, path: str, key: str) -> dict[str, Any] | None:
+    """The evaluation data of a stored row; None when an older gatekeeper wrote it (the
+    run is re-read from its source); StateError when the envelope is not ours."""
     try:
         data = json.loads(text) if isinstance(text, (str, bytes)) else None
     except ValueError as exc:
         raise refused(path, key, f"its state is not JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise refused(path, key, "its state is not a gatekeeper run state")
+    if older(data.get("state_version")):
+        return None
     if data.get("state_version") != STATE_VERSION:
         raise refused(
             path,
@@ -58,6 +63,11 @@ def loads(text: Any, path: str, key: str) -> dict[str, Any]:
     ):
         raise refused(path, key, "its state has unexpected fields")
     return data["evaluation"]
+
+
+def older(version: Any) -> bool:
+    """Whether `version` is an earlier state layout (not a tampered or a newer one)."""
+    return type(version) is int and 1 <= version < STATE_VERSION
 
 
 def restore(

@@ -242,6 +242,14 @@ class StateStore:
     def _record(self, row: tuple[Any, ...]) -> RunRecord:
         key, target, cursor, state, fp, verdict, status, points, polls, ended, updated = row
         data = run_state.loads(state, self.path, key) if state is not None else None
+        if state is not None and data is None:  # an older layout: re-read, alerts kept
+            log.warning(
+                "run %s: its judging state was saved by an older gatekeeper (this one reads "
+                "state version %d); it is re-read from its source, its alert state kept",
+                key,
+                run_state.STATE_VERSION,
+            )
+            cursor, fp, points = None, None, 0
         try:
             cur = json.loads(cursor) if cursor else None
             ver = json.loads(verdict) if verdict else None

@@ -23,6 +23,9 @@ def open_store(url: str, *, migrate: bool = False) -> SqlStore:
     (a plain file path is SQLite too). A store of gatekeeper's first layout is refused
     unless `migrate` (then it is converted in one transaction)."""
     if is_postgres(url):
+        from gatekeeper.extras import require
+
+        require("postgres", "a PostgreSQL history store")
         from gatekeeper.history.postgres import PostgresStore
 
         return PostgresStore(url, migrate=migrate)

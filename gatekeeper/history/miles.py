@@ -114,7 +114,9 @@ class ImportResult:
 def _connect(url: str) -> tuple[Any, str]:
     """A read-only DB-API connection to a miles store and its placeholder."""
     if is_postgres(url):
-        import psycopg
+        from gatekeeper.extras import load
+
+        psycopg = load("psycopg", "postgres", "importing runs from a PostgreSQL miles store")
 
         try:
             return psycopg.connect(url, connect_timeout=10), "%s"

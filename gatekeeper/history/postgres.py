@@ -8,16 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg  # gatekeeper[postgres]: open_store asks for it before importing this
+
 from gatekeeper.errors import StateError
 from gatekeeper.history.base import redact
 from gatekeeper.history.sql import SqlStore
-
-try:
-    import psycopg
-except ImportError as exc:  # pragma: no cover - psycopg ships with gatekeeper's deps
-    raise StateError(
-        "a PostgreSQL history store needs psycopg: pip install 'psycopg[binary]'"
-    ) from exc
 
 _DDL = (
     """CREATE TABLE IF NOT EXISTS gk_runs (

@@ -22,9 +22,9 @@ from typing import Any
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
-    raise ImportError(
-        "gatekeeper.integrations.hf needs transformers: pip install 'gatekeeper[hf]'"
-    ) from exc
+    from gatekeeper.extras import message
+
+    raise ImportError(message("hf", "gatekeeper.integrations.hf", "transformers")) from exc
 
 from gatekeeper.inprocess.gate import PolicyInput
 from gatekeeper.inprocess.rows import is_scalar

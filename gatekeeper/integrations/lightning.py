@@ -25,9 +25,10 @@ except ImportError:  # pragma: no cover - the pre-2.0 package name
     try:
         import pytorch_lightning as pl  # type: ignore[no-redef]
     except ImportError as exc:
+        from gatekeeper.extras import message
+
         raise ImportError(
-            "gatekeeper.integrations.lightning needs Lightning: "
-            "pip install 'gatekeeper[lightning]'"
+            message("lightning", "gatekeeper.integrations.lightning", "lightning")
         ) from exc
 
 from gatekeeper.inprocess.gate import GateFailed

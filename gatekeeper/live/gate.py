@@ -68,7 +68,9 @@ class LiveGate:
     def judge(self, now: float, *, final: bool) -> Verdict:
         """The verdict on everything fed so far (final: pending becomes error)."""
         placeholder = Run(name=self.source.spec, source=self.source.spec)
-        if final:  # summary-only metrics (HF's train_loss), as `check` reads them
+        # summary-only metrics (HF's train_loss), as `check` reads them; only a source
+        # with a summary (wandb) has one: the others import no wandb module (protobuf)
+        if final and getattr(self.source, "read_summary", None) is not None:
             from gatekeeper.sources.wandb.summary import fill_summary
 
             if self.session.run is None:

@@ -1,69 +1,93 @@
 """Run sources: one package per family, opened from a SOURCE string by `open_source`.
 
-`FAMILIES` holds the source families: every package here with a `KIND` (a `SourceFamily`
-stating its Source and LiveSource classes, annotator and discovery); `base.py` states
-the contract they implement. `SOURCE_KINDS` is derived from it for callers that try
-kinds in order, and `register` adds a kind from outside (tests, plug-ins).
+Every package here with a `KIND` (a `SourceFamily` stating its Source and LiveSource
+classes, annotator and discovery) is a source family; `base.py` states the contract they
+implement. Adding a family is adding its package.
 
-Start-up: FAMILIES and SOURCE_KINDS are built (every family package imported) when first
-used. `open_source` of an existing `*.jsonl` file with no other family's mark on its name
-(`_surely_jsonl`) asks only the plug-in kinds and the JSONL kind: a small check imports
-no other family's modules (~15 ms). `tests/sources/test_detection.py` holds it to what
-asking every family answers.
+One detection pass picks the kind for a SOURCE string: each family package answers for
+itself, through its `source_for(spec)` (the kind that reads `spec`, or None) when it has
+one, else through its KIND's sources' `accepts`. A built-in family answers by the
+SOURCE's scheme first (`wandb://`, `tb://`, `mlflow+...`, `prom+http://`): a SOURCE of
+another family's scheme imports none of its modules, a local path only the `accepts` of
+the local families (a file name, a `stat`). Families are asked by package name; one
+whose package says `FALLBACK = True` (JSONL: any local path) only after every other has
+declined. Plug-in kinds (the `gatekeeper.sources` entry point, `register`) are asked
+before all of them. A family's optional libraries (`gatekeeper[wandb]`, ...) are asked
+for when its source is opened and imported when it is read (gatekeeper/extras.py), so
+a JSONL check imports none of them.
+
+`FAMILIES` (every KIND, in that order) and `SOURCE_KINDS` (their sources) are built when
+first used, for callers that list or try every kind (`gatekeeper sources`, annotate, the
+daemon's discovery).
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
-import stat
+from functools import cache
+from types import ModuleType
 from typing import Any
 
 from gatekeeper.errors import UsageError
 from gatekeeper.sources.base import LiveSource, RunOverrides, Source, SourceFamily
 from gatekeeper.sources.plugins import with_plugins
 
-# Asked in order: a family whose SOURCE strings have a scheme or a recognisable layout
-# first (tensorboard://, mlflow+, prom+, wandb), the catch-all local-path family last
-# (jsonl). Any other package here with a `KIND` is a family too, asked before jsonl:
-# adding a source family is adding its package.
-_ORDER = ("tensorboard", "mlflow", "prometheus", "wandb")
-_LAST = "jsonl"
+
+@cache
+def _family_packages() -> tuple[ModuleType, ...]:
+    """Every family package, imported (a package's import is cheap: its KIND is lazy), in
+    the order the detection pass asks them: by name, the fallback family last."""
+    names = sorted(info.name for info in pkgutil.iter_modules(__path__) if info.ispkg)
+    found = [importlib.import_module(f"{__name__}.{name}") for name in names]
+    found = [p for p in found if _declares_kind(p)]
+    return tuple(sorted(found, key=lambda p: bool(getattr(p, "FALLBACK", False))))
 
 
-def _packages() -> list[str]:
-    return [info.name for info in pkgutil.iter_modules(__path__) if info.ispkg]
+def _declares_kind(package: ModuleType) -> bool:
+    """A KIND bound, or declared for the package's lazy `__getattr__` (reading it would
+    build it: import the family's modules)."""
+    return "KIND" in vars(package) or "KIND" in vars(package).get("__annotations__", {})
 
 
-def _families() -> tuple[SourceFamily, ...]:
-    found = _packages()
-    names = [*_ORDER, *sorted(set(found) - {*_ORDER, _LAST}), _LAST]
-    kinds = (getattr(importlib.import_module(f"{__name__}.{n}"), "KIND", None) for n in names)
-    return tuple(k for k in kinds if isinstance(k, SourceFamily))
+def _source_for(package: ModuleType, spec: str) -> type[Source] | None:
+    answer = getattr(package, "source_for", None)
+    if answer is not None:
+        found: type[Source] | None = answer(spec)
+        return found
+    return next((kind for kind in package.KIND.sources if kind.accepts(spec)), None)
+
+
+def _detect(spec: str) -> tuple[ModuleType, type[Source]] | None:
+    """The first family package (by name, the fallback last) with a kind for `spec`."""
+    for package in _family_packages():
+        kind = _source_for(package, spec)
+        if kind is not None:
+            return package, kind
+    return None
+
+
+def family_of(spec: str) -> SourceFamily | None:
+    """The family that reads `spec`, or None."""
+    found = _detect(spec)
+    family: SourceFamily | None = found[0].KIND if found is not None else None
+    return family
 
 
 # Declared, not bound: the module's __getattr__ builds them when first asked for.
 FAMILIES: tuple[SourceFamily, ...]
 SOURCE_KINDS: list[type[Source]]
-_built: dict[str, Any] = {}
+_registered: list[type[Source]] = []  # `register`ed kinds, asked before the families
 
 
 def families() -> tuple[SourceFamily, ...]:
-    """FAMILIES: every family package imported, once."""
-    if "FAMILIES" not in _built:
-        _built["FAMILIES"] = _families()
-    found: tuple[SourceFamily, ...] = _built["FAMILIES"]
-    return found
+    """FAMILIES: every family's KIND, in the detection pass's order."""
+    return tuple(package.KIND for package in _family_packages())
 
 
 def source_kinds() -> list[type[Source]]:
-    """SOURCE_KINDS, tried in order by `open_source` (remote schemes first, the catch-all
-    local kind last); `register` adds to it."""
-    if "SOURCE_KINDS" not in _built:
-        _built["SOURCE_KINDS"] = [kind for family in families() for kind in family.sources]
-    kinds: list[type[Source]] = _built["SOURCE_KINDS"]
-    return kinds
+    """SOURCE_KINDS: the `register`ed kinds, then every family's sources in order."""
+    return [*_registered, *(kind for family in families() for kind in family.sources)]
 
 
 def __getattr__(name: str) -> Any:
@@ -76,72 +100,46 @@ def __getattr__(name: str) -> Any:
 
 
 def register(kind: type[Source], *, first: bool = True) -> None:
-    kinds = source_kinds()
-    if kind not in kinds:
-        kinds.insert(0 if first else len(kinds), kind)
+    """Add a source kind from outside (tests, notebooks): asked before every family."""
+    if kind not in _registered:
+        _registered.insert(0 if first else len(_registered), kind)
 
 
-# The built-in families whose detection `_surely_jsonl` knows; another package here (a new
-# family, asked before jsonl) turns the shortcut off.
-_KNOWN = {*_ORDER, _LAST}
-# What marks a path as another family's: TensorBoard event files, wandb's transaction log
-# and run directories (`wandb/run-*`), `mlflow+URI` / `prom+URL` / `SCHEME://` specs.
-_EVENT_FILE = "events.out.tfevents."
-
-
-def _surely_jsonl(spec: str) -> bool:
-    """`spec` is a path no built-in family but JSONL accepts, decided without importing
-    them: an existing regular `*.jsonl` file, no scheme or `+`/`:` in the spec, not named
-    like an event file, not inside a `wandb/` directory, and SOURCE_KINDS as built in
-    (nothing `register`ed). Anything else asks every kind."""
-    if "SOURCE_KINDS" in _built:
-        return False  # built already: ask them all (and what was registered)
-    if not spec.endswith(".jsonl") or ":" in spec or spec.startswith(("mlflow+", "prom+")):
-        return False
-    path = os.path.normpath(os.path.abspath(spec))
-    parent, name = os.path.split(path)
-    if name.startswith(_EVENT_FILE) or os.path.basename(parent) == "wandb":
-        return False
-    try:
-        if not stat.S_ISREG(os.stat(spec).st_mode):
-            return False
-    except OSError:
-        return False
-    return set(_packages()) == _KNOWN
+def _added() -> list[type[Source]]:
+    """Plug-in kinds (entry points) and `register`ed ones: asked before the families."""
+    return with_plugins(list(_registered))
 
 
 def open_source(spec: str) -> Source:
     """The source that understands `spec`, or a UsageError naming the accepted forms."""
-    if _surely_jsonl(spec):
-        from gatekeeper.sources.jsonl import JsonlSource
-
-        for kind in with_plugins([JsonlSource]):
-            if kind.accepts(spec):
-                return kind(spec)
-    kinds = with_plugins(source_kinds())
-    for kind in kinds:
+    for kind in _added():
         if kind.accepts(spec):
             return kind(spec)
-    from gatekeeper.sources.jsonl import JsonlSource
-
+    found = _detect(spec)
+    if found is not None:
+        return found[1](spec)
     raise UsageError(
         f"cannot open source {spec!r}: expected a JSONL file or directory"
-        + "".join(f", {k.kind}" for k in kinds if k is not JsonlSource)
+        + "".join(f", {k.kind}" for k in with_plugins(source_kinds()) if not _is_jsonl(k))
     )
 
 
+def _is_jsonl(kind: type[Source]) -> bool:
+    from gatekeeper.sources.jsonl import JsonlSource
+
+    return kind is JsonlSource
+
+
 def open_live_source(spec: str) -> LiveSource:
-    """The source that follows `spec` while it is written: the first registered kind that
-    accepts it and can be polled (wandb), else a family's tail that waits for the run to
-    appear (JSONL: a file or directory that does not exist yet)."""
-    kinds = [k for k in with_plugins(source_kinds()) if issubclass(k, LiveSource)]
-    for kind in kinds:
-        if kind.accepts(spec):
+    """The source that follows `spec` while it is written: a kind that accepts it and can
+    be polled (wandb), else its family's tail that waits for the run to appear (JSONL: a
+    file or directory that does not exist yet)."""
+    family = family_of(spec)
+    found = family.sources + family.live_sources if family is not None else ()
+    for kind in [*_added(), *found]:
+        if issubclass(kind, LiveSource) and kind.accepts(spec):
             return kind(spec)
-    for family in families():
-        for live in family.live_sources:
-            if live.accepts(spec):
-                return live(spec)
+    kinds = [k for k in with_plugins(source_kinds()) if issubclass(k, LiveSource)]
     raise UsageError(
         f"cannot follow source {spec!r} live: expected a JSONL file or directory"
         + "".join(f", {k.kind}" for k in kinds)
@@ -156,6 +154,7 @@ __all__ = [
     "SOURCE_KINDS",
     "SourceFamily",
     "families",
+    "family_of",
     "open_live_source",
     "open_source",
     "register",

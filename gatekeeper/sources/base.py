@@ -166,6 +166,8 @@ class SourceFamily:
     # The pydantic model of the target filter under `target_key`, for a family the daemon
     # config does not name (the built-in ones are typed fields of daemon/config.Target).
     target_model: Any = None
+    # The gatekeeper extra its readers need (gatekeeper/extras.py); None: the core's.
+    extra: str | None = None
 
 
 def filter_lists_itself(value: Any) -> Any:

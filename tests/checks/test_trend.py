@@ -90,7 +90,7 @@ def test_steps_spanning_more_than_int64_are_not_wrapped(tmp_path):
 def test_step_shape_gap_does_not_wrap():
     """The largest gap between neighbours of steps wider apart than int64 (>64 points:
     the numpy path) is the true one, as the Python path for a few points gives."""
-    from gatekeeper.engine import step_shape
+    from gatekeeper.engine.selection import step_shape
 
     steps = np.array([-(2**63), *range(100), 2**63 - 1], dtype=np.int64)
     assert step_shape(steps) == (-(2**63), 2**63 - 1, 2**63)  # from -2^63 to 0

@@ -1,5 +1,5 @@
 """The daemon's HTTP listener under hostile clients: idle floods, trickling requests,
-clients that vanish mid-answer, and the bearer scheme in any case."""
+clients that vanish mid-answer or stop reading it, and the bearer scheme in any case."""
 
 from __future__ import annotations
 
@@ -12,24 +12,39 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
-from gatekeeper.daemon.http import Api, HttpServer
+from gatekeeper.daemon.http import Api, HttpServer, default_routes
 from tests.daemon.harness import DaemonProcess, write_config
+
+
+def _api(looked_up: list[str] | None = None) -> Api:
+    """No runs; every run lookup is recorded in `looked_up` and finds nothing."""
+    registry = CollectorRegistry()
+    Counter("probe", "a counter to expose", registry=registry).inc()
+    seen = looked_up if looked_up is not None else []
+
+    def run(ident: str) -> None:
+        seen.append(ident)
+
+    return Api(
+        registry=registry,
+        healthy=lambda: True,
+        ready=lambda: True,
+        runs=lambda: [],
+        run=run,
+        alerts=lambda: [],
+        token="t0ken-value",
+    )
 
 
 @pytest.fixture
 def server() -> Iterator[HttpServer]:
-    api = Api(
-        registry=CollectorRegistry(),
-        healthy=lambda: True,
-        ready=lambda: True,
-        runs=lambda: [],
-        run=lambda ident: None,
-        alerts=lambda: [],
-        token="t0ken-value",
+    looked_up: list[str] = []
+    srv = HttpServer(
+        _api(looked_up), "127.0.0.1", 0, workers=2, request_timeout=1.0, max_connections=50
     )
-    srv = HttpServer(api, "127.0.0.1", 0, workers=2, request_timeout=1.0, max_connections=50)
+    srv.looked_up = looked_up  # type: ignore[attr-defined]
     srv.start()
     yield srv
     srv.stop()
@@ -52,6 +67,32 @@ def test_the_bearer_scheme_is_case_insensitive_and_the_token_is_not(
     headers = {"Authorization": header} if header else {}
     resp = httpx.get(f"http://127.0.0.1:{server.port}/api/runs", headers=headers, timeout=5)
     assert resp.status_code == code
+
+
+def test_answers_keep_their_codes_types_and_bodies(server: HttpServer) -> None:
+    base, auth = f"http://127.0.0.1:{server.port}", {"Authorization": "Bearer t0ken-value"}
+    denied = httpx.get(f"{base}/api/alerts", timeout=5)
+    assert denied.headers["WWW-Authenticate"] == "Bearer"
+    assert denied.json() == {"error": "bearer token required"}
+    missing = httpx.get(f"{base}/nowhere", timeout=5)
+    assert (missing.status_code, missing.json()) == (404, {"error": "no endpoint /nowhere"})
+    assert httpx.post(f"{base}/api/runs", headers=auth, timeout=5).status_code == 501
+    # a run key is url-encoded: %2F reaches the lookup as "/", not as a path separator
+    run = httpx.get(f"{base}/api/runs/runs%2Fa%20b.jsonl", headers=auth, timeout=5)
+    assert (run.status_code, run.json()) == (404, {"error": "no such run"})
+    assert server.looked_up == ["runs/a b.jsonl"]  # type: ignore[attr-defined]
+
+
+def test_metrics_are_negotiated_like_prometheus_client_serves_them(server: HttpServer) -> None:
+    url, auth = f"http://127.0.0.1:{server.port}/metrics", {"Authorization": "Bearer t0ken-value"}
+    plain = httpx.get(url, headers=auth, timeout=5)
+    assert plain.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "# TYPE probe_total counter" in plain.text
+    om = httpx.get(url, headers={**auth, "Accept": "application/openmetrics-text"}, timeout=5)
+    assert om.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert om.text.endswith("# EOF\n")
+    zipped = httpx.get(url, headers={**auth, "Accept-Encoding": "gzip"}, timeout=5)
+    assert zipped.headers["Content-Encoding"] == "gzip" and "probe_total" in zipped.text
 
 
 def test_a_trickling_request_is_cut_at_the_request_timeout(server: HttpServer) -> None:
@@ -78,18 +119,61 @@ def test_a_trickling_request_is_cut_at_the_request_timeout(server: HttpServer) -
     assert httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5).status_code == 200
 
 
-def test_more_connections_than_the_cap_close_the_oldest_and_probes_still_answer(
-    server: HttpServer,
-) -> None:
-    socks = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(80)]
+def _drain(s: socket.socket, seconds: float) -> int | None:
+    """Bytes read from `s` until the server closed it (EOF or reset); None when it is
+    still open after `seconds` without sending anything."""
+    s.settimeout(seconds)
+    got = 0
     try:
-        assert httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5).status_code == 200
-        assert server.server.waiting() <= 50
-        socks[0].settimeout(2)
-        assert socks[0].recv(1) == b""  # the oldest was closed to make room
+        while chunk := s.recv(65536):
+            got += len(chunk)
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return got
+
+
+def _closed_within(s: socket.socket, seconds: float) -> bool:
+    return _drain(s, seconds) is not None
+
+
+def test_more_connections_than_the_cap_close_the_oldest_and_probes_still_answer() -> None:
+    """80 idle sockets against a cap of 50: the 30 oldest are closed at once (long before
+    the 5 s request timeout), and a probe is answered meanwhile."""
+    srv = HttpServer(_api(), "127.0.0.1", 0, workers=2, request_timeout=5.0, max_connections=50)
+    srv.start()
+    started = time.monotonic()
+    socks = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(80)]
+    try:
+        assert probe(srv.port) < 1.0
+        assert all(_closed_within(s, 2.0) for s in socks[:30])
+        assert time.monotonic() - started < 4.0
+        assert not _closed_within(socks[-1], 0.2)  # the newest is still open
     finally:
         for s in socks:
             s.close()
+        srv.stop()
+
+
+def test_a_client_that_does_not_read_its_answer_is_cut_at_the_request_timeout() -> None:
+    """The answer (8 MB, more than the socket buffers hold) must be read within the
+    request timeout too: a client that stops reading is closed, not held forever."""
+    routes = default_routes()
+    routes.add("/big", lambda h: h.send(200, b"x" * 8_000_000, "text/plain"), auth=False)
+    srv = HttpServer(_api(), "127.0.0.1", 0, workers=2, request_timeout=1.0, routes=routes)
+    srv.start()
+    try:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", srv.port))
+            s.sendall(b"GET /big HTTP/1.0\r\n\r\n")
+            time.sleep(2.5)  # well past the timeout, reading nothing
+            got = _drain(s, 5.0)
+        assert got is not None and got < 8_000_000, got
+        assert probe(srv.port) < 1.0
+    finally:
+        srv.stop()
 
 
 def probe(port: int) -> float:
@@ -150,19 +234,31 @@ def test_1000_idle_connections_cost_bounded_threads_and_memory_while_probes_answ
         assert daemon.stop() == 0
 
 
-def test_clients_that_vanish_mid_request_leave_no_traceback_in_the_log(tmp_path: Path) -> None:
+def _open_fds(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+def test_clients_that_vanish_mid_request_leave_no_traceback_and_no_socket_behind(
+    tmp_path: Path,
+) -> None:
     config = write_config(tmp_path)
     daemon = DaemonProcess(config, level="debug").start()
+    assert daemon.proc is not None
     try:
+        time.sleep(0.5)
+        before = _open_fds(daemon.proc.pid)
         for i in range(30):
             _reset_after_request(daemon.port, "/metrics" if i % 2 else "/api/alerts")
             with socket.create_connection(("127.0.0.1", daemon.port)) as s:
                 s.sendall(b"GET /api/runs HTTP/1.0\r\n\r\n")
                 s.shutdown(socket.SHUT_RDWR)  # gone before the answer is written
         assert daemon.get("/healthz").status_code == 200
-        time.sleep(0.5)
+        # every one of the 60 connections is closed on the daemon's side too
+        assert daemon.wait(lambda: _open_fds(daemon.proc.pid) <= before + 2, 5), (
+            before,
+            _open_fds(daemon.proc.pid),
+        )
     finally:
         assert daemon.stop() == 0
     log = daemon.log.read_text()
     assert "Traceback" not in log and "Exception" not in log, log[-2000:]
-    assert "went away" in log  # some answers really hit a closed socket (one debug line each)

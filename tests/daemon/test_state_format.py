@@ -165,10 +165,10 @@ def _tamper(path: str, change: str) -> None:
     [
         ("'{not json'", "its state is not JSON"),
         ("json_set(state, '$.state_version', 99)", "its state has version 99"),
-        ("json_set(state, '$.evaluation.rules[0].tracker.seen', 'os.system')",
-         r"evaluation.rules\[0\].tracker.seen: expected an integer"),
-        ("json_set(state, '$.evaluation.rules[0].tracker.context', json('{\"dtype\": \"O\", "
-         "\"b64\": \"\"}'))", "bad array dtype"),
+        ("json_set(state, '$.evaluation.rules[0].tracker.selection.seen', 'os.system')",
+         r"evaluation.rules\[0\].tracker.selection.seen: expected an integer"),
+        ("json_set(state, '$.evaluation.rules[0].tracker.judgement.context', "
+         "json('{\"dtype\": \"O\", \"b64\": \"\"}'))", "bad array dtype"),
     ],
 )
 def test_a_tampered_state_is_refused_naming_the_run_and_the_way_out(
@@ -187,6 +187,38 @@ def test_a_tampered_state_is_refused_naming_the_run_and_the_way_out(
         assert _wait(lambda: any(w.points == 20 for w in daemon.scheduler.snapshot()))
     finally:
         daemon.stop()
+
+
+def _stored(path: str, query: str) -> list[tuple[object, ...]]:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute(query).fetchall()
+    finally:
+        db.close()
+
+
+def test_a_state_of_an_older_layout_is_re_read_from_its_source(tmp_path: Path) -> None:
+    """A gatekeeper upgrade that changes the judging state's layout (STATE_VERSION) does
+    not stop the daemon: the run is re-read from its source and judged alike, its rule
+    and alert rows kept (no alert sent twice), its point count not doubled."""
+    config, key = _judged_state(tmp_path)
+    path: str = config.state  # type: ignore[attr-defined]
+    rules = _stored(path, "SELECT policy, rule, status, since FROM rules ORDER BY rule")
+    (verdict,) = _stored(path, "SELECT verdict FROM runs")
+    _tamper(path, "json_set(state, '$.state_version', 1)")
+    daemon = Daemon(config, open_test_source)  # type: ignore[arg-type]
+    daemon.start()
+    try:
+        stored = "SELECT json_extract(state, '$.state_version'), points FROM runs"
+        assert _wait(lambda: _stored(path, stored) == [(2, 20)])
+    finally:
+        daemon.stop()
+    assert _stored(path, "SELECT policy, rule, status, since FROM rules ORDER BY rule") == rules
+    (again,) = _stored(path, "SELECT verdict FROM runs")
+    judged = [(r["rule"], r["status"], r["judged"]) for r in json.loads(verdict[0])["results"]]
+    assert [
+        (r["rule"], r["status"], r["judged"]) for r in json.loads(again[0])["results"]
+    ] == judged
 
 
 def test_kill9_and_restart_resume_from_the_saved_state(tmp_path: Path) -> None:

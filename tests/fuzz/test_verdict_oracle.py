@@ -470,7 +470,7 @@ def oracle(rule: RuleCase, case: Case) -> Expect:
     selected, missing = select(rule, d)
     tail = rule.steps == "last" or (isinstance(rule.steps, tuple) and rule.steps[0] == "tail")
     if tail:
-        # ENGINE READING (engine._stopped_early): `last`/`{last: n}` judge the run's end, so a
+        # ENGINE READING (engine/selection.stopped_early): `last`/`{last: n}` judge the run's end, so a
         # metric whose last point lies further before the last step of its axis (any metric
         # on that axis) than its own widest step gap (at least 1) is an error: its last
         # value is not the run's.

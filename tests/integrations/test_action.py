@@ -197,7 +197,7 @@ def test_install_step_puts_a_fresh_venv_on_path(tmp_path: Path, version: str) ->
     venv = tmp_path / "workspace/_runner_temp/gatekeeper-venv"
     assert f"installed gatekeeper 0.1.0 into {venv}" in install.stdout
     installed = pip_log.read_text().split()[-1]
-    assert installed == (version or str(REPO))
+    assert installed == (version or f"{REPO}[wandb]")  # the checkout with the default extras
     assert "venv gatekeeper check" in result.step("Gate the run").stderr
     assert result.outputs["status"] == "pass"
 

@@ -72,11 +72,12 @@ def test_a_state_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
     ev.feed(_series(np.full(20, 0.5), 0, 20))
     good = ev.to_state()
     bad = json.loads(json.dumps(good))
-    bad["rules"][0]["tracker"]["seen"] = "20; import os"
-    with pytest.raises(StateDataError, match=r"rules\[0\].tracker.seen: expected an integer"):
+    bad["rules"][0]["tracker"]["selection"]["seen"] = "20; import os"
+    seen = r"rules\[0\].tracker.selection.seen: expected an integer"
+    with pytest.raises(StateDataError, match=seen):
         Evaluation.from_state(policies, bad)
     bad = json.loads(json.dumps(good))
-    bad["rules"][0]["tracker"]["context"] = {"dtype": "O", "b64": ""}
+    bad["rules"][0]["tracker"]["judgement"]["context"] = {"dtype": "O", "b64": ""}
     with pytest.raises(StateDataError, match="bad array dtype"):
         Evaluation.from_state(policies, bad)
     bad = json.loads(json.dumps(good))
@@ -84,7 +85,7 @@ def test_a_state_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StateDataError, match="not rule p/r"):
         Evaluation.from_state(policies, bad)
     bad = json.loads(json.dumps(good))
-    bad["rules"][0]["tracker"]["context"] = {"dtype": "f8", "b64": "AAAA"}  # 3 bytes
+    bad["rules"][0]["tracker"]["judgement"]["context"] = {"dtype": "f8", "b64": "AAAA"}  # 3 bytes
     with pytest.raises(StateDataError, match="not whole f8 values"):
         Evaluation.from_state(policies, bad)
     with pytest.raises(StateDataError):

@@ -1,16 +1,30 @@
-"""`open_source`'s shortcut for a plain JSONL file (`sources._surely_jsonl`: no other
-family imported) answers what asking every family in order answers."""
+"""`open_source`'s one detection pass (each family package answers for itself, the JSONL
+fallback last) picks the kind that asking every source kind in the old fixed order
+(tensorboard, mlflow, prometheus, wandb, then jsonl) picked, without importing what the
+families that decline need."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
 import gatekeeper.sources as sources
-from gatekeeper.sources.base import Source
+from gatekeeper.sources.base import Source, SourceFamily
 from gatekeeper.sources.jsonl import JsonlSource
+from gatekeeper.sources.mlflow import MlflowSource
+from gatekeeper.sources.prometheus import PrometheusSource
+from gatekeeper.sources.tensorboard import TensorBoardSource
+from gatekeeper.sources.wandb import WandbApiSource, WandbLocalSource
+from tests.helpers import REPO
+
+# The order `sources._ORDER` fixed before the detection pass replaced it.
+_OLD_ORDER = (TensorBoardSource, MlflowSource, PrometheusSource, WandbApiSource,
+              WandbLocalSource, JsonlSource)
 
 
 def _specs(root: Path) -> list[str]:
@@ -20,6 +34,7 @@ def _specs(root: Path) -> list[str]:
         "wandb/other.jsonl", "events.out.tfevents.1.host.jsonl", "logs/events.out.tfevents.2",
         "mlflow+x.jsonl", "prom+y.jsonl", "run.wandb", "run.json", "x/run-1.jsonl",
         "tb/events.out.tfevents.3.jsonl", "dir.jsonl/inner.jsonl", "weird name.jsonl",
+        "both/events.out.tfevents.4", "both/run-x.wandb",
     ]
     for name in files:
         path = root / name
@@ -29,73 +44,93 @@ def _specs(root: Path) -> list[str]:
     os.mkfifo(root / "fifo.jsonl")
     (root / "link.jsonl").symlink_to(root / "run.jsonl")
     specs = [str(root / name) for name in [*files, "emptydir.jsonl", "fifo.jsonl",
-                                            "link.jsonl", "missing.jsonl", "dir.jsonl"]]
+                                            "link.jsonl", "missing.jsonl", "dir.jsonl",
+                                            "logs", "tb", "both", "wandb", "nowhere/wandb"]]
     specs += [os.path.relpath(s) for s in specs[:3]]
     specs += [f"file://{root}/run.jsonl", f"tb://{root}/run.jsonl", "wandb://e/p/r.jsonl",
-              "mlflow+file:///x.jsonl", "prom+http://h:9090/x.jsonl", "mlflow://x.jsonl"]
+              "mlflow+file:///x.jsonl", "prom+http://h:9090/x.jsonl", "mlflow://x.jsonl",
+              "tensorboard://logs", "prom+https://h/x?selector={a=\"b\"}", "ftp://x/run"]
     return specs
 
 
-def _every_kind(spec: str) -> type[Source] | None:
-    """What open_source answers by asking every kind in order."""
-    for kind in sources.with_plugins(sources.source_kinds()):
-        if kind.accepts(spec):
-            return kind
-    return None
+def _old_answer(spec: str) -> type[Source] | None:
+    return next((kind for kind in _OLD_ORDER if kind.accepts(spec)), None)
 
 
-def test_the_shortcut_answers_what_every_family_answers(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def _pass_answer(spec: str) -> type[Source] | None:
+    family = sources.family_of(spec)
+    kinds = family.sources if family is not None else ()
+    return next((kind for kind in kinds if kind.accepts(spec)), None)
+
+
+def test_the_detection_pass_answers_what_the_old_fixed_order_answered(tmp_path: Path) -> None:
     specs = _specs(tmp_path)
-    sure = []
     for spec in specs:
-        monkeypatch.setattr(sources, "_built", {})  # as a fresh process: nothing built yet
-        if sources._surely_jsonl(spec):
-            sure.append(spec)
-            assert _every_kind(spec) is JsonlSource, spec
-            assert type(sources.open_source(spec)) is JsonlSource
-    assert str(tmp_path / "run.jsonl") in sure and str(tmp_path / "link.jsonl") in sure
-    assert len(sure) >= 6
+        assert _pass_answer(spec) is _old_answer(spec), spec
+    picked = {_pass_answer(s) for s in specs}
+    assert picked == {*_OLD_ORDER, None}  # every kind is somebody's answer, ftp:// nobody's
+    assert type(sources.open_source(str(tmp_path / "run.jsonl"))) is JsonlSource
+    with pytest.raises(sources.UsageError, match="cannot open source 'ftp://x/run'"):
+        sources.open_source("ftp://x/run")
 
 
-def test_a_registered_kind_turns_the_shortcut_off(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_families_are_asked_by_name_and_the_fallback_last() -> None:
+    assert [f.name for f in sources.FAMILIES] == [
+        "mlflow", "prometheus", "tensorboard", "wandb", "jsonl"]
+    assert sources.SOURCE_KINDS[-1] is JsonlSource
+
+
+def test_a_registered_kind_is_asked_before_every_family(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "run.jsonl"
     run.write_text('{"step": 0, "loss": 1.0}\n')
 
     class Mine(JsonlSource):
         kind = "mine"
 
-    monkeypatch.setattr(sources, "_built", {})
-    assert sources._surely_jsonl(str(run))
-    monkeypatch.setitem(sources._built, "SOURCE_KINDS", [Mine, *sources.source_kinds()])
-    assert not sources._surely_jsonl(str(run))
+    monkeypatch.setattr(sources, "_registered", [])
+    sources.register(Mine)
     assert type(sources.open_source(str(run))) is Mine
+    assert sources.SOURCE_KINDS[0] is Mine
 
 
-def test_a_new_family_package_turns_the_shortcut_off(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_family_package_is_asked_before_the_fallback(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A family without `claims` answers through its KIND's sources."""
+    run = tmp_path / "run.csv"
+    run.write_text("step,loss\n0,1.0\n")
+
+    class Csv(Source):
+        kind = "a .csv file"
+
+        @classmethod
+        def accepts(cls, spec: str) -> bool:
+            return spec.endswith(".csv")
+
+        def read(self) -> None:  # type: ignore[override]
+            return None
+
+    package = types.ModuleType("gatekeeper.sources.csv")
+    package.KIND = SourceFamily(name="csv", examples=("r.csv",), sources=(Csv,))  # type: ignore[attr-defined]
+    built = sources._family_packages()
+    monkeypatch.setattr(sources, "_family_packages", lambda: (*built[:-1], package, built[-1]))
+    assert type(sources.open_source(str(run))) is Csv
+    assert type(sources.open_source(str(tmp_path / "run.jsonl"))) is JsonlSource
+
+
+def test_a_jsonl_check_imports_no_other_familys_reader_nor_an_optional_library(
+    tmp_path: Path,
+) -> None:
     run = tmp_path / "run.jsonl"
     run.write_text('{"step": 0, "loss": 1.0}\n')
-    monkeypatch.setattr(sources, "_built", {})
-    monkeypatch.setattr(sources, "_packages", lambda: [*sources._KNOWN, "newfamily"])
-    assert not sources._surely_jsonl(str(run))
-
-
-def test_families_and_kinds_are_built_when_first_used() -> None:
-    import subprocess
-    import sys
-
-    from tests.helpers import REPO
-
-    code = ("import sys, gatekeeper.sources as s\n"
-            "before = [m for m in sys.modules if m.startswith('gatekeeper.sources.')]\n"
-            "names = [f.name for f in s.FAMILIES]\n"
-            "print(sorted(before), names, s.SOURCE_KINDS[-1].__name__)\n")
+    code = (f"import sys, gatekeeper.sources as s\nsrc = s.open_source({str(run)!r})\n"
+            "src.read()\n"
+            "print(type(src).__name__, sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'wandb', 'google', 'mlflow', 'httpx', 'sqlalchemy'}), sorted(m for m in "
+            "sys.modules if m.startswith(('gatekeeper.sources.mlflow.', "
+            "'gatekeeper.sources.prometheus.', 'gatekeeper.sources.wandb.decode')) and "
+            "not m.endswith('.scheme')))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == (
-        "['gatekeeper.sources.base', 'gatekeeper.sources.plugins'] "
-        "['tensorboard', 'mlflow', 'prometheus', 'wandb', 'jsonl'] JsonlSource"
-    )
+    assert out.stdout.strip() == "JsonlSource [] []"

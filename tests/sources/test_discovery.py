@@ -4,6 +4,7 @@ runs tensorboardX (2.6) writes, judges them, and finds a run that starts later."
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from gatekeeper.daemon.config import load_config
 from gatekeeper.daemon.discovery import describe, lister
 from gatekeeper.daemon.service import Daemon
 from gatekeeper.errors import ConfigError
+from gatekeeper.extras import MissingExtra
 from tests.daemon.harness import POLICY, free_port
 
 tensorboardX = pytest.importorskip("tensorboardX")
@@ -99,3 +101,16 @@ def test_importing_the_cli_loads_no_optional_source_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("target", [
+    {"tensorboard": {"logdir": "logs/*"}},
+    {"source": "tensorboard://logs/run"},
+])
+def test_a_target_whose_extra_is_missing_stops_the_daemon_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: dict
+) -> None:
+    monkeypatch.setitem(sys.modules, "google_crc32c", None)  # as if not installed
+    config = load_config(str(_config(tmp_path, target)))
+    with pytest.raises(MissingExtra, match=r"pip install 'gatekeeper\[tensorboard\]'$"):
+        lister(config.targets[0])

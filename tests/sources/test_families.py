@@ -36,7 +36,7 @@ def test_importing_sources_does_not_import_the_wandb_sdk(extra: str) -> None:
 
 
 def test_every_family_is_a_complete_descriptor() -> None:
-    assert [f.name for f in FAMILIES] == ["tensorboard", "mlflow", "prometheus", "wandb", "jsonl"]
+    assert [f.name for f in FAMILIES] == ["mlflow", "prometheus", "tensorboard", "wandb", "jsonl"]
     for family in FAMILIES:
         assert isinstance(family, SourceFamily)
         assert family.examples and family.sources
@@ -68,7 +68,7 @@ def test_discoveries_describe_what_they_list(tmp_path) -> None:
 
 
 def test_annotators_claim_their_runs(tmp_path) -> None:
-    tb_family, mlflow_family, _, wandb_family, jsonl_family = FAMILIES
+    mlflow_family, _, tb_family, wandb_family, jsonl_family = FAMILIES
     assert tb_family.annotator and mlflow_family.annotator
     assert tb_family.annotator.accepts("tensorboard://runs/a")
     assert not tb_family.annotator.accepts(str(tmp_path / "r.jsonl"))

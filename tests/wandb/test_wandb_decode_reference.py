@@ -1,14 +1,12 @@
-"""The `.wandb` history reader against two references, on runs the real SDK wrote offline
-(wandb 0.31, wandb-core): the SDK's own decoding of the same records
-(`proto_util.dict_from_proto_list`, json.loads per value), and the reader's other path
-(forked workers over block-aligned ranges vs one process). The runs hold what a fast path
-must keep: NaN and ±Inf points, `None` logged as null, nested dicts, define_metric step
-axes, and a resumed run's two segments.
+"""The `.wandb` history reader against the SDK's own decoding of the same records
+(`proto_util.dict_from_proto_list`, json.loads per value), on runs the real SDK wrote
+offline (wandb 0.31, wandb-core). The runs hold what the reader's batched conversion must
+keep: NaN and ±Inf points, `None` logged as null, nested dicts, define_metric step axes,
+and a resumed run's two segments.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -19,7 +17,6 @@ import pytest
 
 from gatekeeper.sources.wandb import decode as wandb_decode
 from gatekeeper.sources.wandb.axes import NESTED
-from gatekeeper.sources.wandb.local import WandbLocalSource
 from gatekeeper.sources.wandb.log import LogReader
 from tests.wandb.test_real_runs import train
 
@@ -74,7 +71,7 @@ def sdk_columns(path: Path) -> tuple[list[float], dict[str, tuple[list[int], lis
 
 def test_the_reader_decodes_every_point_as_the_sdk_does(runs: list[Path]) -> None:
     for path in runs:
-        part = wandb_decode.decode_range(str(path), 0, None, False)
+        part = wandb_decode.decode(str(path), 0)
         steps, cols = sdk_columns(path)
         assert part.steps == steps, path
         assert sorted(part.keys) == sorted(cols), path
@@ -83,50 +80,9 @@ def test_the_reader_decodes_every_point_as_the_sdk_does(runs: list[Path]) -> Non
             assert mask is None or mask.all(), (path, key)
             np.testing.assert_array_equal(rows, want_rows, err_msg=f"{path} {key}")
             np.testing.assert_array_equal(values, want_values, err_msg=f"{path} {key}")
-    miles = wandb_decode.decode_range(str(runs[0]), 0, None, False).keys
+    miles = wandb_decode.decode(str(runs[0]), 0).keys
     assert miles[NESTED.join(("sys", "gpu", "mem"))][1][:3].tolist() == [0.0, 1.0, 2.0]
     grad = miles["train/grad_norm"][1]
     assert math.isnan(grad[5]) and grad[6] == math.inf
-    null = wandb_decode.decode_range(str(runs[1]), 0, None, False).keys["rewards/broken"][1]
+    null = wandb_decode.decode(str(runs[1]), 0).keys["rewards/broken"][1]
     assert null[:7].tolist() == [1.0] * 7 and np.isnan(null[7:]).all() and len(null) == 400
-
-
-def _read(spec: str, forked: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, int]:
-    """The run read serially or by forked workers, and the most ranges one read joined."""
-    joined: list[int] = []
-    real_join = wandb_decode.join
-
-    def join(parts: list[Any]) -> Any:  # called only when forked workers read the ranges
-        joined.append(len(parts))
-        return real_join(parts)
-
-    with monkeypatch.context() as m:
-        m.setattr(wandb_decode, "PARALLEL_MIN_BYTES", 0 if forked else 1 << 62)
-        m.setattr(wandb_decode, "FORK_WITH_C", forked)
-        m.setattr(wandb_decode.os, "cpu_count", lambda: 4)
-        # the suite may leave threads of earlier tests running: decode then reads serially
-        # (fork with threads is unsafe), which this test must not mistake for its result
-        m.setattr(wandb_decode.threading, "active_count", lambda: 1)
-        m.setattr(wandb_decode, "join", join)
-        run = WandbLocalSource(spec).read()
-    assert bool(joined) == forked, joined
-    return run, max(joined, default=0)
-
-
-def test_forked_workers_read_what_one_process_reads(
-    runs: list[Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Ranges cut at 32 KiB block boundaries (records split across them) and joined."""
-    for spec in (str(runs[0]), str(runs[1]), str(runs[2].parents[1])):  # + resumed, whole
-        one, _ = _read(spec, False, monkeypatch)
-        forked, ranges = _read(spec, True, monkeypatch)
-        assert ranges > 1 or spec == str(runs[2].parents[1]), f"{spec}: one range only"
-        assert one.series.keys() == forked.series.keys() and one.series, spec
-        for name, series in one.series.items():
-            other = forked.series[name]
-            assert series.step_key == other.step_key, name
-            np.testing.assert_array_equal(series.steps, other.steps, err_msg=name)
-            np.testing.assert_array_equal(series.values, other.values, err_msg=name)
-        assert (one.state, one.state_detail) == (forked.state, forked.state_detail)
-    resumed, _ = _read(str(runs[2].parents[1]), False, monkeypatch)
-    assert json.dumps(resumed.series["train/loss"].steps.tolist()) == json.dumps(list(range(60)))

@@ -209,46 +209,6 @@ def test_cli_exit_2_on_an_unreadable_wandb_file(tmp_path: Path) -> None:
     assert "not a wandb transaction log" in proc.stderr and str(bad) in proc.stderr
 
 
-def test_decoding_in_block_ranges_equals_one_pass(miles_run: Path) -> None:
-    """The file split at block boundaries (as parallel workers read it) joins back exactly."""
-    from gatekeeper.sources.wandb import decode as d
-
-    log = str(next(Path(os.path.realpath(miles_run / "latest-run")).glob("*.wandb")))
-    whole = d.decode_range(log, 0, None, False)
-    bounds = d._bounds(0, os.path.getsize(log), 7)
-    assert len(bounds) == 7
-    joined = d.join([d.decode_range(log, lo, hi, i > 0) for i, (lo, hi) in enumerate(bounds)])
-    assert joined.steps == whole.steps and joined.end == whole.end
-    assert [r.WhichOneof("record_type") for r in joined.meta] == [
-        r.WhichOneof("record_type") for r in whole.meta
-    ]
-    for key, (rows, values, _) in whole.keys.items():
-        np.testing.assert_array_equal(joined.keys[key][0], rows)
-        np.testing.assert_array_equal(joined.keys[key][1], values)
-
-
-def test_forked_workers_read_the_same_run(miles_run: Path) -> None:
-    """The forking path, in a fresh single-threaded process, as `gatekeeper check` runs it."""
-    code = (
-        "import json, sys\n"
-        "from gatekeeper.sources import open_source\n"
-        "from gatekeeper.sources.wandb import decode as wandb_decode\n"
-        "wandb_decode.PARALLEL_MIN_BYTES = 0\n"
-        "wandb_decode.FORK_WITH_C = True\n"
-        "wandb_decode.os.cpu_count = lambda: 3\n"
-        "run = open_source(sys.argv[1]).read()\n"
-        "print(json.dumps({m: [s.step_key, s.steps.tolist(), repr(s.values.tolist())]\n"
-        "                  for m, s in run.series.items()}))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code, str(miles_run)], capture_output=True,
-                          text=True, timeout=120, check=True)
-    forked = json.loads(proc.stdout)
-    serial = open_source(str(miles_run)).read()
-    assert set(forked) == set(serial.series)
-    for metric, s in serial.series.items():
-        assert forked[metric] == [s.step_key, s.steps.tolist(), repr(s.values.tolist())]
-
-
 def test_watch_follows_a_live_wandb_run_to_its_end_and_annotates(
     tmp_path: Path, failed_run: Path
 ) -> None:

@@ -99,3 +99,26 @@ def test_older_files_with_flat_keys_and_no_history_step(tmp_path: Path) -> None:
     assert loss.step_key == "_step" and loss.steps.tolist() == [0, 10, 20]
     assert loss.values.tolist() == [1.0, 0.5, 1.0 / 3]
     assert run.state.value == "finished"
+
+
+@pytest.mark.parametrize("kind", ["summary", "stats"])
+def test_a_record_that_is_not_a_protobuf_record_is_refused_whatever_its_kind(
+    tmp_path: Path, kind: str
+) -> None:
+    """Damage the CRC cannot see (a writer's bug, a hand-made file) inside a record that
+    gatekeeper does not judge is still damage: the SDK's `Record` refuses it, and so does
+    `check` (exit 2, naming the byte), rather than judging the rest of the file."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    from gatekeeper.sources import open_source
+
+    h = pb.HistoryRecord(item=[pb.HistoryItem(key="loss", value_json="0.5")])
+    h.step.num = 0
+    field = pb.Record.DESCRIPTOR.fields_by_name[kind].number
+    garbage = bytes([field << 3 | 2, 4]) + b"\x0a\x05\xff\xfe"  # a length past its end
+    records = [pb.Record(history=h).SerializeToString(), garbage,
+               pb.Record(exit=pb.RunExitRecord(exit_code=0)).SerializeToString()]
+    log = tmp_path / "run-damaged.wandb"
+    log.write_bytes(_frame(records))
+    with pytest.raises(RecordError, match=r"record ending at byte \d+ is not a wandb protobuf"):
+        open_source(str(log)).read()

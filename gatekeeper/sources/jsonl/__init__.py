@@ -1,6 +1,7 @@
 """The JSONL source family: record files written by trainers (miles' CI records, per-step rows).
 
-`reader` parses records, `values` coerces their numbers, `source` reads a run whole,
+`reader` parses record files (`lines` re-reads a line orjson refused, `records` converts
+the miles record form, `values` coerces numbers), `source` reads a run whole,
 `live` tails it while it is written, `metadata` reads the sidecar (`run.json`),
 `annotate` writes the verdict beside the records, `discover` expands a daemon `glob:`.
 
@@ -21,6 +22,13 @@ if TYPE_CHECKING:
 
 # Declared, not bound: the module's __getattr__ builds it when first asked for.
 KIND: SourceFamily
+# Any local path is a JSONL run: the detection pass (`sources.open_source`) asks this
+# family after every other one has declined.
+FALLBACK = True
+
+
+def source_for(spec: str) -> type[JsonlSource] | None:
+    return JsonlSource if JsonlSource.accepts(spec) else None
 
 
 def _kind() -> SourceFamily:

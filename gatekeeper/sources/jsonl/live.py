@@ -473,10 +473,8 @@ def _read_whole_lines(fh: IO[bytes], parser: JsonlParser, offset: int) -> tuple[
         partial = not lines[-1].endswith(b"\n")
         if partial:
             lines.pop()
-        whole = b"".join(lines)  # rows of one key order: read by C in one call
-        if not parser.parse_block(whole, len(whole)):
-            parser.parse_lines(lines)
-        pos += len(whole)
+        parser.parse_lines(lines)
+        pos += sum(map(len, lines))
         last = _last_bytes(last, lines)
         if partial:
             return pos, last

@@ -10,9 +10,8 @@ value must be looked at.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from itertools import chain
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -83,45 +82,30 @@ def step_of(value: Any, path: str, line: int, what: str) -> int:
     )
 
 
-def fast_floats(items: list[Any], width: int, *, check_shape: bool = False) -> np.ndarray | None:
-    """All values of `items` (lists of `width` values) as one flat float64 array, or None
-    when anything is not a plain number — the caller then converts value by value, with
-    errors naming the line. numpy turns null into NaN (as it should: a null point is
-    non-finite) but also parses any string ("0.5", "1_000"): callers only come here when
-    the line's bytes show that no string is among the values, or after checking that
-    every string there is a marker."""
-    if check_shape and (set(map(type, items)) != {list} or set(map(len, items)) != {width}):
-        return None
+def fast_floats(values: Iterable[Any], count: int) -> np.ndarray | None:
+    """`count` values as one float64 array, or None when anything is not a plain number —
+    the caller then converts value by value, with errors naming the line. numpy turns
+    null into NaN (as it should: a null point is non-finite) but also parses any string
+    ("0.5", "1_000"): callers only come here when the line's bytes show that no string is
+    among the values, or after checking that every string there is a marker."""
     try:
-        flat = np.fromiter(chain.from_iterable(items), dtype=np.float64, count=width * len(items))
+        return np.fromiter(values, dtype=np.float64, count=count)
     except (TypeError, ValueError, OverflowError):
         return None
-    return flat
 
 
 def only_marker_strings(values: Any) -> bool:
     return all(not isinstance(v, str) or v.strip().lower() in MARKERS for v in values)
 
 
-class Indexed(Protocol):
-    """What the written values of a column need to be: looked up by index."""
-
-    def __getitem__(self, i: int, /) -> Any: ...
-
-
 def as_steps(
-    col: np.ndarray, originals: Callable[[], Indexed], path: str,
-    lines: Sequence[int] | Same, what: Callable[[int], str], *, bools: bool = True,
+    col: np.ndarray, originals: Callable[[], Sequence[Any]], path: str,
+    lines: Sequence[int] | Same, what: Callable[[int], str],
 ) -> np.ndarray:
     """A float64 step column as int64 — exactly. Where the floats cannot be trusted (0 and
-    1 may have been true/false, unless `bools` is False: the caller knows none was;
-    beyond 2**53 a float may stand for another whole number; NaN, fractions, out of int64
-    range), the written values decide, point by point."""
-    if col.dtype.kind in "iu":
-        return col.astype(STEP_DTYPE, copy=False)
-    doubt = ~(np.abs(col) < EXACT) | (col != np.floor(col))
-    if bools:
-        doubt |= (col == 0) | (col == 1)
+    1 may have been true/false; beyond 2**53 a float may stand for another whole number;
+    NaN, fractions, out of int64 range), the written values decide, point by point."""
+    doubt = ~(np.abs(col) < EXACT) | (col != np.floor(col)) | (col == 0) | (col == 1)
     if not doubt.any():
         return col.astype(STEP_DTYPE)
     out = np.where(doubt, 0.0, col).astype(STEP_DTYPE)

@@ -1,19 +1,42 @@
 """MLflow runs: read and poll (`source.py`) over REST (`rest.py`) or a local store
 (`store.py`), the verdict written back as tags and an artifact (`annotate.py`), runs listed
-for the daemon (`discover.py`)."""
+for the daemon (`discover.py`).
+
+Importing the package imports none of its modules: `source_for` answers the detection pass
+(`sources.open_source`) by the SOURCE's scheme, `KIND` and `MlflowSource` are built when
+first asked for.
+"""
 
 from __future__ import annotations
 
-from gatekeeper.sources.base import Annotator, SourceFamily, filter_lists_itself
-from gatekeeper.sources.mlflow.source import MlflowSource
-from gatekeeper.verdict import Verdict
+from typing import TYPE_CHECKING, Any
+
+from gatekeeper.sources.base import Annotator, Source, SourceFamily, filter_lists_itself
+from gatekeeper.sources.mlflow.scheme import SCHEMES
+
+if TYPE_CHECKING:
+    from gatekeeper.sources.mlflow.source import MlflowSource
+    from gatekeeper.verdict import Verdict
+
+
+# Declared, not bound: the module's __getattr__ builds it when first asked for.
+KIND: SourceFamily
+
+
+def source_for(spec: str) -> type[Source] | None:
+    """MlflowSource for `spec` of our scheme, else None (nothing imported)."""
+    if not spec.startswith(SCHEMES):
+        return None
+    from gatekeeper.sources.mlflow.source import MlflowSource
+
+    return MlflowSource
 
 
 class MlflowAnnotator(Annotator):
     """`gate` and `gatekeeper.*` tags plus a verdict artifact on the MLflow run."""
 
     def accepts(self, spec: str) -> bool:
-        return spec.startswith(("mlflow+", "mlflow://"))
+        return spec.startswith(SCHEMES)
 
     def annotate(self, spec: str, verdict: Verdict, report: str | None) -> str:
         from gatekeeper.sources.mlflow.annotate import annotate_run
@@ -21,14 +44,30 @@ class MlflowAnnotator(Annotator):
         return annotate_run(spec, verdict, report)
 
 
+def _kind() -> SourceFamily:
+    from gatekeeper.sources.mlflow.source import MlflowSource
 
-KIND = SourceFamily(
-    name="mlflow",
-    examples=(MlflowSource.example,),
-    sources=(MlflowSource,),
-    annotator=MlflowAnnotator(),
-    target_key="mlflow",
-    discovery=filter_lists_itself,
-)
+    return SourceFamily(
+        name="mlflow",
+        examples=(MlflowSource.example,),
+        sources=(MlflowSource,),
+        annotator=MlflowAnnotator(),
+        target_key="mlflow",
+        discovery=filter_lists_itself,
+        extra="mlflow",
+    )
 
-__all__ = ["KIND", "MlflowSource"]
+
+def __getattr__(name: str) -> Any:
+    """`KIND` (built once) and `MlflowSource`, imported when first used."""
+    if name == "KIND":
+        globals()["KIND"] = kind = _kind()
+        return kind
+    if name == "MlflowSource":
+        from gatekeeper.sources.mlflow.source import MlflowSource
+
+        return MlflowSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["KIND", "SCHEMES", "MlflowSource", "source_for"]

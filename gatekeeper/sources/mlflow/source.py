@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from gatekeeper.errors import SourceError, UsageError
+from gatekeeper.extras import require
 from gatekeeper.model import Run, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.mlflow.client import Point, RunInfo, TrackingClient, param_value
+from gatekeeper.sources.mlflow.scheme import PREFIX, SCHEME, SCHEMES
 
-PREFIX = "mlflow+"
-SCHEME = "mlflow://"
 STEP_KEY = "step"
 _CURSOR_VERSION = 1
 _LOCAL = ("file:", "sqlite:")
@@ -58,10 +58,15 @@ def parse_spec(spec: str) -> tuple[str, str]:
 
 
 def open_client(tracking_uri: str) -> TrackingClient:
+    """The client of a server (REST over httpx) or of a local store (mlflow's own store
+    classes), each asking for what it imports from `gatekeeper[mlflow]`."""
     if tracking_uri.startswith(_REMOTE):
+        require("mlflow", "reading an MLflow tracking server", ("httpx",))
         from gatekeeper.sources.mlflow.rest import RestClient
 
         return RestClient(tracking_uri)
+    sql = ("sqlalchemy", "alembic") if not tracking_uri.startswith("file:") else ()
+    require("mlflow", "reading a local MLflow store", ("mlflow", *sql))
     from gatekeeper.sources.mlflow.store import StoreClient
 
     return StoreClient(tracking_uri)
@@ -96,7 +101,7 @@ class MlflowSource(LiveSource):
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
-        return spec.startswith((PREFIX, SCHEME))
+        return spec.startswith(SCHEMES)
 
     @property
     def client(self) -> TrackingClient:

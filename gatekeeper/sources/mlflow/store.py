@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from gatekeeper.errors import SourceError, SourceNotFound
+from gatekeeper.extras import load
 from gatekeeper.sources.mlflow.client import (
     PAGE_SIZE,
     Page,
@@ -24,15 +25,8 @@ from gatekeeper.sources.mlflow.rest import _run_info
 
 
 def _mlflow() -> Any:
-    try:
-        import mlflow
-        from mlflow.tracking import MlflowClient  # noqa: F401
-    except ImportError:
-        raise SourceError(
-            "reading a local MLflow store needs the mlflow client: "
-            "pip install 'gatekeeper[mlflow]'"
-        ) from None
-    return mlflow
+    load("mlflow.tracking", "mlflow", "reading a local MLflow store")
+    return load("mlflow", "mlflow", "reading a local MLflow store")
 
 
 class StoreClient:

@@ -14,12 +14,14 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import SourceError
+from gatekeeper.extras import load
 from gatekeeper.sources.rest import Answer, BoundedHttp, Limits, Transient
 
 
 class PrometheusApi(BoundedHttp):
     def __init__(self, base: str):
-        import httpx  # here, not at the top: every `check` imports the source kinds
+        # here, not at the top: httpx is the `prometheus` extra's, not the core's
+        httpx = load("httpx", "prometheus", "reading Prometheus series")
 
         parts = httpx.URL(base.rstrip("/"))
         # credentials in the URL go to basic auth, never into a message

@@ -30,8 +30,8 @@ from gatekeeper.errors import SourceError, UsageError
 from gatekeeper.model import Run, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.prometheus.api import PrometheusApi
+from gatekeeper.sources.prometheus.scheme import SCHEMES
 
-SCHEMES = ("prom+http://", "prom+https://")
 _CURSOR_VERSION = 1
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gatekeeper.errors import RecordError, SourceError
+from gatekeeper.extras import load
 
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
@@ -24,13 +25,7 @@ MAX_RECORD_BYTES = 1 << 30
 
 
 def crc32c_function() -> Callable[[bytes], int]:
-    try:
-        import google_crc32c
-    except ImportError:
-        raise SourceError(
-            "reading TensorBoard event files needs google-crc32c: "
-            "pip install 'gatekeeper[tensorboard]'"
-        ) from None
+    google_crc32c = load("google_crc32c", "tensorboard", "reading TensorBoard event files")
     if google_crc32c.implementation != "c":
         raise SourceError(
             "google-crc32c is installed without its C extension; reinstall it "

@@ -19,11 +19,12 @@ import os
 from typing import Any
 
 from gatekeeper.errors import RecordError, SourceError, SourceNotFound
+from gatekeeper.extras import require
 from gatekeeper.model import Run, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.tensorboard.restarts import Restarts
+from gatekeeper.sources.tensorboard.scheme import SCHEMES
 
-SCHEMES = ("tensorboard://", "tb://")
 FILE_MARK = "events.out.tfevents."
 STEP_KEY = "step"
 _CURSOR_VERSION = 2
@@ -54,6 +55,7 @@ class TensorBoardSource(LiveSource):
     example = "tensorboard://runs/grpo-7b"
 
     def __init__(self, spec: str):
+        require("tensorboard", "reading TensorBoard event files")
         super().__init__(spec)
         path = spec
         for scheme in SCHEMES:

@@ -5,25 +5,76 @@
 reads a `wandb://` run through `wandb.Api`, `summary` reads step-less summary values,
 `annotate` writes the verdict back, `discover` lists a project's runs for the daemon.
 
-Importing this package does not import the wandb SDK: it is imported where a run is
-read or listed, so gatekeeper's other families work (and load fast) without it.
+Importing this package imports none of its modules, nor the wandb SDK or protobuf
+(`gatekeeper[wandb]`): `source_for` answers the detection pass (`sources.open_source`), `KIND`
+and the source classes are built when first asked for, and the SDK is imported where a
+run is read or listed, so gatekeeper's other families work (and load fast) without it.
 """
 
 from __future__ import annotations
 
-from gatekeeper.sources.base import SourceFamily
-from gatekeeper.sources.wandb.annotate import WandbAnnotator
-from gatekeeper.sources.wandb.api import WandbApiSource
-from gatekeeper.sources.wandb.discover import ProjectRuns
-from gatekeeper.sources.wandb.local import WandbLocalSource
+from typing import TYPE_CHECKING, Any
 
-KIND = SourceFamily(
-    name="wandb",
-    examples=("wandb://ENTITY/PROJECT/RUN_ID", "wandb/offline-run-*/", "wandb/ (its latest-run)"),
-    sources=(WandbApiSource, WandbLocalSource),
-    annotator=WandbAnnotator(),
-    target_key="wandb",
-    discovery=ProjectRuns.from_filter,
-)
+from gatekeeper.sources.wandb.scheme import SCHEME
 
-__all__ = ["KIND", "WandbApiSource", "WandbLocalSource"]
+if TYPE_CHECKING:
+    from gatekeeper.sources.base import Source, SourceFamily
+    from gatekeeper.sources.wandb.api import WandbApiSource
+    from gatekeeper.sources.wandb.local import WandbLocalSource
+
+
+# Declared, not bound: the module's __getattr__ builds it when first asked for.
+KIND: SourceFamily
+
+
+def source_for(spec: str) -> type[Source] | None:
+    """The kind that reads `spec` (`wandb://...`; a local run directory, `.wandb` file or
+    wandb folder), or None: the detection pass's question (`sources.open_source`)."""
+    if spec.startswith(SCHEME):
+        from gatekeeper.sources.wandb.api import WandbApiSource
+
+        return WandbApiSource
+    if "://" in spec and not spec.startswith("file://"):
+        return None  # another family's scheme: nothing of ours imported
+    from gatekeeper.sources.wandb.local import WandbLocalSource
+
+    return WandbLocalSource if WandbLocalSource.accepts(spec) else None
+
+
+def _kind() -> SourceFamily:
+    from gatekeeper.sources.base import SourceFamily
+    from gatekeeper.sources.wandb.annotate import WandbAnnotator
+    from gatekeeper.sources.wandb.api import WandbApiSource
+    from gatekeeper.sources.wandb.discover import ProjectRuns
+    from gatekeeper.sources.wandb.local import WandbLocalSource
+
+    return SourceFamily(
+        name="wandb",
+        examples=(
+            "wandb://ENTITY/PROJECT/RUN_ID", "wandb/offline-run-*/", "wandb/ (its latest-run)",
+        ),
+        sources=(WandbApiSource, WandbLocalSource),
+        annotator=WandbAnnotator(),
+        target_key="wandb",
+        discovery=ProjectRuns.from_filter,
+        extra="wandb",
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """`KIND` (built once) and the source classes, imported when first used."""
+    if name == "KIND":
+        globals()["KIND"] = kind = _kind()
+        return kind
+    if name == "WandbApiSource":
+        from gatekeeper.sources.wandb.api import WandbApiSource
+
+        return WandbApiSource
+    if name == "WandbLocalSource":
+        from gatekeeper.sources.wandb.local import WandbLocalSource
+
+        return WandbLocalSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["KIND", "SCHEME", "WandbApiSource", "WandbLocalSource", "source_for"]

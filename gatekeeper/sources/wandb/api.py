@@ -21,11 +21,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from gatekeeper.errors import SourceError, SourceNotFound, SourceUnavailable, UsageError
+from gatekeeper.extras import load, require
 from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.wandb.axes import NESTED, Columns, StepAxes
+from gatekeeper.sources.wandb.scheme import SCHEME
 
-SCHEME = "wandb://"
 _T = TypeVar("_T")
 _CURSOR_VERSION = 1
 
@@ -104,6 +105,7 @@ class WandbApiSource(LiveSource):
         timeout: float | None = None,
         retry_seconds: float | None = None,
     ):
+        require("wandb", "reading a wandb:// run", ("wandb",))
         super().__init__(spec)
         self.entity, self.project, self.run_id = parse_spec(spec)
         self.page_size = page_size
@@ -175,15 +177,13 @@ class WandbApiSource(LiveSource):
 
     def api(self) -> Any:
         if self._api is None:
-            self._api = self.retry.call(f"connect to wandb for {self.spec}", self._new_api)
+            # imported outside the retries: a missing SDK is no transient failure
+            wandb = load("wandb", "wandb", "reading a wandb:// run")
+            timeout = max(1, round(self.timeout))
+            self._api = self.retry.call(
+                f"connect to wandb for {self.spec}", lambda: wandb.Api(timeout=timeout)
+            )
         return self._api
-
-    def _new_api(self) -> Any:
-        try:
-            import wandb
-        except ImportError as exc:
-            raise SourceError(f"{self.spec}: needs the wandb SDK ({exc})") from None
-        return wandb.Api(timeout=max(1, round(self.timeout)))
 
     def load_run(self) -> Any:
         """The run as the server has it now: reloaded on every call (the SDK caches runs)."""

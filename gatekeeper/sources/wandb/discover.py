@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gatekeeper.errors import SourceUnavailable
+from gatekeeper.extras import load
 from gatekeeper.sources.base import Discovery
 
 
@@ -39,12 +40,7 @@ class ProjectRuns(Discovery):
 
     def runs(self) -> list[str]:
         """`wandb://ENTITY/PROJECT/RUN_ID` of every run matching the filter."""
-        try:
-            import wandb
-        except ImportError as exc:
-            raise SourceUnavailable(
-                f"wandb project {self.project}: needs the wandb SDK ({exc})"
-            ) from None
+        wandb = load("wandb", "wandb", f"listing the runs of wandb project {self.project}")
         timeout = max(1, round(float(os.environ.get("GATEKEEPER_WANDB_TIMEOUT", "20"))))
         try:
             api = wandb.Api(timeout=timeout)

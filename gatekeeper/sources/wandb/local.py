@@ -16,10 +16,10 @@ import os
 from typing import Any
 
 from gatekeeper.errors import RecordError, SourceError, SourceNotFound
+from gatekeeper.extras import require
 from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.wandb.axes import Columns, StepAxes
-from gatekeeper.sources.wandb.decode import decode
 from gatekeeper.sources.wandb.log import LogReader
 
 _CURSOR_VERSION = 1
@@ -87,6 +87,7 @@ class WandbLocalSource(LiveSource):
         """`runs_before` (a live watch of a wandb folder): the run directories that existed
         when the watch began. The source then follows only a run started after that, never
         `latest-run` of an earlier one (a reused WANDB_DIR holds finished runs)."""
+        require("wandb", "reading a wandb run directory")
         super().__init__(spec)
         path = spec[len("file://") :] if spec.startswith("file://") else spec
         self.path = path
@@ -219,6 +220,10 @@ class WandbLocalSource(LiveSource):
         """Read every new complete record; history goes to columns, the rest to metadata.
         `after`: the last `_step` of an earlier segment; a segment restarting at or below
         it is shifted to follow it."""
+        # imported here: the decoder is protobuf's (gatekeeper[wandb]), and the family is
+        # imported by every detection pass
+        from gatekeeper.sources.wandb.decode import decode
+
         part = decode(reader.path, reader.offset)
         reader.offset, reader.pending_bytes = part.end, part.pending
         for rec in part.meta:

@@ -66,13 +66,8 @@ class LogReader:
         self.offset = offset
         self.pending_bytes = 0  # bytes after `offset` that do not yet form a whole record
 
-    def records(self, stop: int | None = None, resync: bool = False) -> Iterator[bytes]:
-        """Yield every complete record after `offset`, advancing `offset` past each one.
-
-        For reading a file in parallel ranges: `stop` ends before the first record that
-        starts at or after byte `stop`; `resync` (with `offset` on a block boundary) skips
-        the tail chunks of a record that began before `offset`.
-        """
+    def records(self) -> Iterator[bytes]:
+        """Yield every complete record after `offset`, advancing `offset` past each one."""
         try:
             fh = open_regular(self.path)  # a FIFO named run-x.wandb: an error, not a hang
         except FileNotFoundError:
@@ -88,16 +83,14 @@ class LogReader:
                 check_header(head, self.path)
                 self.offset = HEADER_LEN
             fh.seek(self.offset)
-            yield from self._scan(fh, stop, resync)
+            yield from self._scan(fh)
 
-    def _scan(self, fh: IO[bytes], stop: int | None, resync: bool) -> Iterator[bytes]:
+    def _scan(self, fh: IO[bytes]) -> Iterator[bytes]:
         buf = fh.read(READ_SIZE)
         base = self.offset  # file offset of buf[0]
         pos = 0  # next chunk header, relative to buf
         parts: list[bytes] = []  # chunks of a FIRST..LAST record being assembled
         while True:
-            if stop is not None and not parts and base + pos >= stop:
-                return
             block_left = BLOCK_LEN - (base + pos) % BLOCK_LEN
             if block_left < HEADER_LEN:
                 pos += block_left  # zero padding at a block tail
@@ -124,11 +117,6 @@ class LogReader:
             if kind > LAST or zlib.crc32(data, _TYPE_CRC[kind]) != crc:
                 raise self._corrupt(base + pos, kind)
             pos = end
-            if resync:
-                if kind in (MIDDLE, LAST):
-                    self.offset = base + pos  # the tail of a record read by the range before
-                    continue
-                resync = False
             record = self._assemble(kind, data, parts, base + pos)
             if record is not None:
                 self.offset = base + pos

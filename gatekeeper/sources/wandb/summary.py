@@ -13,30 +13,27 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
-from google.protobuf.message import DecodeError
 
 from gatekeeper.errors import RecordError
 from gatekeeper.sources.wandb.log import LogReader
-from gatekeeper.sources.wandb.proto import narrowed_record_parser
-
-
-def summary_parser() -> Any:
-    """`FromString` of the SDK's `Record` narrowed to its `summary` field (the history,
-    the largest part of the file, is skipped as unknown bytes)."""
-    return narrowed_record_parser(frozenset({"summary"}))
+from gatekeeper.sources.wandb.proto import sdk_record
 
 
 def summary_values(path: str, wanted: Iterable[str]) -> dict[str, float]:
     """The last summary value of each wanted metric in the `.wandb` file at `path` that is
     a number (NaN/±Inf kept); non-numeric and removed entries are left out."""
+    # here: `fill_summary` is called for every live source that may have a summary (a
+    # watch of a path that turns out to be JSONL too), and protobuf is gatekeeper[wandb]'s
+    from google.protobuf.message import DecodeError
+
     want = set(wanted)
     found: dict[str, float] = {}
-    parse = summary_parser()
+    parse = sdk_record().FromString
     reader = LogReader(path)
     try:
         for raw in reader.records():
             rec = parse(raw)
-            if not rec.HasField("summary"):
+            if rec.WhichOneof("record_type") != "summary":
                 continue
             for item in rec.summary.update:
                 name = ".".join(item.nested_key) if item.nested_key else item.key

@@ -1,22 +1,22 @@
-"""The fast ways through a block give exactly what the whole-block path gives.
+"""The JSONL reader against the plainest reading of the same bytes, on hostile files.
 
-`JsonlParser.parse_lines` reads a block of rows that share one key order line by line
-into a table (`_uniform_rows`), rows of a few key orders into one table each
-(`_grouped_rows`), a block of record lines one line at a time
-(`_records_one_by_one`), and hands any other block to `_parse_lines`. Each file
-here is read twice, block by block at the same boundaries: once as shipped and once with
-the fast way switched off. The columns (steps, values bit for bit, NaN points included),
-step axes, metric errors, end markers, line count and any error's text (file:line and
-what was found) must be identical. The files are seeded: hostile rows built from the
-fuzz generator's tokens (tests/fuzz/gen.py), byte mutants of them, and rows shaped as
-real trainers write them (transformers' Trainer `log_history`, TRL's DPO logs, miles'
-per-step rows).
+`tests/sources/jsonl_reference.py` reads a file the obvious way (`json.loads` per line,
+point by point) from the definition of the record forms. Each file here is read by
+`parse_file` at several block sizes (a block boundary may fall anywhere) and must give
+the same outcome at every size; where the reader accepts a file the reference must too,
+with the same points (steps and value bits; every NaN alike) and step axes, and where it
+refuses one (a file:line error) so must the reference. The files are seeded: hostile rows
+and miles record lines built from the fuzz generator's tokens (tests/fuzz/gen.py), byte
+mutants of them, the fuzz suite's own cases, and rows shaped as real trainers write them
+(transformers' Trainer `log_history`, TRL's DPO logs, miles' per-step rows).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -27,52 +27,60 @@ from gatekeeper.errors import RecordError
 from gatekeeper.sources.jsonl import reader
 from gatekeeper.sources.jsonl.reader import JsonlParser, parse_file
 from tests.fuzz import gen
-
-
-@pytest.fixture(autouse=True)
-def _python_ways(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests are about the Python ways through a block: the C rows reader, which
-    would take uniform blocks first, is off (tests/sources/test_jsonl_rows_c.py compares
-    it with them)."""
-    monkeypatch.setattr(reader, "USE_C", False)
-
+from tests.sources.jsonl_reference import Refused, reference
 
 MARKERS = ['"NaN"', '"Infinity"', '"-Infinity"', '" nan "', '"inf"', '"-INF"']
 
 
-def _outcome(path: Path, *, fast: bool, block: int, monkeypatch: pytest.MonkeyPatch) -> Any:
+def _outcome(path: Path, *, block: int, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """What a reading of `path` in blocks of `block` bytes ends with, comparable with ==
+    across block sizes: the error (text, line), or every metric's points (steps and value
+    bits, every NaN alike), step axes, metric errors, end markers, line count and end."""
     with monkeypatch.context() as m:
         m.setattr(reader, "BLOCK_SIZE", block)
-        if not fast:
-            m.setattr(JsonlParser, "_uniform_rows", lambda self, pieces, quotes: False)
-            m.setattr(JsonlParser, "_records_one_by_one", lambda self, pieces: False)
-            m.setattr(JsonlParser, "_grouped_rows", lambda self, pieces, quotes: False)
         parser = JsonlParser(str(path))
         try:
             end = parse_file(parser, final=True)
         except RecordError as exc:
-            return ("error", str(exc), exc.line, parser.line)
-    return parser_state(parser, end)
+            return ("error", str(exc), exc.line)
+    return ("ok", end, parser.line, _points(parser.chunks), parser.step_keys,
+            parser.metric_errors, parser.events, sorted(parser.record_metrics))
 
 
-def parser_state(parser: JsonlParser, end: int) -> Any:
-    """Everything a parser ends with, comparable with ==: every chunk's bytes (NaN sign
-    bits included), step axes, metric errors, end markers, line count and end offset."""
-    chunks = {
-        metric: [(s.dtype.str, s.tobytes(), v.dtype.str, v.tobytes()) for s, v in parts]
-        for metric, parts in parser.chunks.items()
-    }
-    return (
-        "ok", end, parser.line, chunks, parser.step_keys, parser.metric_errors,
-        parser.events, sorted(parser.record_metrics),
-    )
+_NAN = struct.pack("<d", math.nan)
 
 
-def _same(path: Path, block: int, monkeypatch: pytest.MonkeyPatch) -> Any:
-    fast = _outcome(path, fast=True, block=block, monkeypatch=monkeypatch)
-    slow = _outcome(path, fast=False, block=block, monkeypatch=monkeypatch)
-    assert fast == slow, f"{path.name} (block {block}): {path.read_bytes()[:400]!r}"
-    return fast
+def _points(parser_chunks: dict[str, Any]) -> dict[str, list[tuple[int, bytes]]]:
+    """A parser's chunks as sorted (step, value bits) per metric, every NaN alike."""
+    out = {}
+    for metric, parts in parser_chunks.items():
+        pts = [(s, v.tobytes() if v == v else _NAN)
+               for steps, values in parts for s, v in zip(steps.tolist(), values, strict=True)]
+        out[metric] = sorted(pts)
+    return out
+
+
+def _agrees(path: Path, monkeypatch: pytest.MonkeyPatch, blocks: tuple[int, ...]) -> str:
+    """The reader's outcome agrees with the reference at every block size; "ok" or "error".
+    (Which error a bad file reports first may depend on where a block ends: within a
+    block, a group's step column is judged before its values.)"""
+    outcomes = [_outcome(path, block=b, monkeypatch=monkeypatch) for b in blocks]
+    where = f"{path.name}: {path.read_bytes()[:400]!r}"
+    if outcomes[0][0] == "ok":
+        assert all(o == outcomes[0] for o in outcomes), where
+    else:
+        assert {o[0] for o in outcomes} == {"error"}, where
+    try:
+        points, axes, unjudgeable, events = reference(path.read_bytes())
+    except Refused:
+        assert outcomes[0][0] == "error", where
+        return "error"
+    assert outcomes[0][0] == "ok", f"{outcomes[0]} {where}"
+    _, _, _, got, step_keys, metric_errors, got_events, _ = outcomes[0]
+    assert got == {m: sorted(pts) for m, pts in points.items()}, where
+    assert step_keys == axes and set(metric_errors) == unjudgeable, where
+    assert got_events == events, where
+    return "ok"
 
 
 def _token(rng: random.Random, good: list[str], bad: list[str], p_bad: float) -> str:
@@ -114,27 +122,25 @@ def rows_file(seed: int) -> bytes:
     return text.encode()
 
 
-@pytest.mark.parametrize("block", [64, 700, 8 << 20])
-def test_fast_rows_equal_the_whole_block_path_on_hostile_rows(tmp_path, monkeypatch, block):
+@pytest.mark.parametrize("seeds", [range(0, 75), range(75, 150)])
+def test_hostile_rows_agree_with_the_reference(tmp_path, monkeypatch, seeds):
     outcomes = set()
-    for seed in range(150):
+    for seed in seeds:
         path = tmp_path / f"rows-{seed}.jsonl"
         path.write_bytes(rows_file(seed))
-        outcomes.add(_same(path, block, monkeypatch)[0])
-        mutant = gen.mutate(random.Random(seed), rows_file(seed + 1000), 2)
-        path.write_bytes(mutant)
-        outcomes.add(_same(path, block, monkeypatch)[0])
-    assert outcomes == {"ok", "error"}  # both ways are exercised
+        outcomes.add(_agrees(path, monkeypatch, (64, 700, 8 << 20)))
+        path.write_bytes(gen.mutate(random.Random(seed), rows_file(seed + 1000), 2))
+        outcomes.add(_agrees(path, monkeypatch, (64, 700, 8 << 20)))
+    assert outcomes == {"ok", "error"}  # both are exercised
 
 
-@pytest.mark.parametrize("block", [48, 300, 8 << 20])
-def test_fast_ways_equal_the_whole_block_path_on_the_fuzz_cases(tmp_path, monkeypatch, block):
+def test_the_fuzz_cases_agree_with_the_reference(tmp_path, monkeypatch):
     outcomes = set()
     for seed in range(200):
         for case in (gen.jsonl_case(seed), gen.jsonl_mutant(seed)):
             path = tmp_path / f"{case.name}.jsonl"
             path.write_bytes(case.data)
-            outcomes.add(_same(path, block, monkeypatch)[0])
+            outcomes.add(_agrees(path, monkeypatch, (48, 300, 8 << 20)))
     assert outcomes == {"ok", "error"}
 
 
@@ -165,15 +171,14 @@ def records_file(seed: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-@pytest.mark.parametrize("block", [64, 1000, 8 << 20])
-def test_records_one_by_one_equal_the_whole_block_path(tmp_path, monkeypatch, block):
+def test_record_lines_agree_with_the_reference(tmp_path, monkeypatch):
     outcomes = set()
     for seed in range(200):
         path = tmp_path / f"records-{seed}.jsonl"
         path.write_bytes(records_file(seed))
-        outcomes.add(_same(path, block, monkeypatch)[0])
+        outcomes.add(_agrees(path, monkeypatch, (64, 1000, 8 << 20)))
         path.write_bytes(gen.mutate(random.Random(seed), records_file(seed + 500), 2))
-        outcomes.add(_same(path, block, monkeypatch)[0])
+        outcomes.add(_agrees(path, monkeypatch, (64, 1000, 8 << 20)))
     assert outcomes == {"ok", "error"}
 
 
@@ -221,38 +226,19 @@ def _miles_rows(rng: random.Random) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("shape", [_hf_log_history, _trl_dpo, _miles_rows])
-def test_fast_rows_equal_the_whole_block_path_on_real_shapes(tmp_path, monkeypatch, shape):
-    rng = random.Random(7)
-    rows = shape(rng)
+def test_trainer_shaped_rows_agree_with_the_reference(tmp_path, monkeypatch, shape):
+    rows = shape(random.Random(7))
     path = tmp_path / f"{shape.__name__}.jsonl"
     # as json.dumps writes them: a NaN loss is the bare token NaN
     row = rows[len(rows) // 2]
     row[next(k for k in row if "step" not in k)] = float("nan")
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    for block in (256, 4096, 8 << 20):
-        outcome = _same(path, block, monkeypatch)
-        assert outcome[0] == "ok"
-    # and a fast way did read them: the rows are whole, each metric's points all there
-    taken = []
-    for name in ("_uniform_rows", "_grouped_rows"):
-        real = getattr(JsonlParser, name)
-        monkeypatch.setattr(JsonlParser, name, lambda self, p, q, real=real, name=name: (
-            taken.append((name, real(self, p, q))) or taken[-1][1]))
-    parser = JsonlParser(str(path))
-    parse_file(parser, final=True)
-    counts = {k: 0 for r in rows for k in r}
-    for r in rows:
-        for k in r:
-            counts[k] += 1
-    for metric, parts in parser.chunks.items():
-        assert sum(len(s) for s, _ in parts) == counts[metric]
-    assert (("_grouped_rows", True) in taken) == (shape is not _trl_dpo)
-    assert ("_uniform_rows", True) in taken or shape is not _trl_dpo
+    assert _agrees(path, monkeypatch, (256, 4096, 8 << 20)) == "ok"
 
 
-def test_the_fast_way_is_taken_and_matches_orjson_on_a_clean_file(tmp_path, monkeypatch):
-    """Not a test that cannot fail: the fast way must actually run on plain rows, and its
-    columns equal what orjson reads line by line."""
+def test_a_clean_file_matches_orjson_line_by_line(tmp_path, monkeypatch):
+    """Plain rows over many blocks: the columns equal what orjson reads line by line, and
+    the blocks' chunks are joined, the metrics sharing one steps array."""
     rng = np.random.default_rng(3)
     data = rng.uniform(-1, 1, (2000, 4))
     data[5, 2] = np.nan
@@ -261,18 +247,9 @@ def test_the_fast_way_is_taken_and_matches_orjson_on_a_clean_file(tmp_path, monk
         for i, row in enumerate(data.tolist()):
             fields = {"train/step": i, **{f"train/m{j}": v for j, v in enumerate(row)}}
             fh.write(json.dumps(fields).replace("NaN", '"NaN"') + "\n")
-    taken = []
-    real = JsonlParser._uniform_rows
-
-    def spy(self: JsonlParser, pieces: list[bytes], quotes: int | None) -> bool:
-        taken.append(real(self, pieces, quotes))
-        return taken[-1]
-
-    monkeypatch.setattr(JsonlParser, "_uniform_rows", spy)
     monkeypatch.setattr(reader, "BLOCK_SIZE", 16 << 10)
     parser = JsonlParser(str(path))
     parse_file(parser, final=True)
-    assert len(taken) > 5 and all(taken)
     # the blocks' chunks are joined, the four metrics sharing one steps array
     assert {len(parts) for parts in parser.chunks.values()} == {1}
     assert len({id(parts[0][0]) for parts in parser.chunks.values()}) == 1
@@ -311,8 +288,6 @@ def _readlines_parse_file(parser: JsonlParser, *, final: bool) -> int:
 def test_blocks_read_whole_end_where_readlines_ended(tmp_path, monkeypatch, final):
     """Same offset, line count, series and error text as the `readlines` loop, on the
     fuzz cases, their truncated tails, blank tails and lines longer than a block."""
-    monkeypatch.setattr(JsonlParser, "_uniform_rows", lambda self, pieces, quotes: False)
-    monkeypatch.setattr(JsonlParser, "_records_one_by_one", lambda self, pieces: False)
     datas = [gen.jsonl_case(s).data for s in range(150)]
     datas += [gen.jsonl_mutant(s).data for s in range(150)]
     datas += [d + b"  " for d in datas[:20]] + [d[:-7] for d in datas[:20]]
@@ -344,3 +319,25 @@ def test_a_line_longer_than_a_block_is_read_whole(tmp_path, monkeypatch):
     assert parse_file(parser, final=True) == path.stat().st_size
     assert parser.line == 3
     assert parser.take_series()["a_rather_long_metric_name"].values.tolist() == [1.0] * 3
+
+
+def test_long_decimal_numbers_read_as_python_reads_them(tmp_path):
+    """Numbers of 17 to 25 significant digits and any exponent (the C reader once read
+    `9.2233720368547758080` as 0.0): each value is the double `float(text)` gives."""
+    rng = random.Random(25)
+    texts = ["9.2233720368547758080", "9.2233720368547758079", "18446744073709551616.0",
+             "0.30000000000000000000001", "1.7976931348623157e308", "4.9406564584124654e-324"]
+    for _ in range(3000):
+        digits = rng.choice("123456789") + "".join(
+            rng.choice("0123456789") for _ in range(rng.randrange(16, 25)))
+        point = rng.randrange(1, len(digits))
+        texts.append(f"{rng.choice(['', '-'])}{digits[:point]}.{digits[point:]}"
+                     f"e{rng.randrange(-300, 280)}")
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(f'{{"step": {i}, "loss": {t}}}\n' for i, t in enumerate(texts)))
+    parser = JsonlParser(str(path))
+    parse_file(parser, final=True)
+    got = parser.take_series()["loss"].values
+    want = np.array([float(t) for t in texts])
+    assert got.tobytes() == want.tobytes()
+    assert got[0] == 9.223372036854776
