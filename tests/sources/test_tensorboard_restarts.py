@@ -303,3 +303,18 @@ def test_the_daemon_polled_across_the_resume_ends_where_check_does(tmp_path: Pat
     again.apply(again.fetch(), now=2.0)
     assert again.status == "pass", again.verdict
     assert again.points == 100
+
+
+def test_a_cursor_saved_before_restarts_were_kept_reads_the_run_again_whole(
+    tmp_path: Path,
+) -> None:
+    """A daemon upgraded in place: its version-1 cursor holds offsets but no restart state,
+    so the first poll brings the run whole (`reset`) instead of failing every poll."""
+    run = tmp_path / "run"
+    _first_session(run, "tensorboardX")
+    source = TensorBoardSource(f"tensorboard://{run}")
+    size = next(run.glob("events.*")).stat().st_size
+    source.restore({"version": 1, "offsets": {next(run.glob("events.*")).name: size}})
+    poll = source.poll()
+    assert poll.reset and poll.points == 100
+    assert not source.poll().reset

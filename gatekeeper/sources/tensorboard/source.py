@@ -65,6 +65,7 @@ class TensorBoardSource(LiveSource):
         self._pending: dict[str, int] = {}
         self._plugins: dict[str, str] = {}
         self._restarts = Restarts()
+        self._reread = False  # the next poll holds the run whole (`Poll.reset`)
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -110,7 +111,8 @@ class TensorBoardSource(LiveSource):
             self._forget()
             poll = self._poll_once()
             assert poll is not None, "a first read cannot reach points delivered before"
-            poll.reset = True
+            self._reread = True
+        poll.reset, self._reread = self._reread, False
         return poll
 
     def _poll_once(self) -> Poll | None:
@@ -146,6 +148,10 @@ class TensorBoardSource(LiveSource):
         }
 
     def restore(self, cursor: dict[str, Any]) -> None:
+        if cursor.get("version") == 1:  # kept no restart state: read the run again whole
+            self._forget()
+            self._reread = True
+            return
         check_cursor_version(cursor, _CURSOR_VERSION, self.spec)
         self._offsets = {str(k): int(v) for k, v in cursor.get("offsets", {}).items()}
         self._plugins = {str(k): str(v) for k, v in cursor.get("plugins", {}).items()}
