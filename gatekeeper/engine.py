@@ -774,7 +774,8 @@ class Evaluation:
         ended = run_state_result(run, final=final, allowed=allowed)  # how the run ended
         if ended is not None:
             results.append(ended)
-        return Verdict(run=run.summary(), results=results, final=final)
+        nothing = _nothing_allowed(self.policies, run)
+        return Verdict(run=run.summary(), results=results, final=final, nothing_allowed=nothing)
 
 
 def evaluate(
@@ -798,6 +799,18 @@ def _context(**values: Any) -> EvalContext:
     ctx = object.__new__(EvalContext)
     ctx.__dict__.update(values)
     return ctx
+
+
+def _nothing_allowed(policies: Iterable[PolicySpec], run: Run) -> str | None:
+    """Why a verdict that judges no gating rule may pass: the flag, else an enforce-mode
+    policy's `allow_nothing_judged` -- whether or not its `match:` holds, as a policy
+    that does not apply to this run is the usual reason nothing was judged."""
+    if run.allow_nothing_judged is not None:
+        return run.allow_nothing_judged
+    for p in policies:
+        if p.mode is Mode.ENFORCE and p.allow_nothing_judged is not None:
+            return f"policy {p.name}: {p.allow_nothing_judged}"
+    return None
 
 
 def _policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
