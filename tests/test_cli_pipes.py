@@ -68,7 +68,8 @@ def test_a_long_report_into_a_closed_pipe_keeps_every_exit_code(tmp_path):
         tmp_path / "none.yaml", "version: 1\nname: none\nmatch: {tags: [nightly]}\nrules:\n"
         + MANY_RULES,
     )
-    for policy, code, verdict in ((ok, 0, "pass"), (bad, 1, "fail"), (nothing, 5, "nothing_judged")):
+    cases = ((ok, 0, "pass"), (bad, 1, "fail"), (nothing, 5, "nothing_judged"))
+    for policy, code, verdict in cases:
         for quiet in ("", "-q"):
             status, _, err = piped(
                 f"{GK} check {run} -p {policy} {quiet} --json v.json --github always",
@@ -134,7 +135,8 @@ def test_watch_into_a_closed_pipe_writes_its_report_and_keeps_its_code(tmp_path)
     run = write_rows(tmp_path / "m.jsonl", [*rows, {"event": "end", "state": "finished"}])
     policy = write_policy(
         tmp_path / "p.yaml",
-        "version: 1\nname: p\nrules:\n  - {id: kl, metric: train/ppo_kl, check: {abs_max: 1.0e-6}}\n",
+        "version: 1\nname: p\nrules:\n"
+        "  - {id: kl, metric: train/ppo_kl, check: {abs_max: 1.0e-6}}\n",
     )
     proc = subprocess.Popen(  # the reader closes its end before gatekeeper writes a line
         [sys.executable, "-m", "gatekeeper", "watch", str(run), "-p", str(policy),

@@ -89,9 +89,8 @@ def open_follower(
 
 def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> int:
     from gatekeeper import gate
-    from gatekeeper.report.text import summary_line
-
     from gatekeeper.cli.report import write_plot_reports
+    from gatekeeper.report.text import summary_line
 
     follower.printer.close()
     opts = report_options(args)

@@ -111,9 +111,10 @@ class StatusPages:
             if isinstance(url, str) and url.startswith(("http://", "https://"))
             else ""
         )
+        shown = escape(status.upper().replace("_", " "))  # NOTHING JUDGED
         return (
             f'<tr class="run" data-status="{escape(status)}"><td><span class="badge '
-            f'b-{escape(status)}">{escape(status.upper().replace("_", " "))}</span></td><td><a href="{href}">'
+            f'b-{escape(status)}">{shown}</span></td><td><a href="{href}">'
             f"{escape(str(found.get('name') or found['key']))}</a>{link}</td>"
             f"<td>{state}, {found.get('points', 0)} points</td><td>{sparks}{more}</td></tr>"
         )
