@@ -164,3 +164,15 @@ def test_live_nothing_judged_yet_is_pending_or_pass_only_final_is_nothing():
     assert Verdict(run={}, results=failing, final=True).status is GateStatus.ERROR
     warned = [_result(Status.WARN, Severity.WARN)]
     assert Verdict(run={}, results=warned, final=True).exit_code == 5
+
+
+def test_annotate_tags_the_run_nothing_judged_and_replaces_an_old_gate_tag(tmp_path):
+    from gatekeeper.sources.wandb.annotate import new_tags
+
+    run_dir = tmp_path / "run"
+    write_rows(run_dir / "metrics.jsonl", ROWS)
+    out = gatekeeper("check", str(run_dir), "-p", str(_policy(tmp_path, "match")), "--annotate")
+    assert out.returncode == 5, out.stdout + out.stderr
+    written = json.loads((run_dir / "gatekeeper-verdict.json").read_text())
+    assert written["tag"] == "gate:nothing_judged" and written["status"] == "nothing_judged"
+    assert new_tags(["x", "gate:nothing_judged"], "gate:pass") == ["x", "gate:pass"]
