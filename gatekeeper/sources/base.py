@@ -41,6 +41,7 @@ class RunOverrides:
     config: dict[str, Any] = field(default_factory=dict)
     state: RunState | None = None
     allowed_states: dict[str, str] = field(default_factory=dict)  # state -> reason
+    allow_nothing_judged: str | None = None  # reason a gate that judged nothing may pass
 
     def apply(self, run: Run) -> Run:
         if self.name:
@@ -52,6 +53,8 @@ class RunOverrides:
         if self.state is not None:
             run.state = self.state
         run.allowed_states = {**run.allowed_states, **self.allowed_states}
+        if self.allow_nothing_judged is not None:
+            run.allow_nothing_judged = self.allow_nothing_judged
         return run
 
 
