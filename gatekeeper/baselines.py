@@ -138,7 +138,10 @@ def observations(tracker: RuleTracker) -> tuple[np.ndarray, np.ndarray]:
 
 
 def trusted(verdict: Verdict, rule_keys: set[str]) -> bool:
-    if verdict.status is not GateStatus.PASS:
+    """A run fit to be a baseline: no gating failure and no history rule failing. A run
+    that judged nothing (a cold start: every history rule inactive) is trusted, or no
+    baseline could ever begin."""
+    if verdict.status not in (GateStatus.PASS, GateStatus.NOTHING):
         return False
     return all(
         r.status in (Status.PASS, Status.SKIP)

@@ -89,13 +89,15 @@ def github_enabled(mode: str) -> bool:
 
 
 def write_reports(verdict: Verdict, opts: ReportOptions, stream: TextIO | None = None) -> None:
-    """Every report the options ask for. Files are written atomically. Each reporter is
-    imported only when asked for (the console one pulls rich: not for `--quiet`)."""
-    stream = stream or sys.stdout
-    if not opts.quiet:
-        from gatekeeper.report import console
+    """Every report the options ask for: the files, then what is printed."""
+    write_files(verdict, opts)
+    print_reports(verdict, opts, stream)
 
-        console.render(verdict, stream, show_skipped=opts.show_skipped)
+
+def write_files(verdict: Verdict, opts: ReportOptions) -> None:
+    """The file reports (JSON, JUnit, the GitHub step summary), written atomically and
+    before anything is printed: a reader of stdout that goes away (`| head -1`) must not
+    cost a report. Each reporter is imported only when asked for."""
     if opts.json_path:
         from gatekeeper.report import json_report
 
@@ -104,10 +106,27 @@ def write_reports(verdict: Verdict, opts: ReportOptions, stream: TextIO | None =
         from gatekeeper.report import junit
 
         junit.write(verdict, opts.junit_path)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary and github_enabled(opts.github):
+        from gatekeeper.report import github
+
+        github.write_summary(verdict, summary)
+
+
+def print_reports(verdict: Verdict, opts: ReportOptions, stream: TextIO | None = None) -> None:
+    """The console table (rich: not imported for `--quiet`) and the GitHub annotations."""
+    stream = stream or sys.stdout
+    if not opts.quiet:
+        from gatekeeper.report import console
+
+        console.render(verdict, stream, show_skipped=opts.show_skipped)
     if github_enabled(opts.github):
         from gatekeeper.report import github
 
-        github.emit(verdict, stream, os.environ.get("GITHUB_STEP_SUMMARY"))
+        github.emit(verdict, stream, None)
 
 
-__all__ = ["GatekeeperError", "ReportOptions", "check", "load", "write_reports"]
+__all__ = [
+    "GatekeeperError", "ReportOptions", "check", "load", "print_reports", "write_files",
+    "write_reports",
+]

@@ -123,6 +123,8 @@ class Run:
     carries_state: bool = False
     state_detail: str = ""
     allowed_states: dict[str, str] = field(default_factory=dict)
+    # why a final verdict that judges no gating rule may pass (--allow-nothing-judged)
+    allow_nothing_judged: str | None = None
     # Step-less values (wandb's summary): metric -> value, judged by rules on metrics
     # that have no history points.
     summary_values: dict[str, float] = field(default_factory=dict)

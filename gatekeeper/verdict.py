@@ -19,12 +19,20 @@ class Status(str, enum.Enum):
 
 
 class GateStatus(str, enum.Enum):
-    """Outcome of the whole gate. `fail` wins over `error`; `pending` only while live."""
+    """Outcome of the whole gate. `fail` wins over `error`; `pending` only while live;
+    `nothing_judged` only when final: no gating rule was judged (every enforce-mode,
+    fail-severity rule skipped, or there is none), which is not a pass."""
 
     PASS = "pass"
     FAIL = "fail"
     ERROR = "error"
     PENDING = "pending"
+    NOTHING = "nothing_judged"
+
+
+# The exit code of a final verdict that judged nothing: pytest's "no tests ran" (5), so
+# CI tells it from a pass (0), a failing gate (1), bad input (2) and a bug (70).
+EXIT_NOTHING_JUDGED = 5
 
 
 class Severity(str, enum.Enum):
@@ -74,6 +82,11 @@ class RuleResult:
         obj = object.__new__(cls)
         obj.__dict__.update(values)
         return obj
+
+    @property
+    def enforced(self) -> bool:
+        """An enforce-mode, fail-severity rule: one whose failure would fail the gate."""
+        return self.mode is Mode.ENFORCE and self.severity is Severity.FAIL
 
     @property
     def gating(self) -> bool:
@@ -140,6 +153,9 @@ class Verdict:
     results: list[RuleResult] = field(default_factory=list)
     final: bool = True
     stopped: dict[str, Any] | None = None  # set when a live run was stopped by the gate
+    # why a final verdict that judged nothing may pass (--allow-nothing-judged REASON, a
+    # policy's allow_nothing_judged); None: judging nothing is NOTHING, exit 5
+    nothing_allowed: str | None = None
 
     @property
     def status(self) -> GateStatus:
@@ -148,12 +164,24 @@ class Verdict:
             return GateStatus.FAIL
         if gating:
             return GateStatus.ERROR
-        if not self.final and any(
-            r.status is Status.PENDING and r.mode is Mode.ENFORCE and r.severity is Severity.FAIL
-            for r in self.results
-        ):
-            return GateStatus.PENDING
+        if not self.final:  # live: not judged *yet* is pending, never "nothing judged"
+            if any(r.status is Status.PENDING and r.enforced for r in self.results):
+                return GateStatus.PENDING
+            return GateStatus.PASS
+        if self.nothing_allowed is None and not self.judged():
+            return GateStatus.NOTHING
         return GateStatus.PASS
+
+    def judged(self) -> bool:
+        """True when a gating rule (enforce mode, fail severity) was judged: its status is
+        not `skip`. A gate whose every such rule skipped (match, when, if_logged, an
+        override switching it off), or that has none, judged nothing."""
+        return any(r.status is not Status.SKIP and r.enforced for r in self.results)
+
+    @property
+    def nothing_judged(self) -> bool:
+        """A final verdict that judged nothing, relaxed or not (reports say which)."""
+        return self.final and not self.judged()
 
     @property
     def passed(self) -> bool:
@@ -161,6 +189,9 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
+        """0 passed (or pending), 1 failed, 5 nothing judged (EXIT_NOTHING_JUDGED)."""
+        if self.status is GateStatus.NOTHING:
+            return EXIT_NOTHING_JUDGED
         return 0 if self.passed else 1
 
     def counts(self) -> dict[str, int]:
@@ -179,6 +210,7 @@ class Verdict:
             "run": self.run,
             "counts": self.counts(),
             "stopped": self.stopped,
+            "nothing_judged_allowed": self.nothing_allowed,
             "results": [r.to_dict() for r in self.results],
         }
 
@@ -190,4 +222,5 @@ class Verdict:
             results=[RuleResult.from_dict(r) for r in data.get("results") or ()],
             final=bool(data.get("final", True)),
             stopped=data.get("stopped"),
+            nothing_allowed=data.get("nothing_judged_allowed"),
         )

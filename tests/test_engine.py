@@ -33,6 +33,7 @@ def one(verdict):
 
 
 KL = "  - {id: kl, metric: train/ppo_kl, steps: [0], check: {abs_max: 1.0e-9}}\n"
+KL_PASSING = "  - {id: kl-finite, metric: train/ppo_kl, check: {finite: true}}\n"
 
 
 def test_signed_check_bug_is_caught_by_magnitude(tmp_path):
@@ -105,10 +106,15 @@ def test_warn_severity_and_shadow_mode_never_fail_the_gate(tmp_path):
     run = run_of({"train/ppo_kl": [(0, 5.0)]})
     warn = policy(tmp_path, KL.replace("}}\n", "}, severity: warn}\n"))
     assert one(evaluate(warn, run)).status is Status.WARN
-    assert evaluate(warn, run).status is GateStatus.PASS
+    # alone, a warn rule is no gating rule: the gate judged nothing (not a pass, not a fail)
+    assert evaluate(warn, run).status is GateStatus.NOTHING and not evaluate(warn, run).failing()
+    gating = policy(tmp_path, KL.replace("}}\n", "}, severity: warn}\n") + KL_PASSING)
+    assert evaluate(gating, run).status is GateStatus.PASS
     shadow = policy(tmp_path, KL, head="mode: shadow\n")
     v = evaluate(shadow, run)
-    assert one(v).status is Status.FAIL and not one(v).gating and v.exit_code == 0
+    assert one(v).status is Status.FAIL and not one(v).gating and v.exit_code == 5
+    both = evaluate([*shadow, *policy(tmp_path, KL_PASSING, name="q")], run)
+    assert both.status is GateStatus.PASS and both.exit_code == 0
 
 
 def test_when_and_match(tmp_path):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Step 2 of action.yml: run `gatekeeper check` or `gatekeeper run` with the action's
 # inputs (GK_* variables), write the reports, set the step outputs, and exit with
-# gatekeeper's code (0 when the gate failed and GK_FAIL_ON_GATE is not true).
+# gatekeeper's code (0 when the gate failed -- 1 -- or judged nothing -- 5 -- and
+# GK_FAIL_ON_GATE is not true).
 set -uo pipefail
 
 fail() { echo "::error title=gatekeeper action::$1"; echo "status=invalid" >> "$GITHUB_OUTPUT"; exit 2; }
@@ -77,6 +78,11 @@ fi
 
 if [ "$code" = 1 ] && [ "${GK_FAIL_ON_GATE:-true}" != "true" ]; then
   echo "::warning title=gatekeeper::the gate failed; fail-on-gate is false, so the step passes"
+  exit 0
+fi
+# 5: a gate that judged nothing (every gating rule skipped) is a gate result too
+if [ "$code" = 5 ] && [ "${GK_FAIL_ON_GATE:-true}" != "true" ]; then
+  echo "::warning title=gatekeeper::the gate judged nothing; fail-on-gate is false, so the step passes"
   exit 0
 fi
 exit "$code"

@@ -80,6 +80,11 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         help="let a failed/crashed/killed/incomplete run pass on its data, with a reason "
         "every report shows (repeatable)",
     )
+    p.add_argument(
+        "--allow-nothing-judged", metavar="REASON",
+        help="let a gate whose every gating rule is skipped (or that has none) pass, with "
+        "a reason every report shows; without it that verdict is 'nothing judged', exit 5",
+    )
 
 
 def _yaml_value(item: str, text: str) -> Any:
@@ -119,9 +124,12 @@ def run_overrides(args: argparse.Namespace) -> RunOverrides:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         allowed[key] = reason
+    nothing = getattr(args, "allow_nothing_judged", None)
+    if nothing is not None and not nothing.strip():
+        raise UsageError("--allow-nothing-judged: give the reason, e.g. 'nightly-only policy'")
     return RunOverrides(
         name=args.name, tags=tuple(args.tag or ()), config=config, state=state,
-        allowed_states=allowed,
+        allowed_states=allowed, allow_nothing_judged=nothing and nothing.strip(),
     )
 
 

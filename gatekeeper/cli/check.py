@@ -111,8 +111,10 @@ def run_check(opts: CheckOptions, policies: list[PolicySpec]) -> int:
         run or opts.source, policies, None if run is not None else opts.run,
         history=opts.history, references=references,
     )
-    gate.write_reports(verdict, opts.report)
+    # files first: a closed stdout (`| head -1`) must not cost a report
+    gate.write_files(verdict, opts.report)
     write_plot_reports(verdict, opts.plots, run, opts.source, opts.run)
+    gate.print_reports(verdict, opts.report)
     print_summary(verdict, opts.report.quiet)
     if opts.annotate:
         from gatekeeper.annotate import annotate, report_link

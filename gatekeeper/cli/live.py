@@ -89,14 +89,15 @@ def open_follower(
 
 def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> int:
     from gatekeeper import gate
+    from gatekeeper.cli.report import write_plot_reports
     from gatekeeper.report.text import summary_line
 
     follower.printer.close()
     opts = report_options(args)
-    gate.write_reports(outcome.verdict, opts)
-    from gatekeeper.cli.report import write_plot_reports
-
+    # files first: a closed stdout (`| head -1`) must not cost a report
+    gate.write_files(outcome.verdict, opts)
     write_plot_reports(outcome.verdict, plot_options(args), None, args.source, run_overrides(args))
+    gate.print_reports(outcome.verdict, opts)
     if getattr(args, "annotate", False):  # `watch` has --annotate, `run` does not
         from gatekeeper.annotate import annotate, report_link
 

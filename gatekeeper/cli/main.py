@@ -181,6 +181,11 @@ def startup_done() -> None:
 
 
 def _main(argv: list[str]) -> int:
+    with _PipeGuard():  # a reader that goes away never changes the exit code
+        return _command(argv)
+
+
+def _command(argv: list[str]) -> int:
     # --debug is read here, wherever it stands (before or after the command): it must
     # work even when building the parser is what fails
     debug = "--debug" in argv or os.environ.get("GATEKEEPER_DEBUG", "") not in ("", "0")
@@ -208,6 +213,64 @@ def _main(argv: list[str]) -> int:
         raise  # argparse's --help/--version: their own output and code
     except BaseException as exc:  # noqa: BLE001 - anything else is a bug, never "gate failed"
         return _internal_error(exc, debug)
+
+
+class _PipeGuard:
+    """sys.stdout and sys.stderr for one command, through `_Pipe`: a reader that goes
+    away (`gatekeeper check RUN -p P --json v.json | head -1`) costs no report and never
+    changes the exit code -- not 1 (rich's broken-pipe handler exits 1), not 70."""
+
+    def __enter__(self) -> None:
+        self._saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _Pipe(sys.stdout), _Pipe(sys.stderr)  # type: ignore[assignment]
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdout.flush()  # what is buffered, while a broken pipe is still caught
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = self._saved
+
+
+class _Pipe:
+    """A standard stream that survives its reader: at the first EPIPE its file
+    descriptor is pointed at /dev/null, as Python's docs advise for SIGPIPE (so the
+    interpreter's own flush at exit cannot fail either), and the command goes on to
+    write its files and return its own code; what it prints after that is dropped."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                written = self._stream.write(text)
+                return len(text) if written is None else int(written)
+            except BrokenPipeError:
+                self._to_devnull()
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._to_devnull()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the stream's
+        return getattr(self._stream, name)
+
+    def _to_devnull(self) -> None:
+        self.broken = True
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):  # no descriptor (a test's capture)
+            pass
 
 
 def _builtin_named(argv: list[str]) -> str | None:

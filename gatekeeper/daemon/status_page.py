@@ -111,9 +111,10 @@ class StatusPages:
             if isinstance(url, str) and url.startswith(("http://", "https://"))
             else ""
         )
+        shown = escape(status.upper().replace("_", " "))  # NOTHING JUDGED
         return (
             f'<tr class="run" data-status="{escape(status)}"><td><span class="badge '
-            f'b-{escape(status)}">{escape(status.upper())}</span></td><td><a href="{href}">'
+            f'b-{escape(status)}">{shown}</span></td><td><a href="{href}">'
             f"{escape(str(found.get('name') or found['key']))}</a>{link}</td>"
             f"<td>{state}, {found.get('points', 0)} points</td><td>{sparks}{more}</td></tr>"
         )
@@ -166,7 +167,7 @@ align-items:center;gap:8px;margin:2px 0}
 .spark .chart .mark{r:2.5}
 """
 
-_URGENCY = {"fail": 0, "error": 1, "pending": 2, "pass": 3}
+_URGENCY = {"fail": 0, "error": 1, "nothing_judged": 2, "pending": 2, "pass": 3}
 
 
 def _urgency(summary: dict[str, Any]) -> tuple[int, str]:

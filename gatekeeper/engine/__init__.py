@@ -26,7 +26,7 @@ from gatekeeper.model import Run, Series
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.run_state import run_state_result
 from gatekeeper.statedata import StateDataError, decode
-from gatekeeper.verdict import RuleResult, Status, Verdict
+from gatekeeper.verdict import Mode, RuleResult, Status, Verdict
 
 if TYPE_CHECKING:  # expr.py is imported when a rule has an expression
     from gatekeeper.expr import Aligner
@@ -139,7 +139,8 @@ class Evaluation:
         ended = run_state_result(run, final=final, allowed=allowed)  # how the run ended
         if ended is not None:
             results.append(ended)
-        return Verdict(run=run.summary(), results=results, final=final)
+        nothing = _nothing_allowed(self.policies, run)
+        return Verdict(run=run.summary(), results=results, final=final, nothing_allowed=nothing)
 
 
 def evaluate(
@@ -154,6 +155,18 @@ def evaluate(
     ev = Evaluation(policies)
     ev.feed(run.series)
     return ev.verdict(run, final=final, history=history, references=references)
+
+
+def _nothing_allowed(policies: Iterable[PolicySpec], run: Run) -> str | None:
+    """Why a verdict that judges no gating rule may pass: the flag, else an enforce-mode
+    policy's `allow_nothing_judged` -- whether or not its `match:` holds, as a policy
+    that does not apply to this run is the usual reason nothing was judged."""
+    if run.allow_nothing_judged is not None:
+        return run.allow_nothing_judged
+    for p in policies:
+        if p.mode is Mode.ENFORCE and p.allow_nothing_judged is not None:
+            return f"policy {p.name}: {p.allow_nothing_judged}"
+    return None
 
 
 def _context(**values: Any) -> EvalContext:

@@ -164,7 +164,7 @@ class Follower:
             )
             verdict.stopped["exit_code"] = code
         return Outcome(
-            verdict, "interrupted" if interrupted else "exited", 1 if not verdict.passed else code
+            verdict, "interrupted" if interrupted else "exited", _exit_code(verdict, code)
         )
 
     def _idle(self, now: float) -> Outcome:
@@ -182,7 +182,7 @@ class Follower:
         verdict = self.gate.judge(now, final=True)
         info["exit_code"] = code = self.child.exit_code()
         verdict.stopped = info
-        return Outcome(verdict, "idle", 1 if not verdict.passed else code)
+        return Outcome(verdict, "idle", _exit_code(verdict, code))
 
     def interrupted(self) -> Outcome:
         """`watch` got Ctrl-C: report what is known so far, judged live."""
@@ -226,3 +226,11 @@ class Follower:
         if metric is None:
             return {"last_step": None, "last_step_key": None}
         return {"last_step": progress.last_step[metric], "last_step_key": progress.axis[metric]}
+
+
+def _exit_code(verdict: Verdict, command_code: int) -> int:
+    """`run`'s exit code once CMD has exited: 1 when the gate failed; else CMD's own code
+    when it failed; else the verdict's (0, or 5 when nothing was judged)."""
+    if verdict.failing():
+        return 1
+    return command_code or verdict.exit_code

@@ -102,6 +102,7 @@ def load_policy(path: str, _chain: tuple[str, ...] = ()) -> PolicySpec:
         allow_states={
             ("running" if k == "incomplete" else k): v for k, v in policy.allow_states.items()
         },
+        allow_nothing_judged=policy.allow_nothing_judged,
     )
     if policy.extends:
         spec = _extend(spec, policy, tree, path, _chain)
@@ -160,6 +161,7 @@ def _extend(
         extends=base_path,
         requires_config={**base.requires_config, **spec.requires_config},
         allow_states={**base.allow_states, **spec.allow_states},
+        allow_nothing_judged=spec.allow_nothing_judged or base.allow_nothing_judged,
     )
 
 

@@ -278,6 +278,15 @@ class Policy(BaseModel):
     rules: list[Rule] = Field(default_factory=_list)
     # run states this policy lets pass on their data, each with its reason (run_state.py)
     allow_states: dict[str, str] = Field(default_factory=_dict)
+    # the reason a gate that judges no rule may pass (verdict.py, GateStatus.NOTHING)
+    allow_nothing_judged: str | None = None
+
+    @field_validator("allow_nothing_judged")
+    @classmethod
+    def _a_reason(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("allow_nothing_judged: give the reason as text")
+        return value
 
     @field_validator("allow_states")
     @classmethod

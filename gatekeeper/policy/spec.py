@@ -62,6 +62,7 @@ class PolicySpec:
     extends: str | None = None  # resolved path of the base policy file
     requires_config: dict[str, Any] = field(default_factory=dict)  # key -> suggested value
     allow_states: dict[str, str] = field(default_factory=dict)  # run state -> reason
+    allow_nothing_judged: str | None = None  # reason the gate may pass judging nothing
 
     def with_rules(self, rules: tuple[RuleSpec, ...]) -> PolicySpec:
         return replace(self, rules=rules)

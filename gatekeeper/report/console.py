@@ -13,7 +13,7 @@ from rich.text import Text
 
 from gatekeeper.errors import one_line
 from gatekeeper.report.text import ordered, step_text, summary_line, value_text
-from gatekeeper.verdict import RuleResult, Status, Verdict
+from gatekeeper.verdict import GateStatus, RuleResult, Status, Verdict
 
 STYLES = {
     Status.PASS: "green",
@@ -44,7 +44,10 @@ def render(verdict: Verdict, stream: TextIO | None = None, *, show_skipped: bool
     """The one-line verdict first (what a reader needs), then each finding on one unwrapped
     line (greppable in a CI log), then the table fitted to the width."""
     console = make_console(stream)
-    style = "bold green" if verdict.passed else "bold red"
+    style = {
+        GateStatus.PASS: "bold green", GateStatus.PENDING: "bold cyan",
+        GateStatus.NOTHING: "bold yellow",  # not a failure, not a pass
+    }.get(verdict.status, "bold red")
     console.print(Text(summary_line(verdict), style=style), soft_wrap=True)
     findings = [r for r in ordered(verdict.results) if r.status in FINDINGS]
     for r in findings[:MAX_FINDINGS]:

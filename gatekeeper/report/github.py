@@ -14,7 +14,7 @@ from typing import TextIO
 from gatekeeper.errors import one_line
 from gatekeeper.model import Run
 from gatekeeper.report.text import ordered, result_line, step_text, summary_line, value_text
-from gatekeeper.verdict import RuleResult, Status, Verdict
+from gatekeeper.verdict import GateStatus, RuleResult, Status, Verdict
 
 MAX_PER_LEVEL = 10
 SUMMARY_LIMIT = 1024 * 1024
@@ -39,7 +39,7 @@ def _level(r: RuleResult) -> str | None:
 
 def annotation_lines(verdict: Verdict) -> list[str]:
     """The workflow command lines, within GitHub's per-step annotation limits."""
-    out: list[str] = []
+    out: list[str] = _nothing_judged(verdict)
     left_over: dict[str, int] = {"error": 0, "warning": 0}
     used: dict[str, int] = {"error": 0, "warning": 0}
     for r in verdict.results:
@@ -63,6 +63,16 @@ def annotation_lines(verdict: Verdict) -> list[str]:
     return out
 
 
+def _nothing_judged(verdict: Verdict) -> list[str]:
+    """A verdict that judged nothing fails the step (exit 5) with no rule to annotate:
+    one `::error` saying so and why; relaxed, a `::notice` with the reason."""
+    if not verdict.nothing_judged:
+        return []
+    level = "error" if verdict.status is GateStatus.NOTHING else "notice"
+    title = _escape_prop("gatekeeper: nothing judged")
+    return [f"::{level} title={title}::{_escape_data(summary_line(verdict))}"]
+
+
 def _cell(text: str) -> str:
     """Input text as inert Markdown in a table cell: GitHub renders some raw HTML (`<img>`),
     so markup characters become entities; `|` would end the cell."""
@@ -84,7 +94,9 @@ def _code(text: str) -> str:
 
 def step_summary(verdict: Verdict, budget: int = SUMMARY_LIMIT) -> str:
     """A Markdown table of the results, cut (with a note) to stay within `budget` bytes."""
-    icon = {"pass": "✅", "fail": "❌", "error": "❌", "pending": "⏳"}[verdict.status.value]
+    icon = {"pass": "✅", "fail": "❌", "error": "❌", "pending": "⏳", "nothing_judged": "⚠️"}[
+        verdict.status.value
+    ]
     head = [
         f"### {icon} {_cell(summary_line(verdict))}",
         "",
@@ -117,14 +129,20 @@ def step_summary(verdict: Verdict, budget: int = SUMMARY_LIMIT) -> str:
 
 
 def emit(verdict: Verdict, stream: TextIO, summary_path: str | None) -> None:
+    """The step summary (a file: written first, whatever happens to the stream), then
+    the annotations on `stream`."""
+    if summary_path:
+        write_summary(verdict, summary_path)
     for line in annotation_lines(verdict):
         print(line, file=stream)
-    if summary_path:
-        existing = os.path.getsize(summary_path) if os.path.exists(summary_path) else 0
-        budget = max(0, SUMMARY_LIMIT - existing)
-        if budget > 1024:
-            with open(summary_path, "a", encoding="utf-8") as fh:
-                fh.write(step_summary(verdict, budget))
+
+
+def write_summary(verdict: Verdict, summary_path: str) -> None:
+    existing = os.path.getsize(summary_path) if os.path.exists(summary_path) else 0
+    budget = max(0, SUMMARY_LIMIT - existing)
+    if budget > 1024:
+        with open(summary_path, "a", encoding="utf-8") as fh:
+            fh.write(step_summary(verdict, budget))
 
 
 MAX_CHARTS = 20

@@ -34,7 +34,8 @@ def header(verdict: Verdict) -> str:
         f'<span class="c-{k}"><b>{n}</b> {k}</span>' for k, n in verdict.counts().items() if n
     )
     return (
-        f"<header><h1><span class=\"verdict v-{status}\">{status.upper()}</span> "
+        f"<header><h1><span class=\"verdict v-{status}\">{status.upper().replace('_', ' ')}"
+        "</span> "
         f"{escape(str(run.get('name', 'run')))}</h1>"
         f'<div class="meta">{escape(summary_line(verdict))}</div>'
         f'<div class="meta">source {escape(str(run.get("source", "-")))}{state}{link}</div>'

@@ -16,7 +16,7 @@ header{padding:16px 24px;background:#fff;border-bottom:1px solid var(--line)}
 h1{margin:0 0 4px;font-size:20px}
 .verdict{display:inline-block;padding:2px 10px;border-radius:4px;color:#fff;font-weight:600}
 .v-pass{background:var(--pass)}.v-fail{background:var(--fail)}.v-error{background:var(--error)}
-.v-pending{background:var(--pending)}
+.v-pending{background:var(--pending)}.v-nothing_judged{background:var(--warn)}
 .meta{color:var(--mute)}.meta a{color:inherit}
 .counts span{margin-right:12px}
 .filters{padding:10px 24px;display:flex;gap:14px;flex-wrap:wrap;align-items:center;
@@ -33,6 +33,7 @@ border-radius:4px;margin:0 0 14px;padding:10px 14px}
 color:#fff;font-size:12px;font-weight:600;margin-right:8px;vertical-align:1px}
 .b-fail{background:var(--fail)}.b-error{background:var(--error)}.b-warn{background:var(--warn)}
 .b-pass{background:var(--pass)}.b-skip{background:var(--skip)}.b-pending{background:var(--pending)}
+.b-nothing_judged{background:var(--warn)}
 .msg{margin:2px 0 6px;word-break:break-word}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:0 12px;margin:0 0 6px;
 color:var(--mute);font-size:13px}

@@ -1,6 +1,11 @@
 """JUnit XML: one testcase per rule result (classname = policy), for GitLab, Jenkins,
 Buildkite. `failure` for fail, `error` for error, `skipped` for skip/pending; warnings pass
 with their message in system-out. Only elements and attributes of the common JUnit schema.
+
+A final verdict that judged nothing (every gating rule skipped) adds the testcase
+`gatekeeper/nothing-judged` with an `error`: a suite of skipped tests alone shows green
+in GitLab, Jenkins and Buildkite (none of them reads a property), an error is listed and
+counted; relaxed with a reason, that testcase is `skipped` with the reason.
 """
 
 from __future__ import annotations
@@ -9,8 +14,8 @@ import re
 import xml.etree.ElementTree as ET
 
 from gatekeeper.report.files import write_atomic
-from gatekeeper.report.text import result_line, stopped_text
-from gatekeeper.verdict import RuleResult, Status, Verdict
+from gatekeeper.report.text import result_line, stopped_text, summary_line
+from gatekeeper.verdict import GateStatus, RuleResult, Status, Verdict
 
 # XML 1.0 cannot carry these at all (not even escaped): written as \xNN / \uNNNN text.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -67,6 +72,8 @@ def to_xml(verdict: Verdict) -> bytes:
             counts["skipped"] += 1
         else:
             ET.SubElement(case, "system-out").text = f"{message}\n{_detail(r)}"
+    if verdict.nothing_judged:
+        _nothing_judged(verdict, root, suites, per_suite, totals)
     for name, suite in suites.items():
         for key, n in per_suite[name].items():
             suite.set(key, str(n))
@@ -75,6 +82,44 @@ def to_xml(verdict: Verdict) -> bytes:
         root.set(key, str(n))
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+NOTHING_SUITE = "gatekeeper"  # the built-in results' policy name (run-state too)
+NOTHING_CASE = "nothing-judged"
+
+
+def _nothing_judged(
+    verdict: Verdict,
+    root: ET.Element,
+    suites: dict[str, ET.Element],
+    per_suite: dict[str, dict[str, int]],
+    totals: dict[str, int],
+) -> None:
+    """The testcase that says no gating rule was judged: `error`, or `skipped` when
+    allowed; the suite also carries the gate status as a property."""
+    suite = suites.get(NOTHING_SUITE)
+    if suite is None:
+        suite = suites[NOTHING_SUITE] = ET.SubElement(root, "testsuite", name=NOTHING_SUITE)
+        per_suite[NOTHING_SUITE] = dict.fromkeys(totals, 0)
+    props = ET.Element("properties")
+    ET.SubElement(props, "property", name="gatekeeper.status", value=verdict.status.value)
+    suite.insert(0, props)  # properties come first in a testsuite
+    case = ET.SubElement(
+        suite, "testcase", name=NOTHING_CASE, classname=NOTHING_SUITE, time="0"
+    )
+    counts = per_suite[NOTHING_SUITE]
+    counts["tests"] += 1
+    line = _x(summary_line(verdict))
+    if verdict.status is GateStatus.NOTHING:
+        ET.SubElement(case, "error", message=line, type="nothing_judged").text = _x(
+            "No gating (enforce-mode, fail-severity) rule was judged: the gate can neither "
+            "pass nor fail. Exit code 5. Relax with --allow-nothing-judged REASON or a "
+            "policy's allow_nothing_judged: REASON."
+        )
+        counts["errors"] += 1
+    else:
+        ET.SubElement(case, "skipped", message=line)
+        counts["skipped"] += 1
 
 
 def write(verdict: Verdict, path: str) -> None:

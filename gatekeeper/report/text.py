@@ -44,6 +44,7 @@ def summary_line(v: Verdict) -> str:
         "fail": "FAILED",
         "error": f"FAILED ({_error_kinds(v)})",
         "pending": "PENDING",
+        "nothing_judged": "NOTHING JUDGED",
     }[v.status.value]
     failing = v.failing()
     why = ""
@@ -51,9 +52,33 @@ def summary_line(v: Verdict) -> str:
         shown = ", ".join(f"{r.policy}/{r.rule}" for r in failing[:3])
         more = f" +{len(failing) - 3} more" if len(failing) > 3 else ""
         why = f" — failing: {shown}{more}"
+    elif v.nothing_judged:
+        allowed = f"nothing judged (allowed: {v.nothing_allowed}): " if v.nothing_allowed else ""
+        why = f" — {allowed}{nothing_judged_text(v)}"
     stopped = f" — {stopped_text(v.stopped)}" if v.stopped else ""
     # one line whatever the run's name holds: a newline could start a workflow command
     return one_line(f"gate {head}: {name}: {parts or 'no rules'}{why}{stopped}")
+
+
+def nothing_judged_text(v: Verdict, most: int = 3) -> str:
+    """Why a final verdict judged nothing: each skip reason of the gating rules with the
+    rules it covers (at most `most` of each), or that there is no gating rule at all."""
+    enforced = [r for r in v.results if r.enforced]  # all skipped, or nothing judged
+    if not enforced:
+        others = f" ({len(v.results)} warn-severity or shadow-mode)" if v.results else ""
+        return f"no enforce-mode, fail-severity rule to judge{others}"
+    by_reason: dict[str, list[str]] = {}
+    for r in enforced:
+        by_reason.setdefault(r.message, []).append(f"{r.policy}/{r.rule}")
+    parts = []
+    for reason, rules in list(by_reason.items())[:most]:
+        more = f" +{len(rules) - most} more" if len(rules) > most else ""
+        parts.append(f"{', '.join(rules[:most])}{more} ({reason})")
+    left = len(by_reason) - most
+    tail = f"; +{left} more reason{'s' if left != 1 else ''}" if left > 0 else ""
+    n = len(enforced)
+    lead = f"all {n} gating rules skipped" if n > 1 else "the one gating rule skipped"
+    return f"{lead}: " + "; ".join(parts) + tail
 
 
 def _error_kinds(v: Verdict) -> str:

@@ -17,6 +17,8 @@ from gatekeeper.verdict import GateStatus, Verdict
 
 TAG_PASS = "gate:pass"
 TAG_FAIL = "gate:fail"
+TAG_NOTHING = "gate:nothing_judged"  # a final verdict that judged no gating rule
+GATE_TAGS = (TAG_PASS, TAG_FAIL, TAG_NOTHING)  # replaced by the next verdict's tag
 SUMMARY_PREFIX = "gatekeeper/"
 FILE_NAME = "gatekeeper-verdict.json"
 
@@ -36,9 +38,12 @@ def summary_keys(verdict: Verdict, report: str | None) -> dict[str, Any]:
 
 
 def gate_tag(verdict: Verdict) -> str | None:
-    """`gate:pass`/`gate:fail`, or None while a live verdict is still pending."""
+    """`gate:pass`/`gate:fail`/`gate:nothing_judged`, or None while a live verdict is
+    still pending."""
     if verdict.status is GateStatus.PENDING:
         return None
+    if verdict.status is GateStatus.NOTHING:
+        return TAG_NOTHING
     return TAG_PASS if verdict.passed else TAG_FAIL
 
 

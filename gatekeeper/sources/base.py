@@ -41,6 +41,7 @@ class RunOverrides:
     config: dict[str, Any] = field(default_factory=dict)
     state: RunState | None = None
     allowed_states: dict[str, str] = field(default_factory=dict)  # state -> reason
+    allow_nothing_judged: str | None = None  # reason a gate that judged nothing may pass
 
     def apply(self, run: Run) -> Run:
         if self.name:
@@ -52,6 +53,8 @@ class RunOverrides:
         if self.state is not None:
             run.state = self.state
         run.allowed_states = {**run.allowed_states, **self.allowed_states}
+        if self.allow_nothing_judged is not None:
+            run.allow_nothing_judged = self.allow_nothing_judged
         return run
 
 
@@ -174,3 +177,23 @@ def filter_lists_itself(value: Any) -> Any:
     """`SourceFamily.discovery` for a family whose daemon target filter (a pydantic model
     with `runs()` and `describe()`) is its own Discovery."""
     return value
+
+
+def lazy_family(
+    namespace: dict[str, Any], kind: Callable[[], SourceFamily], names: dict[str, str]
+) -> Callable[[str], Any]:
+    """A family package's module `__getattr__`: `KIND` built by `kind()` once (then bound
+    in `namespace`, the package's globals), each of `names` imported from its module when
+    first asked for, so importing the package imports none of its readers."""
+
+    def __getattr__(name: str) -> Any:
+        if name == "KIND":
+            namespace["KIND"] = built = kind()
+            return built
+        if name in names:
+            import importlib
+
+            return getattr(importlib.import_module(names[name]), name)
+        raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+
+    return __getattr__

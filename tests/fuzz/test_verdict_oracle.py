@@ -17,7 +17,8 @@ For every case:
    metric per poll; between polls the state sometimes goes through JSON and back, as the
    daemon stores it) gives the same final result, field by field; and no live verdict on
    the way is a FAIL/WARN/ERROR that the final verdict is not (live = final);
-3. the gate: exit 1 iff an enforce-mode, fail-severity rule is FAIL or ERROR.
+3. the gate: exit 1 iff an enforce-mode, fail-severity rule is FAIL or ERROR; else 5 when
+   every such rule is SKIP (or there is none: nothing judged), else 0.
 A few dozen cases also go through the real CLI (`python -m gatekeeper check`), as miles
 records in a JSONL file: exit code and the JSON statuses must agree with the oracle.
 
@@ -708,7 +709,12 @@ def check_case(case: Case, tmp_path: Path) -> tuple[int, int]:
         and rule.severity == "fail"
         and r.status in (Status.FAIL, Status.ERROR)
     ]
-    if verdict.exit_code != (1 if gating else 0) or any(r.gating != (r in gating) for r in whole):
+    judged = any(
+        case.mode != "shadow" and rule.severity == "fail" and r.status is not Status.SKIP
+        for r, rule in zip(whole, case.rules, strict=True)
+    )
+    want = 1 if gating else 0 if judged else 5
+    if verdict.exit_code != want or any(r.gating != (r in gating) for r in whole):
         problems.append(f"gate: exit {verdict.exit_code}, gating rules {[r.rule for r in gating]}")
     if problems:
         raise AssertionError(case.describe() + "\n--- disagreements\n" + "\n".join(problems))
@@ -784,9 +790,9 @@ def cli_case(case: Case, tmp_path: Path) -> None:
     if not _valid(case):  # refused: exit 2, one line naming the policy file
         assert proc.returncode == 2 and "p.yaml:" in proc.stderr, where
         return
-    assert proc.returncode in (0, 1), where
+    assert proc.returncode in (0, 1, 5), where
     got = {r["rule"]: r for r in json.loads(out.read_text())["results"]}
-    gating = False
+    gating = judged = False
     for rule in case.rules:
         exp, r = oracle(rule, case), got[rule.id]
         status = Status(r["status"])
@@ -798,7 +804,10 @@ def cli_case(case: Case, tmp_path: Path) -> None:
             or _rounding_ok(rule, exp, seen)  # type: ignore[arg-type]
         ), f"{where}\n{rule.id}: cli {status.value} ({r['message']}), oracle {exp.status.value}"
         gating |= rule.severity == "fail" and status in (Status.FAIL, Status.ERROR)
-    assert proc.returncode == int(gating and case.mode != "shadow"), where
+        judged |= rule.severity == "fail" and status is not Status.SKIP
+    enforced = case.mode != "shadow"
+    want = 1 if gating and enforced else 0 if judged and enforced else 5
+    assert proc.returncode == want, where
 
 
 def test_cli_verdicts_agree_with_the_oracle(tmp_path: Path) -> None:

@@ -98,12 +98,20 @@ def rule_status(per_coordinate: dict) -> str:
     return "skip"  # every coordinate inactive: cold start
 
 
+def gate_code(per_metric: dict) -> int:
+    """The exit code miles' statuses mean for the pack alone: 1 a gating rule failed or
+    errored, 5 every rule skipped (a cold start judged nothing: not a pass; miles exits 0
+    there), else 0."""
+    statuses = {rule_status(s) for s in per_metric.values()}
+    return 1 if statuses & {"fail", "error"} else 5 if statuses == {"skip"} else 0
+
+
 def gk_check(checkout: Path, record: str, url: str, run_id: str, out: Path):
     res = gatekeeper(
         "check", record, "-p", PACK, "--history", url, "--record", "--run-id", run_id,
         "--json", str(out), cwd=checkout,
     )
-    assert res.returncode in (0, 1), res.stdout + res.stderr
+    assert res.returncode in (0, 1, 5), res.stdout + res.stderr
     return res, json.loads(out.read_text())
 
 
@@ -140,7 +148,8 @@ def test_cold_start_then_a_3x_grad_norm_drift_agrees_with_miles(checkout, tmp_pa
     miles = miles_ref.MilesStore(str(tmp_path / "miles.db"))
     for i in (1, 2, 3):
         mv, res, verdict = both_gates(checkout, tmp_path, miles, url, i)
-        assert res.returncode == 0 and verdict["run"]["history"]["trusted"] is True
+        assert res.returncode == gate_code(mv) == (5 if i == 1 else 0)
+        assert verdict["run"]["history"]["trusted"] is True  # a cold start seeds
         assert miles_ref.trusted(mv)
         assert statuses(verdict) == {RULE_OF[m]: rule_status(s) for m, s in mv.items()}
         series = json.loads(verdict["run"]["history"]["series"])
@@ -209,7 +218,7 @@ def test_an_imported_miles_database_gates_the_same(checkout, tmp_path, store_url
                          "--json", str(tmp_path / f"i{k}.json"), cwd=checkout)
         verdict = json.loads((tmp_path / f"i{k}.json").read_text())
         assert statuses(verdict) == {RULE_OF[m]: rule_status(s) for m, s in mv.items()}
-        assert res.returncode == (0 if miles_ref.trusted(mv) else 1)
+        assert res.returncode == gate_code(mv)
     assert not miles_ref.trusted(miles_ref.evaluate(miles, IDENTITY, candidates[1]))
     miles.close()
 
@@ -290,7 +299,7 @@ def test_identity_outside_a_miles_checkout_is_an_error_not_a_guess(tmp_path):
                        "--config", f"test_path={TEST_PATH}", "--config", "backend=cuda",
                        "--config", f"suite={SUITE}", "--json", str(tmp_path / "v.json"),
                        cwd=tmp_path)
-    assert given.returncode == 0, given.stderr
+    assert given.returncode == 5, given.stderr  # a cold start: every rule inactive
     series = json.loads((tmp_path / "v.json").read_text())["run"]["history"]["series"]
     assert series == miles_series()
 
@@ -323,7 +332,8 @@ def test_without_a_store_the_pack_is_inert_even_on_metrics_a_run_lacks(tmp_path)
     record.write_text(json.dumps({"metric": "train/loss", "series": [[0, 1.0]]}) + "\n")
     out = gatekeeper("check", str(record), "-p", PACK, "--json", str(tmp_path / "v.json"),
                      env={"GATEKEEPER_HISTORY": ""})
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == 5, out.stdout + out.stderr  # inert: nothing judged, not a pass
+    assert out.stdout.startswith("gate NOTHING JUDGED: ")
     results = json.loads((tmp_path / "v.json").read_text())["results"]
     assert {r["status"] for r in results} == {"skip"}
     assert all("no baseline store given" in r["message"] for r in results)
@@ -332,7 +342,7 @@ def test_without_a_store_the_pack_is_inert_even_on_metrics_a_run_lacks(tmp_path)
     stored = gatekeeper("check", str(record), "-p", PACK, "--history", str(tmp_path / "h.db"),
                         "--config", "test_path=t.py", "--config", "backend=cuda",
                         "--config", "suite=s", "--json", str(tmp_path / "s.json"))
-    assert stored.returncode == 0, stored.stdout + stored.stderr
+    assert stored.returncode == 5, stored.stdout + stored.stderr
     results = json.loads((tmp_path / "s.json").read_text())["results"]
     assert {r["status"] for r in results} == {"skip"}
     assert all("not logged" in r["message"] for r in results), results

@@ -213,3 +213,34 @@ def test_install_false_needs_a_gatekeeper_on_path(tmp_path: Path) -> None:
     assert install.code == 2
     assert "no gatekeeper on PATH" in install.stdout
     assert result.step("Gate the run").skipped
+
+
+def test_a_gate_that_judged_nothing_fails_the_step_with_its_own_status(tmp_path: Path) -> None:
+    # this checkout's gatekeeper, whatever the venv's console script was installed from
+    env = {"PYTHONPATH": str(REPO)}
+    workspace = tmp_path / "workspace"
+    shutil.copytree(REPO / "examples", workspace / "examples")
+    (workspace / "nightly.yaml").write_text(
+        "version: 1\nname: nightly\nmatch: {tags: [nightly]}\nrules:\n"
+        "  - {id: loss-finite, metric: train/loss, check: {finite: true}}\n"
+    )
+    result = run_action(tmp_path, env, source="examples/runs/healthy", policies="nightly.yaml",
+                        reports="json junit", upload="false")
+    gate = result.step("Gate the run")
+    assert gate.code == 5, gate.stdout + gate.stderr
+    assert (result.outputs["status"], result.outputs["failing"]) == ("nothing_judged", "")
+    assert result.outputs["exit-code"] == "5"
+    assert "::error title=gatekeeper%3A nothing judged::gate NOTHING JUDGED: " in gate.stdout
+    assert "NOTHING JUDGED" in result.summary and "applies to runs tagged nightly" in result.summary
+    junit = (workspace / "gatekeeper-reports" / "gatekeeper.xml").read_text()
+    assert 'name="nothing-judged"' in junit and 'type="nothing_judged"' in junit
+
+    relaxed = run_action(tmp_path, env, source="examples/runs/healthy", policies="nightly.yaml",
+                         reports="json", upload="false", **{"fail-on-gate": "false"})
+    assert relaxed.step("Gate the run").code == 0
+    assert relaxed.outputs["status"] == "nothing_judged"
+    assert "the gate judged nothing" in relaxed.step("Gate the run").stdout
+    allowed = run_action(tmp_path, env, source="examples/runs/healthy", policies="nightly.yaml",
+                         reports="json", upload="false",
+                         args="--allow-nothing-judged 'nightly policy on a PR run'")
+    assert not allowed.failed and allowed.outputs["status"] == "pass"

@@ -304,3 +304,44 @@ def test_watch_exits_1_at_the_first_failure_and_idle_timeout_ends_a_quiet_run(
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "--idle-timeout" in proc.stdout
+
+
+def test_a_live_run_where_nothing_is_ever_judged_ends_nothing_judged_exit_5(
+    tmp_path: Path,
+) -> None:
+    nightly = write_policy(
+        tmp_path / "nightly.yaml",
+        """
+        version: 1
+        name: nightly
+        match: {tags: [nightly]}
+        rules:
+          - {id: kl-zero, metric: train/ppo_kl, check: {abs_max: 1.0e-6}}
+        """,
+    )
+    record = tmp_path / "m.jsonl"
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "gatekeeper", "watch", str(record), "-p", str(nightly),
+         "--json", str(tmp_path / "v.json"), *FAST],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    subprocess.run(
+        [sys.executable, WRITER, str(record), "--steps", "10", "--delay", "0.05", "--end"],
+        check=True,
+    )
+    out, err = watch.communicate(timeout=60)
+    assert watch.returncode == 5, out + err
+    assert "gate NOTHING JUDGED: " in out and "applies to runs tagged nightly" in out
+    assert json.loads((tmp_path / "v.json").read_text())["status"] == "nothing_judged"
+    # `run`: CMD exits 0 and nothing was judged: 5; CMD's own failure comes first
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    proc, verdict = _run(tmp_path / "a", nightly, "--steps", "5", "--delay", "0")
+    assert proc.returncode == 5 and verdict["status"] == "nothing_judged", proc.stdout
+    proc, verdict = _run(tmp_path / "b", nightly, "--steps", "5", "--delay", "0", "--exit", "3")
+    assert proc.returncode == 3 and verdict["status"] == "nothing_judged", proc.stdout
+    proc = gatekeeper(
+        "run", "-p", str(nightly), "--source", str(tmp_path / "r.jsonl"), *FAST,
+        "--allow-nothing-judged", "nightly policy on a PR", "--",
+        sys.executable, WRITER, str(tmp_path / "r.jsonl"), "--steps", "3", "--delay", "0",
+    )
+    assert proc.returncode == 0 and "allowed: nightly policy on a PR" in proc.stdout

@@ -12,8 +12,9 @@ discovery) are imported when first asked for.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from gatekeeper.sources.base import lazy_family
 from gatekeeper.sources.jsonl.source import JsonlSource
 
 if TYPE_CHECKING:
@@ -48,16 +49,7 @@ def _kind() -> SourceFamily:
     )
 
 
-def __getattr__(name: str) -> Any:
-    """`KIND` (built once) and `LiveJsonlSource`, imported when first used."""
-    if name == "KIND":
-        globals()["KIND"] = kind = _kind()
-        return kind
-    if name == "LiveJsonlSource":
-        from gatekeeper.sources.jsonl.live import LiveJsonlSource
-
-        return LiveJsonlSource
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_family(globals(), _kind, {"LiveJsonlSource": "gatekeeper.sources.jsonl.live"})
 
 
 __all__ = ["KIND", "JsonlSource", "LiveJsonlSource"]

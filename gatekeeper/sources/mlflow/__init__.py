@@ -9,9 +9,15 @@ first asked for.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from gatekeeper.sources.base import Annotator, Source, SourceFamily, filter_lists_itself
+from gatekeeper.sources.base import (
+    Annotator,
+    Source,
+    SourceFamily,
+    filter_lists_itself,
+    lazy_family,
+)
 from gatekeeper.sources.mlflow.scheme import SCHEMES
 
 if TYPE_CHECKING:
@@ -58,16 +64,7 @@ def _kind() -> SourceFamily:
     )
 
 
-def __getattr__(name: str) -> Any:
-    """`KIND` (built once) and `MlflowSource`, imported when first used."""
-    if name == "KIND":
-        globals()["KIND"] = kind = _kind()
-        return kind
-    if name == "MlflowSource":
-        from gatekeeper.sources.mlflow.source import MlflowSource
-
-        return MlflowSource
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_family(globals(), _kind, {"MlflowSource": "gatekeeper.sources.mlflow.source"})
 
 
 __all__ = ["KIND", "SCHEMES", "MlflowSource", "source_for"]

@@ -8,8 +8,9 @@ when first asked for.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from gatekeeper.sources.base import lazy_family
 from gatekeeper.sources.prometheus.scheme import SCHEMES
 
 if TYPE_CHECKING:
@@ -45,16 +46,13 @@ def _kind() -> SourceFamily:
     )
 
 
-def __getattr__(name: str) -> Any:
-    """`KIND` (built once) and `PrometheusSource`, imported when first used."""
-    if name == "KIND":
-        globals()["KIND"] = kind = _kind()
-        return kind
-    if name == "PrometheusSource":
-        from gatekeeper.sources.prometheus.source import PrometheusSource
-
-        return PrometheusSource
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_family(
+    globals(),
+    _kind,
+    {
+        "PrometheusSource": "gatekeeper.sources.prometheus.source",
+    },
+)
 
 
 __all__ = ["KIND", "SCHEMES", "PrometheusSource", "source_for"]

@@ -9,9 +9,15 @@ Importing the package imports none of its modules: `source_for` answers the dete
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from gatekeeper.sources.base import Annotator, Source, SourceFamily, filter_lists_itself
+from gatekeeper.sources.base import (
+    Annotator,
+    Source,
+    SourceFamily,
+    filter_lists_itself,
+    lazy_family,
+)
 from gatekeeper.sources.tensorboard.scheme import SCHEMES
 
 if TYPE_CHECKING:
@@ -60,16 +66,13 @@ def _kind() -> SourceFamily:
     )
 
 
-def __getattr__(name: str) -> Any:
-    """`KIND` (built once) and `TensorBoardSource`, imported when first used."""
-    if name == "KIND":
-        globals()["KIND"] = kind = _kind()
-        return kind
-    if name == "TensorBoardSource":
-        from gatekeeper.sources.tensorboard.source import TensorBoardSource
-
-        return TensorBoardSource
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_family(
+    globals(),
+    _kind,
+    {
+        "TensorBoardSource": "gatekeeper.sources.tensorboard.source",
+    },
+)
 
 
 __all__ = ["KIND", "SCHEMES", "TensorBoardSource", "source_for"]

@@ -13,8 +13,9 @@ run is read or listed, so gatekeeper's other families work (and load fast) witho
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from gatekeeper.sources.base import lazy_family
 from gatekeeper.sources.wandb.scheme import SCHEME
 
 if TYPE_CHECKING:
@@ -61,20 +62,14 @@ def _kind() -> SourceFamily:
     )
 
 
-def __getattr__(name: str) -> Any:
-    """`KIND` (built once) and the source classes, imported when first used."""
-    if name == "KIND":
-        globals()["KIND"] = kind = _kind()
-        return kind
-    if name == "WandbApiSource":
-        from gatekeeper.sources.wandb.api import WandbApiSource
-
-        return WandbApiSource
-    if name == "WandbLocalSource":
-        from gatekeeper.sources.wandb.local import WandbLocalSource
-
-        return WandbLocalSource
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_family(
+    globals(),
+    _kind,
+    {
+        "WandbApiSource": "gatekeeper.sources.wandb.api",
+        "WandbLocalSource": "gatekeeper.sources.wandb.local",
+    },
+)
 
 
 __all__ = ["KIND", "SCHEME", "WandbApiSource", "WandbLocalSource", "source_for"]

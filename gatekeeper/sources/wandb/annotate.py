@@ -19,9 +19,8 @@ from typing import Any
 
 from gatekeeper.sources.annotation import (
     FILE_NAME,
+    GATE_TAGS,
     SUMMARY_PREFIX,
-    TAG_FAIL,
-    TAG_PASS,
     gate_tag,
     summary_keys,
     write_verdict_file,
@@ -83,7 +82,7 @@ def annotate_remote(source: str, verdict: Verdict, report: str | None) -> str:
 
 def new_tags(tags: list[str], tag: str | None) -> list[str]:
     """The run's tags with the previous gate tag replaced (order of the others kept)."""
-    kept = [t for t in tags if t not in (TAG_PASS, TAG_FAIL)]
+    kept = [t for t in tags if t not in GATE_TAGS]
     return kept + [tag] if tag else kept
 
 
