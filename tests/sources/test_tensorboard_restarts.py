@@ -318,3 +318,24 @@ def test_a_cursor_saved_before_restarts_were_kept_reads_the_run_again_whole(
     poll = source.poll()
     assert poll.reset and poll.points == 100
     assert not source.poll().reset
+
+
+def test_a_file_without_version_appearing_before_one_already_read(tmp_path: Path) -> None:
+    """Live, file 1 (file_version 2) is read first; file 0, which sorts before it and has no
+    file_version, appears later with a step going back. Whole, file 0 is read first under
+    the out-of-order rule, which discards loss 1000 at step 6: the live poll must read the
+    run again rather than judge file 0 under file 1's rule (the fuzz suite found this)."""
+    files = [
+        [_event(3, values=[("loss", 1.0)]), _event(6, values=[("loss", 1000.0)]),
+         _event(5, values=[("loss", 2.0)])],
+        [_event(0, version="brain.Event:2"), _event(8, values=[("loss", 3.0)])],
+    ]
+    run = tmp_path / "run"
+    _write_files(run, files, [0, len(files[1])])
+    (run / "events.out.tfevents.1700000000.host.0").unlink()
+    source = TensorBoardSource(f"tensorboard://{run}")
+    assert source.poll().points == 1
+    _write_files(run, files, [len(files[0]), len(files[1])])
+    poll = source.poll()
+    assert poll.reset
+    assert _points(poll.series) == _oracle(run) == {"loss": [(3, 1.0), (5, 2.0), (8, 3.0)]}

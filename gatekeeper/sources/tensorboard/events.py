@@ -28,7 +28,7 @@ from gatekeeper.sources.tensorboard.proto import (
     Event,
 )
 from gatekeeper.sources.tensorboard.records import Framed
-from gatekeeper.sources.tensorboard.restarts import EventInfo, Restarts
+from gatekeeper.sources.tensorboard.restarts import EventInfo, Restarts, is_v2
 
 SCALARS_PLUGIN = "scalars"
 _CONTENT = {DT_FLOAT: "<f", DT_DOUBLE: "<d", DT_INT32: "<i", DT_INT64: "<q", DT_HALF: "<e"}
@@ -78,11 +78,15 @@ def decode(framed: Framed, columns: Columns, path: str, restarts: Restarts) -> N
             columns.add(name, fast.index[mine] + base, fast.steps[mine], fast.values[mine])
     rest = np.ones(len(framed.starts), bool)
     rest[fast.index] = False
+    if framed.base == 0 and not rest[0]:
+        restarts.headless()  # a file opening on a scalar: its rule is its predecessor's
     slow: dict[str, tuple[list[int], list[int], list[float]]] = {}
     done = -1  # the last record the restart rules have read
     for i in np.flatnonzero(rest).tolist():
         scalars, info = _event_scalars(framed, i, columns.plugins, path)
         _fast_run(restarts, fast, base, done, i)
+        if framed.base == 0 and i == 0 and not (info.version and is_v2(info.version)):
+            restarts.headless()
         restarts.event(base + i, info)
         done = i
         for tag, step, value in scalars:

@@ -58,6 +58,11 @@ class Restarts:
     _tag: dict[str, list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
 
     # ---- reading events, in order ---------------------------------------------------------
+    def headless(self) -> None:
+        """A file opens without `file_version` >= 2: its first events take the rule of the
+        files before it, so the order in which files are read matters."""
+        self.ordered = True
+
     def event(self, record: int, info: EventInfo) -> None:
         """One protobuf-decoded event (record number across the poll's files)."""
         if info.version is not None:
