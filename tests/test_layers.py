@@ -47,9 +47,6 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-# C extension modules (built from gatekeeper/**/<name>.c): leaves, they import no
-# gatekeeper module; `from pkg import _ext` imports the extension, not the package.
-EXTENSIONS = {module_name(p) for p in PACKAGE.rglob("*.c")}
 
 
 def _resolve(importer: str, node: ast.ImportFrom) -> str:
@@ -73,8 +70,6 @@ def imports_of(module: str) -> set[str]:
             target = _resolve(module, node)
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
-                if sub in EXTENSIONS:
-                    continue
                 found.add(sub if sub in MODULES else target)
     return {m for m in found if m == "gatekeeper" or m.startswith("gatekeeper.")} - {module}
 
