@@ -1,6 +1,7 @@
-"""The package's shape: no import cycle, and no import from a lower layer up into a
-higher one. Every import counts, lazy ones inside functions too (a lazy import hides a
-cycle from Python, not from a reader); only `if TYPE_CHECKING:` blocks are skipped."""
+"""The package's shape: no import cycle, none at all inside a package, and no import from
+a lower layer up into a higher one. Every import counts: lazy ones inside functions (a
+lazy import hides a cycle from Python, not from a reader) and those under
+`if TYPE_CHECKING:` (a type-only import is still a dependency a reader and mypy follow)."""
 
 from __future__ import annotations
 
@@ -46,16 +47,6 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-# C extension modules (built from gatekeeper/**/<name>.c): leaves, they import no
-# gatekeeper module; `from pkg import _ext` imports the extension, not the package.
-EXTENSIONS = {module_name(p) for p in PACKAGE.rglob("*.c")}
-
-
-def _type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
 
 
 def _resolve(importer: str, node: ast.ImportFrom) -> str:
@@ -69,25 +60,17 @@ def _resolve(importer: str, node: ast.ImportFrom) -> str:
 
 
 def imports_of(module: str) -> set[str]:
-    """The gatekeeper modules `module` imports, anywhere in it outside TYPE_CHECKING."""
+    """The gatekeeper modules `module` imports, anywhere in it (TYPE_CHECKING too)."""
     tree = ast.parse(MODULES[module].read_text(), filename=str(MODULES[module]))
     found: set[str] = set()
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _type_checking(node):
-            stack.extend(node.orelse)
-            continue
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             target = _resolve(module, node)
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
-                if sub in EXTENSIONS:
-                    continue
                 found.add(sub if sub in MODULES else target)
-        stack.extend(ast.iter_child_nodes(node))
     return {m for m in found if m == "gatekeeper" or m.startswith("gatekeeper.")} - {module}
 
 
@@ -154,6 +137,25 @@ def test_no_import_cycle() -> None:
     graph = {m: {t for t in ts if (m, t) not in ALLOWED} for m, ts in GRAPH.items()}
     cycles = _cycles(graph)
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def package_of(module: str) -> str:
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def test_no_import_cycle_inside_a_package() -> None:
+    """Within one package the modules form a DAG, with no exemption: a package's own
+    modules can always be ordered (the data, the contract, the registry, ...)."""
+    inside = {m: {t for t in ts if package_of(t) == package_of(m)} for m, ts in GRAPH.items()}
+    cycles = _cycles(inside)
+    assert not cycles, "import cycles inside a package:\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_type_checking_imports_are_seen() -> None:
+    """An import under `if TYPE_CHECKING:` is an edge like any other."""
+    assert "gatekeeper.notify.settings" in GRAPH["gatekeeper.notify.base"]
 
 
 def test_every_module_has_a_layer() -> None:

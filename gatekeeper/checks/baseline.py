@@ -55,6 +55,22 @@ def python_sum(
     return np.where((comp != 0) & np.isfinite(comp), total + comp, total)
 
 
+def _columns(rows: Sequence[Points]) -> tuple[np.ndarray, list[np.ndarray | slice]]:
+    """The sorted distinct steps of all rows, and where each row's steps sit among them.
+    Runs of one series usually log the very same steps: then they are the first row's,
+    no search. Otherwise one sort (numpy 2's np.unique of integers builds a hash table,
+    then sorts: ~4x slower on the 10^5-10^6 steps a few runs hold) and a search."""
+    first = rows[0][0]
+    if bool(np.all(first[1:] > first[:-1])) and all(
+        np.array_equal(s, first) for s, _ in rows[1:]
+    ):
+        return first, [slice(None)] * len(rows)
+    steps = np.sort(np.concatenate([s for s, _ in rows]))
+    if steps.size:
+        steps = steps[np.concatenate(([True], steps[1:] != steps[:-1]))]
+    return steps, [np.searchsorted(steps, s) for s, _ in rows]
+
+
 def stats_of(rows: Sequence[Points], last_n: int) -> CoordinateStats:
     """Per step: mean/std/count of its newest `last_n` values over `rows` (newest first).
     A run that lacks a step does not count for it, so a step can reach back past
@@ -62,11 +78,10 @@ def stats_of(rows: Sequence[Points], last_n: int) -> CoordinateStats:
     if not rows:
         empty = np.empty(0)
         return CoordinateStats(np.empty(0, np.int64), empty, empty, np.empty(0, np.int64))
-    steps = np.unique(np.concatenate([s for s, _ in rows]))
+    steps, where = _columns(rows)
     matrix = np.zeros((len(rows), steps.size))
     present = np.zeros((len(rows), steps.size), dtype=bool)
-    for i, (s, v) in enumerate(rows):
-        idx = np.searchsorted(steps, s)
+    for i, ((_, v), idx) in enumerate(zip(rows, where, strict=True)):
         matrix[i, idx] = v
         present[i, idx] = True
     taken = present & (np.cumsum(present, axis=0) <= last_n)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -21,10 +21,6 @@ from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
 from gatekeeper.checks.baseline import RuleBaseline
 from gatekeeper.fmt import fmt, plural
 from gatekeeper.verdict import Status
-
-if TYPE_CHECKING:
-    # only a type here: the check must not import the store layer above it
-    from gatekeeper.history.base import RuleBaseline
 
 INACTIVE = "inactive:"  # message prefix of a rule with no baseline to judge against
 OVERLAY_POINTS = 500

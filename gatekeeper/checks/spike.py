@@ -14,15 +14,6 @@ from pydantic import Field
 
 from gatekeeper.checks.base import MaskCheck, fmt
 
-try:  # the exact path in C (gatekeeper/checks/_spike.c), built where a compiler is
-    from gatekeeper.checks import _spike  # type: ignore[attr-defined]
-except ImportError:  # not built: numpy and bottleneck below give the same verdicts
-    _spike = None
-
-# Off: always the numpy path below (the reference the C kernel is tested against).
-USE_C = True
-DIRECTIONS = {"up": 0, "down": 1, "both": 2}
-
 # MAD x 1.4826 estimates the standard deviation of normal noise, so `factor` reads as
 # "this many sigmas" while one outlier inside the window cannot inflate it.
 MAD_TO_SIGMA = 1.4826
@@ -116,13 +107,6 @@ class Spike(MaskCheck):
         first = max(n_context, w)  # first point with a full window before it
         if first >= values.size:
             return out
-        if _spike is not None and USE_C and values.dtype == np.float64:
-            # every point's exact median/MAD from one sorted sliding window; False (and
-            # nothing written) when a value is non-finite or huge: the path below decides
-            part = np.ascontiguousarray(values[first - w :])
-            if _spike.violations(part, out[first - n_context :], w, float(self.factor),
-                                 float(self.min_scale), DIRECTIONS[self.direction]):
-                return out
         shift = _huge_shift(values[first - w :])
         if shift:  # the same verdicts on the values scaled down by 2^shift, exactly
             scaled = self.model_copy(update={"min_scale": math.ldexp(self.min_scale, -shift)})

@@ -19,14 +19,6 @@ from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
 from gatekeeper.fmt import fmt, plural
 from gatekeeper.verdict import Status
 
-try:  # the contiguous fit in C (gatekeeper/checks/_trend.c), built where a compiler is
-    from gatekeeper.checks import _trend  # type: ignore[attr-defined]
-except ImportError:  # not built: numpy below gives the same floats
-    _trend = None
-
-# Off: always the numpy path below (the reference the C kernel is tested against).
-USE_C = True
-
 
 @dataclass
 class _TrendState:
@@ -93,19 +85,6 @@ def rolling_fit(
         and (n - 1) * n * (2 * n - 1) // 6 <= EXACT  # the largest running sum of x^2
         and (w * (n - 1)) ** 2 <= EXACT  # w * Sxx and Sx^2 of the last window
     )
-    if (
-        exact
-        and _trend is not None
-        and USE_C
-        and steps.dtype == np.int64
-        and values.dtype == np.float64
-    ):
-        # the same floats in one pass, no running-sum arrays (_trend.c); False when a
-        # step is not the one before it plus 1: the general formula below
-        slope_c, grow_c = np.empty(n - w + 1), np.empty(n - w + 1 if growth else 1)
-        if _trend.fit(np.ascontiguousarray(steps), np.ascontiguousarray(values), w,
-                      slope_c, grow_c, growth):
-            return slope_c, grow_c
     run = np.empty(n + 1)
     sy = _window_sums(y, w, run)
     contiguous = exact and bool(np.all(np.diff(steps) == 1))

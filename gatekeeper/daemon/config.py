@@ -4,8 +4,8 @@ Secrets never live in the file: a notifier names the environment variable that h
 URL or signing secret (`url_env`, `secret_env`), the HTTP listener its token
 (`http.token_env`). `GATEKEEPER_STATE` and `GATEKEEPER_HTTP_ADDRESS` override the state
 path and listen address (handy in containers). A `notifiers:` entry is validated by the
-settings model of its kind (`gatekeeper.notify.settings`), so a plug-in kind's own fields
-get the same file:line:field errors.
+settings model of its kind (`gatekeeper.notify.kinds.NotifierEntry`), so a plug-in kind's
+own fields get the same file:line:field errors.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from gatekeeper.errors import ConfigError, PolicyError
-from gatekeeper.notify.settings import NotifierEntry
+from gatekeeper.notify.kinds import NotifierEntry
 from gatekeeper.sources.mlflow.discover import MlflowFilter
 from gatekeeper.sources.prometheus.discover import PrometheusFilter
 from gatekeeper.sources.tensorboard.discover import TensorBoardFilter

@@ -122,6 +122,12 @@ def check_record(run: RunRecord) -> None:
             )
 
 
+def _distinct(steps: np.ndarray) -> np.ndarray:
+    """Sorted distinct steps; a run's steps usually are already (numpy 2's np.unique of
+    integers hashes, then sorts: 50 ms for 100,000 steps, on every history rule)."""
+    return steps if bool(np.all(steps[1:] > steps[:-1])) else np.unique(steps)
+
+
 class Enough:
     """When a newest-first baseline read may stop: once every step of `needed` has
     `limit` values (never, when `needed` is None: every row is read). A run lacking a
@@ -130,7 +136,7 @@ class Enough:
 
     def __init__(self, limit: int, needed: np.ndarray | None):
         self.limit = limit
-        self._want = None if needed is None else np.unique(np.asarray(needed, dtype=np.int64))
+        self._want = None if needed is None else _distinct(np.asarray(needed, dtype=np.int64))
         self._have = None if self._want is None else np.zeros(self._want.size, dtype=np.int64)
 
     def add(self, steps: np.ndarray) -> None:

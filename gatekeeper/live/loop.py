@@ -77,12 +77,12 @@ class Follower:
                     return self._failed(tick.verdict, now)
                 if tick.ended and self.child is None:
                     return Outcome(tick.verdict, "ended", tick.verdict.exit_code)
-            if exited:
-                return self._exited(now)
+                if exited:  # this poll read what CMD last wrote: the final verdict
+                    return self._exited(now)
             idle = self.settings.idle_timeout
-            if idle is not None and now - self.gate.last_activity >= idle:
+            if not exited and idle is not None and now - self.gate.last_activity >= idle:
                 return self._idle(now)
-            exited = self._sleep()
+            exited = self._sleep(exited)
 
     # ---- one poll ---------------------------------------------------------------------
     def _poll(self, now: float) -> Tick | None:
@@ -99,11 +99,14 @@ class Follower:
         self._errors = 0
         return tick
 
-    def _sleep(self) -> bool:
-        """Wait one interval (waking early when CMD exits); True once CMD has exited."""
-        if self.child is None:
+    def _sleep(self, exited: bool) -> bool:
+        """Wait one interval (waking early when CMD exits); True once CMD has exited.
+        After the exit, only a failed poll brings us here: it is retried an interval
+        later (SOURCE_RETRIES in a row end the watch), never judged without CMD's last
+        points (they could hold the failure: a silent pass)."""
+        if self.child is None or exited:
             time.sleep(self.settings.interval)
-            return False
+            return exited
         if self.forwarded_at is not None and not self.child.exited():
             if time.monotonic() - self.forwarded_at >= self.settings.grace:
                 self.printer.say("gatekeeper: command ignored the forwarded signal; SIGKILL")

@@ -4,7 +4,7 @@
 `secret_env`, `timeout`), what alerts (`statuses`, `repeat_interval`, `max_lines`) and
 how it is delivered (`group_wait`, `retry_*`, `queue_size`). A kind that takes more
 subclasses it and names the subclass as its Notifier's `settings_model`; the daemon config
-validates each entry with the model of its kind (`NotifierEntry`), so a kind's own
+validates each entry with the model of its kind (`NotifierEntry`, kinds.py), so a kind's own
 fields are refused with `file:line: notifiers[i].field: problem` like every other field.
 
 Secrets never live in the file: an entry names the environment variable that holds its
@@ -21,12 +21,8 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidatorFunctionWrapHandler,
-    WrapValidator,
-    field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from gatekeeper.errors import ConfigError
 from gatekeeper.yamlfile import Duration, PositiveDuration, exactly_one, seconds
@@ -62,21 +58,6 @@ class NotifierSettings(BaseModel):
                 "backoff until they are that old, e.g. retry_for: 1h"
             )
         return data
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, value: str) -> str:
-        from gatekeeper.notify.kinds import notifier_kind
-
-        notifier_kind(value)
-        return value
-
-    @model_validator(mode="after")
-    def _kind_settings(self) -> NotifierSettings:
-        from gatekeeper.notify.kinds import notifier_kind
-
-        notifier_kind(self.kind).check_settings(self)
-        return self
 
     @model_validator(mode="after")
     def _backoff(self) -> NotifierSettings:
@@ -114,31 +95,3 @@ class NotifierSettings(BaseModel):
             )
         return value
 
-
-def _of_its_kind(value: Any, handler: ValidatorFunctionWrapHandler) -> NotifierSettings:
-    """Validate an entry with the settings model of its `kind:` (errors stay located at
-    the entry); an unknown kind, or one without fields of its own, with the common model,
-    which names the known kinds."""
-    if isinstance(value, NotifierSettings):
-        return value
-    if not isinstance(value, dict):
-        raise PydanticCustomError(
-            "model_type", "Input should be a valid dictionary or instance of Notifier"
-        )
-    from gatekeeper.notify.kinds import NOTIFIERS
-
-    kind = value.get("kind")
-    found = NOTIFIERS.get(kind) if isinstance(kind, str) else None
-    model = found.settings_model if found is not None else None
-    if model is None or model is NotifierSettings:
-        return handler(value)  # type: ignore[no-any-return]
-    if not (isinstance(model, type) and issubclass(model, NotifierSettings)):
-        raise ConfigError(
-            f"notifier kind {kind!r}: its settings_model {model!r} is not a "
-            "gatekeeper.notify.NotifierSettings subclass"
-        )
-    return model.model_validate(value)
-
-
-# A `notifiers:` item of the daemon config: validated by the settings model of its kind.
-NotifierEntry = Annotated[NotifierSettings, WrapValidator(_of_its_kind)]

@@ -170,3 +170,20 @@ def test_chunks_of_windows_give_the_whole_answer():
         maybe = check._may_violate(values)
         assert maybe[spike.CHUNK + 2000 : 2 * spike.CHUNK - 1000].all()  # no bound there
         assert maybe[:100].sum() + maybe[-100:].sum() < 20  # elsewhere the bound holds
+
+
+@pytest.mark.parametrize("window", [3, 4, 20, 21])
+def test_signed_zeros_and_subnormals_match_the_reference(window):
+    """Medians and MADs of 0.0, -0.0 and subnormals (the band's lift to 2^-980 and the
+    slack of a largest |value| of 0 are at their edge here), whole and with context."""
+    rng = np.random.default_rng(window + 600)
+    for direction in ("up", "down", "both"):
+        for factor, min_scale in ((1e-300, 0.0), (1.0, 0.0), (1.0, 5e-324)):
+            check = Spike(window=window, factor=factor, direction=direction, min_scale=min_scale)
+            for values in (
+                rng.choice([0.0, -0.0, 5e-324, -5e-324, 1e-310, 1.0], 500),
+                rng.choice([0.0, -0.0], 200),
+            ):
+                for n_context in (0, 7):
+                    got = check.violations(values, n_context)
+                    assert np.array_equal(got, reference(check, values, n_context))

@@ -84,6 +84,26 @@ def test_beyond_exact_integer_sums_the_general_formula_is_used(n, w):
     assert same_bits(slope, want_slope) and same_bits(growth, want_growth)
 
 
+def test_hostile_series_and_steps_near_the_int64_end_give_the_reference_floats():
+    """Signed zeros and subnormals, means of exactly 0, cancellation, ties, and a window
+    as long as the series, on contiguous steps starting anywhere up to the int64 end."""
+    rng = np.random.default_rng(20)
+    for trial in range(300):
+        n = int(rng.integers(3, 400))
+        w = int(rng.integers(3, n + 1)) if trial % 7 else n
+        start = int(rng.choice([0, 1, -5, 10**6, 2**40, 2**62, 2**63 - 1 - n]))
+        steps = start + np.arange(n, dtype=np.int64)
+        values = (
+            rng.choice([0.0, -0.0, 5e-324, -5e-324], n),
+            np.tile([1.0, -1.0], n)[:n],
+            1e8 + rng.normal(size=n),
+            np.round(rng.normal(size=n), 1),
+        )[trial % 4]
+        want_slope, want_growth = reference_fit(steps, values, w)
+        slope, growth = rolling_fit(steps, values, w)
+        assert same_bits(slope, want_slope) and same_bits(growth, want_growth), (trial, n, w)
+
+
 def _old_fit(steps, values, w, *, growth=True):
     return reference_fit(steps, values, w)
 

@@ -99,14 +99,15 @@ def test_rewritten_record_emits_only_points_not_seen_yet(tmp_path: Path) -> None
         ]
     )
     seen: list[int] = []
-    ended = False
-    while not ended:
+    ended = exited = False
+    while not (ended or exited):
+        # whether the child had exited is known before the poll, so the poll after its
+        # exit reads everything it wrote, end marker included, and that poll's `ended`
+        # is the one asserted (was: polled once more after the exit, `ended` dropped)
+        exited = child.poll() is not None
         poll = src.poll()
         seen += _steps(poll)
         ended = poll.ended
-        if child.poll() is not None and not ended:
-            seen += _steps(src.poll())
-            break
     assert child.wait() == 0
     assert seen == list(range(40))
     assert ended, "the end marker in the rewritten file ends the run"
