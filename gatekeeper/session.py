@@ -95,10 +95,21 @@ class JudgingSession:
 
     # ---- feeding ------------------------------------------------------------------------
     def feed(
-        self, series: Mapping[str, Series], run: Run | None = None, *, now: float | None = None
+        self,
+        series: Mapping[str, Series],
+        run: Run | None = None,
+        *,
+        now: float | None = None,
+        reset: bool = False,
     ) -> None:
         """Fold one poll: its new points (per metric, sorted by step) and, when given, the
-        run's metadata as the source now reports it."""
+        run's metadata as the source now reports it. `reset`: the series are the whole run
+        again (`Poll.reset`), so the points fed before are forgotten; what was said about
+        the rules (`changes`) is kept, so a rule that now passes is reported as a change."""
+        if reset:
+            self.evaluation = Evaluation(self.policies)
+            self.progress = Progress()
+            self.arrivals = {}
         self.evaluation.feed(series)
         self.progress.add(series)
         if now is not None:

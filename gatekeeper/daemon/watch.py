@@ -141,7 +141,9 @@ class RunWatcher:
         if self._idle(poll, now):
             self.errors, self.last_success, self.last_error = 0, now, None
             return []
-        self.session.feed(poll.series, poll.run)
+        self.session.feed(poll.series, poll.run, reset=poll.reset)
+        if poll.reset:
+            self.points = 0  # the poll holds the whole run again
         # no clock: the daemon judges what the source holds (stale rules are skipped)
         verdict = self.session.verdict(final=poll.ended)
         run = self.session.run

@@ -59,7 +59,7 @@ class LiveGate:
     def poll(self, now: float) -> Tick:
         """Read what is new, judge it live (or final, when the source says it ended)."""
         poll = self.source.poll()
-        self.session.feed(poll.series, poll.run, now=now)
+        self.session.feed(poll.series, poll.run, now=now, reset=poll.reset)
         if poll.points:
             self.last_activity = now
         verdict = self.judge(now, final=poll.ended)

@@ -84,6 +84,9 @@ class Poll:
     run: Run  # current metadata (name, tags, config, state); its `series` may be empty
     ended: bool = False  # the run has ended: end marker, a final state, or gone for good
     points: int = 0  # how many new points this poll read
+    # `series` is the whole run again, and what earlier polls brought is withdrawn: a
+    # TensorBoard restart discarded points already delivered (sources/tensorboard/restarts.py)
+    reset: bool = False
 
 
 class LiveSource(Source):

@@ -120,6 +120,55 @@ def test_corrupt_record_is_an_error_naming_its_byte_offset(tmp_path: Path) -> No
         TensorBoardSource(str(tmp_path)).read()
 
 
+def _reframe(data: bytes) -> bytes:
+    """The records of `data` with both CRCs computed again (a record edited on purpose)."""
+    from gatekeeper.sources.tensorboard.records import crc32c_function, masked
+
+    crc, out, pos = crc32c_function(), bytearray(), 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 8], "little")
+        payload = data[pos + 12 : pos + 12 + length]
+        out += data[pos : pos + 8] + masked(crc(data[pos : pos + 8])).to_bytes(4, "little")
+        out += payload + masked(crc(payload)).to_bytes(4, "little")
+        pos += 16 + length
+    return bytes(out)
+
+
+def test_a_tag_that_is_not_utf8_is_refused_alike_by_both_decoders(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A value of 100 under `train/loss\\xff` (one byte edited in a tensorboardX record,
+    CRCs made right): not another metric that passes, but exit 2 naming the file and the
+    record's offset, the one answer of the fast path and of protobuf alone."""
+    import gatekeeper.sources.tensorboard.events as events
+    from tests.sources.test_tensorboard_restarts import no_fast_path
+
+    w = tensorboardX.SummaryWriter(str(tmp_path))
+    for step in range(5):
+        w.add_scalar("train/loss", 1.0, step)
+    w.add_scalar("train/lossQ", 100.0, 5)
+    w.close()
+    path = next(tmp_path.glob("events.out.tfevents.*"))
+    raw = path.read_bytes()
+    at = raw.index(b"train/lossQ")
+    pos = 0
+    while pos + 16 + int.from_bytes(raw[pos : pos + 8], "little") < at:
+        pos += 16 + int.from_bytes(raw[pos : pos + 8], "little")
+    offset = pos
+    path.write_bytes(_reframe(raw.replace(b"train/lossQ", b"train/loss\xff")))
+
+    proc, _ = _check(tmp_path, str(tmp_path))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stderr.strip()
+    assert str(path) in line and f"byte offset {offset}:" in line, line
+    with pytest.raises(RecordError) as fast:
+        TensorBoardSource(str(tmp_path)).read()
+    monkeypatch.setattr(events, "simple_scalars", no_fast_path)
+    with pytest.raises(RecordError) as slow:
+        TensorBoardSource(str(tmp_path)).read()
+    assert str(fast.value) == str(slow.value)
+
+
 def test_restart_files_of_one_run_are_merged_by_step(tmp_path: Path) -> None:
     _write(tmp_path, [1.0, 0.5])
     time.sleep(1.1)  # the file name carries the writer's start second

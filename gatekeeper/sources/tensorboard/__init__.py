@@ -1,6 +1,7 @@
 """TensorBoard event files (`events.out.tfevents.*`): every scalar read with C-checked
-CRCs (`events.py`, `fastpath.py`), live tails by byte offset (`source.py`), log dirs listed
-for the daemon (`discover.py`); a verdict is written next to the run as a JSON file.
+CRCs (`events.py`, `fastpath.py`), the points a restart discards dropped as TensorBoard drops
+them (`restarts.py`), live tails by byte offset (`source.py`), log dirs listed for the
+daemon (`discover.py`); a verdict is written next to the run as a JSON file.
 
 Importing the package imports none of its modules: `source_for` answers the detection pass
 (`sources.open_source`), `KIND` and `TensorBoardSource` are built when first asked for.

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from gatekeeper.errors import RecordError
-from gatekeeper.sources.tensorboard.fastpath import simple_scalars
+from gatekeeper.sources.tensorboard.fastpath import Scalars, simple_scalars
 from gatekeeper.sources.tensorboard.proto import (
     DT_BFLOAT16,
     DT_DOUBLE,
@@ -24,9 +24,11 @@ from gatekeeper.sources.tensorboard.proto import (
     DT_HALF,
     DT_INT32,
     DT_INT64,
+    SESSION_START,
     Event,
 )
 from gatekeeper.sources.tensorboard.records import Framed
+from gatekeeper.sources.tensorboard.restarts import EventInfo, Restarts, is_v2
 
 SCALARS_PLUGIN = "scalars"
 _CONTENT = {DT_FLOAT: "<f", DT_DOUBLE: "<d", DT_INT32: "<i", DT_INT64: "<q", DT_HALF: "<e"}
@@ -60,10 +62,11 @@ class Columns:
         return steps, values
 
 
-def decode(framed: Framed, columns: Columns, path: str) -> None:
+def decode(framed: Framed, columns: Columns, path: str, restarts: Restarts) -> None:
     """Add every scalar of `framed`'s records to `columns`: the common one-scalar event in
-    bulk (fastpath.py), every other record through protobuf. A record that is not an
-    Event, or a scalar tensor that is not a number, raises naming its byte offset."""
+    bulk (fastpath.py), every other record through protobuf; `restarts` reads the events in
+    order. A record that is not an Event, or a scalar tensor that is not a number, raises
+    naming its byte offset."""
     if not framed.starts:
         return
     base = columns.records
@@ -71,24 +74,45 @@ def decode(framed: Framed, columns: Columns, path: str) -> None:
     fast = simple_scalars(framed.data, framed.starts, framed.lengths)
     for k, name in enumerate(fast.names):
         mine = fast.tags == k
-        columns.add(name, fast.index[mine] + base, fast.steps[mine], fast.values[mine])
+        if mine.any():  # a tag that is not UTF-8 names no record here: protobuf refuses it
+            columns.add(name, fast.index[mine] + base, fast.steps[mine], fast.values[mine])
     rest = np.ones(len(framed.starts), bool)
     rest[fast.index] = False
+    if framed.base == 0 and not rest[0]:
+        restarts.headless()  # a file opening on a scalar: its rule is its predecessor's
     slow: dict[str, tuple[list[int], list[int], list[float]]] = {}
+    done = -1  # the last record the restart rules have read
     for i in np.flatnonzero(rest).tolist():
-        for tag, step, value in _event_scalars(framed, i, columns.plugins, path):
+        scalars, info = _event_scalars(framed, i, columns.plugins, path)
+        _fast_run(restarts, fast, base, done, i)
+        if framed.base == 0 and i == 0 and not (info.version and is_v2(info.version)):
+            restarts.headless()
+        restarts.event(base + i, info)
+        done = i
+        for tag, step, value in scalars:
             entry = slow.setdefault(tag, ([], [], []))
             entry[0].append(base + i)
             entry[1].append(step)
             entry[2].append(value)
+    _fast_run(restarts, fast, base, done, len(framed.starts))
     for tag, (index, steps, values) in slow.items():
         columns.add(tag, np.asarray(index, np.int64), np.asarray(steps, np.int64),
                     np.asarray(values, np.float64))
 
 
+def _fast_run(restarts: Restarts, fast: Scalars, base: int, after: int, before: int) -> None:
+    """The fast path's records between two protobuf-decoded ones, to the restart rules."""
+    if restarts.v2:
+        return  # they change nothing then: skip the search
+    lo, hi = np.searchsorted(fast.index, [after + 1, before])
+    if hi > lo:
+        restarts.scalars(fast.index[lo:hi] + base, fast.steps[lo:hi], fast.tags[lo:hi],
+                         fast.names)
+
+
 def _event_scalars(
     framed: Framed, i: int, plugins: dict[str, str], path: str
-) -> list[tuple[str, int, float]]:
+) -> tuple[list[tuple[str, int, float]], EventInfo]:
     try:
         event = Event.FromString(framed.payload(i))
     except Exception as exc:  # protobuf's DecodeError; the record passed its CRC
@@ -98,6 +122,13 @@ def _event_scalars(
         ) from None
     out: list[tuple[str, int, float]] = []
     step = event.step
+    what = event.WhichOneof("what")
+    info = EventInfo(
+        step=step,
+        version=event.file_version if what == "file_version" else None,
+        start=what == "session_log" and event.session_log.status == SESSION_START,
+        tags=tuple(v.tag for v in event.summary.value) if what == "summary" else None,
+    )
     for value in event.summary.value:  # empty for file_version, graphs, session logs
         kind = value.WhichOneof("value")
         if kind == "simple_value":
@@ -108,7 +139,7 @@ def _event_scalars(
                 plugins[tag] = value.metadata.plugin_data.plugin_name
             if plugins.get(tag) == SCALARS_PLUGIN:
                 out.append((tag, step, _scalar(value.tensor, tag, framed.offset(i), path)))
-    return out
+    return out, info
 
 
 def _scalar(tensor: object, tag: str, offset: int, path: str) -> float:

@@ -8,8 +8,10 @@ tensorboardX and `torch.utils.tensorboard` write one scalar per event in exactly
 `simple_scalars` recognises that layout with vectorized byte compares and varint decodes,
 and returns steps, values and tags of the records that match it *exactly* (every length
 must add up to the record's end); everything else — TF2 tensor scalars, several values in
-one event, images, metadata — is left to the protobuf decoder. This is what makes a
-million-scalar file cost about as much as checking its CRCs.
+one event, images, metadata — is left to the protobuf decoder. A tag that is not UTF-8
+is left to it too, so such a record is refused by protobuf's own check, as any other
+record is, instead of becoming a metric of its own. This is what makes a million-scalar
+file cost about as much as checking its CRCs.
 """
 
 from __future__ import annotations
@@ -75,18 +77,22 @@ def simple_scalars(data: bytes, starts: list[int], lengths: list[int]) -> Scalar
     ok &= complete & (tag_len > 0) & (tag_len <= _MAX_TAG)
     ok &= (_at(buf, p) == 0x15) & (p + 5 == e)
     index = np.flatnonzero(ok)
+    tags, names, utf8 = _group_tags(buf, tag_start[index], tag_len[index])
+    if not utf8.all():
+        index, tags = index[utf8], tags[utf8]
     vpos = p[index, None] + np.arange(1, 5)
     values = _at(buf, vpos).astype(np.uint8).view("<f4").ravel().astype(np.float64)
-    tags, names = _group_tags(buf, tag_start[index], tag_len[index])
     return Scalars(index, step[index], values, tags, names)
 
 
 def _group_tags(
     buf: np.ndarray, start: np.ndarray, length: np.ndarray
-) -> tuple[np.ndarray, list[str]]:
-    """Tag number per record and the tag names, grouping equal tag bytes in batches."""
+) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Tag number per record, the tag names, and per record whether its tag is UTF-8,
+    grouping equal tag bytes in batches."""
     names: list[str] = []
     known: dict[bytes, int] = {}
+    invalid: list[int] = []  # numbers of the tags that are not UTF-8
     out = np.empty(start.size, np.int64)
     for lo in range(0, start.size, _CHUNK):
         st, ln = start[lo : lo + _CHUNK], length[lo : lo + _CHUNK]
@@ -104,7 +110,11 @@ def _group_tags(
             tag = raw[: raw[-1]]
             if tag not in known:
                 known[tag] = len(names)
-                names.append(tag.decode("utf-8", "replace"))
+                try:
+                    names.append(tag.decode("utf-8"))
+                except UnicodeDecodeError:
+                    invalid.append(len(names))
+                    names.append("")
             ids[k] = known[tag]
         out[lo : lo + _CHUNK] = ids[inverse.ravel()]
-    return out, names
+    return out, names, ~np.isin(out, invalid)

@@ -2,8 +2,10 @@
 
 Declaring them (instead of importing tensorflow's, tensorboard's or tensorboardX's generated
 modules) keeps the runtime dependency to `protobuf` alone. Only what a scalar needs is
-declared: `Summary.Value.image`, `histo`, `audio` and every other `Event` payload (graphs,
-run metadata) stay unknown fields, so they are skipped as raw bytes, never decoded.
+declared: `Summary.Value.image`, `histo`, `audio` stay unknown fields, so they are skipped
+as raw bytes, never decoded. `Event`'s oneof `what` is declared whole (graphs and run
+metadata as bytes): which member an event holds decides TensorBoard's restart rules
+(restarts.py), and a later member on the wire replaces an earlier one, as in TensorBoard.
 Field numbers follow tensorboard/compat/proto/{event,summary,tensor,tensor_shape}.proto.
 """
 
@@ -69,6 +71,7 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
         oneof=("value", {"simple_value", "tensor"}),
     )
     _message(f, "Summary", [("value", 1, _F.TYPE_MESSAGE, rep, "Value")])
+    _message(f, "SessionLog", [("status", 1, _F.TYPE_INT32, one, None)])
     _message(
         f,
         "Event",
@@ -76,8 +79,15 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
             ("wall_time", 1, _F.TYPE_DOUBLE, one, None),
             ("step", 2, _F.TYPE_INT64, one, None),
             ("file_version", 3, _F.TYPE_STRING, one, None),
+            ("graph_def", 4, _F.TYPE_BYTES, one, None),
             ("summary", 5, _F.TYPE_MESSAGE, one, "Summary"),
+            ("log_message", 6, _F.TYPE_BYTES, one, None),
+            ("session_log", 7, _F.TYPE_MESSAGE, one, "SessionLog"),
+            ("tagged_run_metadata", 8, _F.TYPE_BYTES, one, None),
+            ("meta_graph_def", 9, _F.TYPE_BYTES, one, None),
         ],
+        oneof=("what", {"file_version", "graph_def", "summary", "log_message", "session_log",
+                        "tagged_run_metadata", "meta_graph_def"}),
     )
     return f
 
@@ -89,6 +99,9 @@ def _event_class() -> Any:
 
 
 Event: Any = _event_class()
+
+# event.proto's SessionLog.SessionStatus: a writer (re)starting, `purge_step` its step.
+SESSION_START = 1
 
 # tensorflow/core/framework/types.proto: the dtypes a scalar summary is written in.
 DT_FLOAT, DT_DOUBLE, DT_INT32, DT_INT64, DT_HALF, DT_BFLOAT16 = 1, 2, 3, 9, 19, 14

@@ -1,31 +1,34 @@
 """`TensorBoardSource`: one run's event files (`events.out.tfevents.*`), read and tailed.
 
-A run is a directory holding event files (one per process or restart, all merged by step)
-or one event file. `tensorboard://PATH` (or `tb://PATH`) names one explicitly, which a
+A run is a directory holding event files (one per process or restart) or one event file.
+The files are read in name order, as TensorBoard reads them, and a restart's discards are
+applied as TensorBoard applies them (restarts.py): a `purge_step` resume drops the points
+it re-logs. `tensorboard://PATH` (or `tb://PATH`) names one explicitly, which a
 watch needs when the directory does not exist yet. Each file is tailed by byte offset, so
 a poll costs O(new bytes); a record cut at the end of a file is pending while live and a
-truncation error on a final read. TensorBoard carries no run state: the run is judged on
-its data (state `unknown`).
+truncation error on a final read; a poll whose restart discards points an earlier poll
+delivered reads the run again and says so (`Poll.reset`), so a live verdict ends where a
+whole read does. TensorBoard carries no run state: the run is judged on its data (state
+`unknown`).
 """
 
 from __future__ import annotations
 
 import glob
 import os
-import re
 from typing import Any
 
 from gatekeeper.errors import RecordError, SourceError, SourceNotFound
 from gatekeeper.extras import require
 from gatekeeper.model import Run, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
+from gatekeeper.sources.tensorboard.restarts import Restarts
 from gatekeeper.sources.tensorboard.scheme import SCHEMES
 
 FILE_MARK = "events.out.tfevents."
 STEP_KEY = "step"
-_CURSOR_VERSION = 1
+_CURSOR_VERSION = 2
 READ_CHUNK = 64 << 20
-_STAMP = re.compile(r"tfevents\.(\d+)")
 
 
 def is_event_file(path: str) -> bool:
@@ -33,16 +36,12 @@ def is_event_file(path: str) -> bool:
 
 
 def event_files(directory: str) -> list[str]:
-    """The event files directly in `directory`, oldest first (the writer's timestamp, then
-    name), so a restart's points follow the first run's."""
+    """The event files directly in `directory` in name order, TensorBoard's reading order
+    (`directory_watcher` sorts the paths): the writer's 10-digit timestamp comes first in
+    the name, so a restart's file follows the first run's."""
     found = [p for p in glob.glob(os.path.join(glob.escape(directory), FILE_MARK + "*"))
              if os.path.isfile(p)]
-
-    def order(path: str) -> tuple[int, str]:
-        m = _STAMP.search(os.path.basename(path))
-        return (int(m.group(1)) if m else 0, os.path.basename(path))
-
-    return sorted(found, key=order)
+    return sorted(found)
 
 
 def is_run_dir(path: str) -> bool:
@@ -65,6 +64,8 @@ class TensorBoardSource(LiveSource):
         self._offsets: dict[str, int] = {}
         self._pending: dict[str, int] = {}
         self._plugins: dict[str, str] = {}
+        self._restarts = Restarts()
+        self._reread = False  # the next poll holds the run whole (`Poll.reset`)
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -88,7 +89,7 @@ class TensorBoardSource(LiveSource):
                 f"{self.path}: no TensorBoard event files ({FILE_MARK}*); point at one run's "
                 "directory, not a log dir of runs"
             )
-        self._offsets, self._pending, self._plugins = {}, {}, {}
+        self._forget()
         poll = self.poll()
         for path in self.files():
             cut = self._pending.get(os.path.basename(path), 0)
@@ -105,32 +106,63 @@ class TensorBoardSource(LiveSource):
     # -- LiveSource ---------------------------------------------------------------------
 
     def poll(self) -> Poll:
+        poll = self._poll_once()
+        if poll is None:  # a restart discarded points delivered before: read it all again
+            self._forget()
+            poll = self._poll_once()
+            assert poll is not None, "a first read cannot reach points delivered before"
+            self._reread = True
+        poll.reset, self._reread = self._reread, False
+        return poll
+
+    def _poll_once(self) -> Poll | None:
         # imported here: declaring the protobuf messages is not free, and `import
         # gatekeeper.cli` must stay cheap for runs that never read TensorBoard
         from gatekeeper.sources.tensorboard.events import Columns
 
         columns = Columns(plugins=self._plugins)
+        read_before = [n for n, offset in self._offsets.items() if offset]
+        last = max(read_before, default=None)
+        grew_early = False  # a file before one already read got records: order changed
         for path in self.files():
+            name, before = os.path.basename(path), self._offsets.get(os.path.basename(path), 0)
             self._read_new(path, columns)
+            grew_early |= last is not None and name < last and self._offsets[name] > before
+        if grew_early and self._restarts.ordered:
+            return None
+        if not self._restarts.settle(columns.chunks):
+            return None
         series = {
             tag: merge_chunks(tag, [columns.series(tag)], STEP_KEY)
             for tag in sorted(columns.chunks)
         }
-        return Poll(series=series, run=self._run(), ended=False, points=columns.points)
+        points = sum(len(s) for s in series.values())
+        return Poll(series=series, run=self._run(), ended=False, points=points)
 
     def cursor(self) -> dict[str, Any]:
         return {
             "version": _CURSOR_VERSION,
             "offsets": dict(self._offsets),
             "plugins": dict(self._plugins),
+            "restarts": self._restarts.to_cursor(),
         }
 
     def restore(self, cursor: dict[str, Any]) -> None:
+        if cursor.get("version") == 1:  # kept no restart state: read the run again whole
+            self._forget()
+            self._reread = True
+            return
         check_cursor_version(cursor, _CURSOR_VERSION, self.spec)
         self._offsets = {str(k): int(v) for k, v in cursor.get("offsets", {}).items()}
         self._plugins = {str(k): str(v) for k, v in cursor.get("plugins", {}).items()}
+        self._restarts = Restarts.from_cursor(cursor["restarts"])
 
     # -- internals ----------------------------------------------------------------------
+
+    def _forget(self) -> None:
+        """Back to the start of every file: the next poll reads the run whole."""
+        self._offsets, self._pending, self._plugins = {}, {}, {}
+        self._restarts = Restarts()
 
     def _read_new(self, path: str, columns: Any) -> None:
         from gatekeeper.sources.tensorboard.events import decode
@@ -152,7 +184,7 @@ class TensorBoardSource(LiveSource):
                     fh.seek(offset)
                     want = min(size - offset, chunk)
                     framed = frame(fh.read(want), offset, path)
-                    decode(framed, columns, path)
+                    decode(framed, columns, path, self._restarts)
                     if framed.end == offset and want < size - offset:
                         chunk *= 2  # one record larger than the chunk: read more of it
                         continue
