@@ -278,3 +278,47 @@ def test_daemon_watches_the_running_runs_of_an_experiment_until_they_end(
         assert watchers()[key].ended
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize("store", ["file", "sqlite", "server"])
+def test_an_infinite_loss_is_non_finite_in_every_store_whole_and_live(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQL cannot hold an infinity: mlflow 3.17.2's SQL stores (sqlite, and a server with a
+    SQL backend) keep +/-Inf as +/-1.7976931348623157e308 (`SqlAlchemyStore.
+    sanitize_metric_value`); the file store keeps `inf`. Read what the store means: a loss
+    logged as Inf is a non-finite ERROR in every store, by `check` and by `watch`."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    inf = float("inf")
+    if store == "server":
+        uri = request.getfixturevalue("mlflow_server").url
+    else:
+        uri = f"file://{tmp_path / 'mlruns'}" if store == "file" else (
+            f"sqlite:///{tmp_path / 'mlflow.db'}"
+        )
+    client = MlflowClient(uri)
+    rid = _log_run(client, "infinite", [1.0, inf, 0.5, -inf])
+    kept = [m.value for m in client.get_metric_history(rid, "train/loss")]
+    clamp = 1.7976931348623157e308
+    assert kept == ([1.0, inf, 0.5, -inf] if store == "file" else [1.0, clamp, 0.5, -clamp])
+    source = f"mlflow+{uri}/runs/{rid}"
+    assert open_source(source).read().series["train/loss"].values.tolist() == [
+        1.0, inf, 0.5, -inf
+    ]
+    policy = write_policy(tmp_path / "finite.yaml", """
+        version: 1
+        name: ml
+        rules:
+          - id: loss-finite
+            metric: train/loss
+            check: {finite: true}
+        """)
+    for command in ("check", "watch"):
+        out = tmp_path / f"{command}.json"
+        live = ("--interval", "0.2") if command == "watch" else ()
+        proc = gatekeeper(command, source, "-p", str(policy), "--json", str(out), *live)
+        assert proc.returncode == 1, (command, proc.stdout + proc.stderr)
+        res = next(r for r in json.loads(out.read_text())["results"] if r["rule"] == "loss-finite")
+        assert res["status"] == "error" and res["step"] == 1, (command, res)

@@ -18,6 +18,7 @@ from gatekeeper.sources.mlflow.client import (
     Page,
     Point,
     RunInfo,
+    number,
     resolve_experiment_ids,
 )
 from gatekeeper.sources.mlflow.rest import _run_info
@@ -74,7 +75,7 @@ class StoreClient:
                 run_id, key, max_results=PAGE_SIZE, page_token=token
             ),
         )
-        points = [Point(int(m.step), int(m.timestamp), float(m.value)) for m in page]
+        points = [Point(int(m.step), int(m.timestamp), number(m.value)) for m in page]
         token_out = getattr(page, "token", None)
         return Page(points, token_out.decode() if isinstance(token_out, bytes) else token_out)
 
