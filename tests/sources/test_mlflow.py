@@ -322,3 +322,81 @@ def test_an_infinite_loss_is_non_finite_in_every_store_whole_and_live(
         assert proc.returncode == 1, (command, proc.stdout + proc.stderr)
         res = next(r for r in json.loads(out.read_text())["results"] if r["rule"] == "loss-finite")
         assert res["status"] == "error" and res["step"] == 1, (command, res)
+
+
+@pytest.fixture(scope="module")
+def file_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """One run written to a file store by the real mlflow client: (store, experiment, run)."""
+    import os
+
+    from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    root = tmp_path_factory.mktemp("filestore") / "mlruns"
+    client = MlflowClient(f"file://{root}")
+    rid = _log_run(client, "damaged", [1.0, 0.5, 0.25], lr="0.1")
+    return root, client.get_run(rid).info.experiment_id, rid
+
+
+def _damage(path: Path, how: str) -> None:
+    import os
+
+    if how == "fifo":
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+    elif how == "zero":
+        path.unlink()
+        path.symlink_to("/dev/zero")
+    elif how == "empty":
+        path.write_bytes(b"")
+    else:
+        text = path.read_bytes()
+        path.write_bytes(
+            text.replace(b"status: 3", b"status: -1") if how == "status" else text + how.encode(
+                "latin-1"
+            )
+        )
+
+
+# (damage, the file it is done to, the line named, words the one error line holds)
+DAMAGE = [
+    ("fractional step", "metrics/train/loss", "1003 0.2 1.5\n", 4, "TIMESTAMP VALUE STEP"),
+    ("non-UTF-8 metric", "metrics/train/loss", "1003 0.2 \xff\n", 4, "not UTF-8"),
+    ("step past int64", "metrics/train/loss", "1003 0.2 9223372036854775808\n", 4, "int64"),
+    ("two fields too many", "metrics/train/loss", "1 2 3 4\n", 4, "TIMESTAMP VALUE STEP"),
+    ("empty metric file", "metrics/train/loss", "empty", None, "holds no points"),
+    ("FIFO metric file", "metrics/train/loss", "fifo", None, "is a FIFO"),
+    ("metric linked to /dev/zero", "metrics/train/loss", "zero", None, "is a device"),
+    ("bad meta.yaml", "meta.yaml", "status: [\n", None, "mlflow cannot read"),
+    ("status -1", "meta.yaml", "status", None, "run status -1"),
+    ("empty meta.yaml", "meta.yaml", "empty", None, "mlflow cannot read"),
+    ("non-UTF-8 param", "params/lr", "\xff", None, "utf-8"),
+    ("FIFO tag", "tags/team", "fifo", None, "is a FIFO"),
+]
+
+
+@pytest.mark.parametrize(("damage", "rel", "how", "line", "words"), DAMAGE,
+                         ids=[d[0] for d in DAMAGE])
+def test_a_damaged_file_store_is_exit_2_naming_the_file_whole_and_live(
+    file_store: tuple[Path, str, str], tmp_path: Path, damage: str, rel: str, how: str,
+    line: int | None, words: str,
+) -> None:
+    """mlflow 3.17.2's FileStore opens every file with a plain open() and reads it whole;
+    gatekeeper checks each file it will read (regular, bounded) and names the file (and
+    the line) mlflow's reader fails on: exit 2, one line, never 70 or a hang."""
+    import shutil
+
+    template, exp, rid = file_store
+    root = tmp_path / "mlruns"
+    shutil.copytree(template, root, symlinks=True)
+    target = root / exp / rid / rel
+    _damage(target, how)
+    source = f"mlflow+file://{root}/runs/{rid}"
+    for command in ("check", "watch"):
+        live = ("--interval", "0.2") if command == "watch" else ()
+        proc = gatekeeper(command, source, "-p", str(_policy(tmp_path)), *live, timeout=60)
+        assert proc.returncode == 2, (command, proc.stdout + proc.stderr)
+        error = proc.stderr.strip().splitlines()[-1]
+        where = f"{target}:{line}: " if line else f"{target}: "
+        assert error.startswith(f"gatekeeper: error: {where}"), (command, error)
+        assert words in error and "repair the file or remove it" in error, (command, error)
