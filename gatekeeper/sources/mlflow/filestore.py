@@ -11,7 +11,7 @@ before it reads any, and turns a failure of mlflow's reader into a `RecordError`
 the file. The parsing stays mlflow's: a metric file's bad line is found by running
 mlflow's own line parser over the lines, on the error path only.
 
-Written against mlflow 3.x's FileStore (hooks: `_get_run_info_from_dir`,
+Written against mlflow 3.x's FileStore (hooks: `_get_run_info`, `_get_run_info_from_dir`,
 `_get_metric_from_file`, `get_metric_history`, `_get_param_from_file`, `_get_tag_from_file`,
 `_get_all_inputs`, `_get_all_outputs`, `_get_experiment`); `HOOKS` lists them and the
 client refuses a FileStore lacking one, rather than read unguarded.
@@ -36,7 +36,7 @@ MAX_METRIC_BYTES = int(os.environ.get("GATEKEEPER_MLFLOW_MAX_FILE_BYTES", str(25
 MAX_OTHER_BYTES = 16 << 20  # meta.yaml, a param, a tag: mlflow caps values at kilobytes
 READ_DIRS = ("metrics", "params", "tags", "inputs", "outputs")
 HOOKS = (
-    "_get_run_info_from_dir", "_get_metric_from_file", "get_metric_history",
+    "_get_run_info", "_get_run_info_from_dir", "_get_metric_from_file", "get_metric_history",
     "_get_param_from_file", "_get_tag_from_file", "_get_all_inputs", "_get_all_outputs",
     "_get_experiment",
 )
@@ -44,7 +44,8 @@ _FIX = "repair the file or remove it"
 
 
 def _damaged(path: str, exc: BaseException, line: int | None = None) -> NoReturn:
-    what = quote(str(exc) or type(exc).__name__, 160)
+    text = f"no key {exc}" if isinstance(exc, KeyError) else (str(exc) or type(exc).__name__)
+    what = quote(text, 160)
     raise RecordError(f"mlflow cannot read this file: {what}; {_FIX}", file=path, line=line)
 
 
@@ -120,6 +121,16 @@ def _in_int64(metrics: Any) -> bool:
 
 class GuardedFileStore(FileStore):
     """mlflow's FileStore, each file checked before mlflow reads it and named when it fails."""
+
+    def _get_run_info(self, run_uuid: str) -> Any:
+        try:
+            return super()._get_run_info(run_uuid)
+        except MlflowException as exc:
+            # meta.yaml names another run or experiment than the folders it lies in
+            if "INVALID_STATE" not in str(exc.error_code):
+                raise
+            _exp, run_dir = self._find_run_root(run_uuid)
+            _damaged(os.path.join(run_dir or self.root_directory, "meta.yaml"), exc)
 
     def _get_run_info_from_dir(self, run_dir: str) -> Any:
         check_files(run_dir)
