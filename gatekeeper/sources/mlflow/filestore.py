@@ -49,18 +49,21 @@ def _damaged(path: str, exc: BaseException, line: int | None = None) -> NoReturn
     raise RecordError(f"mlflow cannot read this file: {what}; {_FIX}", file=path, line=line)
 
 
+def _passes(exc: BaseException) -> bool:
+    """Raised as it is, not as the file's damage: a gatekeeper error (a file checked or
+    read further in) or mlflow's own "not found"."""
+    return isinstance(exc, GatekeeperError) or (
+        isinstance(exc, MlflowException) and "RESOURCE_DOES_NOT_EXIST" in str(exc.error_code)
+    )
+
+
 def _read(path: str, fn: Callable[[], T]) -> T:
-    """mlflow's read of `path`; what it raises is the file's damage, with its name. A
-    gatekeeper error (a nested file) or mlflow's own "not found" passes through."""
+    """mlflow's read of `path`; what it raises is the file's damage, with its name."""
     try:
         return fn()
-    except GatekeeperError:
-        raise
-    except MlflowException as exc:
-        if "RESOURCE_DOES_NOT_EXIST" in str(exc.error_code):
-            raise
-        _damaged(path, exc)
     except Exception as exc:  # ValueError, UnicodeError, YAMLError, a bare Exception...
+        if _passes(exc):
+            raise
         _damaged(path, exc)
 
 
@@ -158,13 +161,9 @@ class GuardedFileStore(FileStore):
                            page_token: str | None = None) -> Any:
         try:
             page = super().get_metric_history(run_id, metric_key, max_results, page_token)
-        except (GatekeeperError, MlflowException) as exc:
-            if isinstance(exc, GatekeeperError) or "RESOURCE_DOES_NOT_EXIST" in str(
-                exc.error_code
-            ):
-                raise
-            locate(self._metric_path(run_id, metric_key), run_id, metric_key, exc)
         except Exception as exc:
+            if _passes(exc):
+                raise
             locate(self._metric_path(run_id, metric_key), run_id, metric_key, exc)
         if not _in_int64(page):
             locate(self._metric_path(run_id, metric_key), run_id, metric_key, None)
