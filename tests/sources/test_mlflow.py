@@ -400,3 +400,21 @@ def test_a_damaged_file_store_is_exit_2_naming_the_file_whole_and_live(
         where = f"{target}:{line}: " if line else f"{target}: "
         assert error.startswith(f"gatekeeper: error: {where}"), (command, error)
         assert words in error and "repair the file or remove it" in error, (command, error)
+
+
+def test_a_store_that_is_not_there_or_not_mlflow_is_exit_2_and_nothing_is_created(
+    tmp_path: Path,
+) -> None:
+    """mlflow's FileStore creates a missing root (and the default experiment) and a garbage
+    sqlite file raises sqlalchemy's DatabaseError: a read must neither write nor exit 70."""
+    missing = tmp_path / "no-such" / "mlruns"
+    garbage = tmp_path / "mlflow.db"
+    garbage.write_text("not a database\n")
+    for source, words in (
+        (f"mlflow+file://{missing}/runs/abc", "no MLflow file store"),
+        (f"mlflow+sqlite:///{garbage}/runs/abc", "cannot open it as an MLflow store"),
+    ):
+        proc, _ = _check(tmp_path, source)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
+    assert not missing.parent.exists()

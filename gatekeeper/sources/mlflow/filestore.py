@@ -25,8 +25,9 @@ from typing import Any, NoReturn, TypeVar
 
 from mlflow.exceptions import MlflowException
 from mlflow.store.tracking.file_store import FileStore
+from mlflow.utils.file_utils import local_file_uri_to_path
 
-from gatekeeper.errors import GatekeeperError, RecordError, SourceError, quote
+from gatekeeper.errors import GatekeeperError, RecordError, SourceError, SourceNotFound, quote
 from gatekeeper.safe_open import check_regular, open_regular
 
 T = TypeVar("T")
@@ -217,4 +218,7 @@ def guarded_file_store(uri: str) -> GuardedFileStore:
             f"{uri}: this mlflow's FileStore lacks {', '.join(missing)}, which gatekeeper "
             "guards to read file stores safely; use mlflow 3.x or a sqlite:/// store"
         )
+    root = local_file_uri_to_path(uri)
+    if not os.path.isdir(root):  # mlflow's FileStore would create it: a read writes nothing
+        raise SourceNotFound(f"{uri}: no MLflow file store (an mlruns/ folder) at {root}")
     return GuardedFileStore(uri)

@@ -45,16 +45,31 @@ class StoreClient:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.uri = tracking_uri
         self.requests = 0
-        self.client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
         # Reads go to the store itself: it pages metric history (max_results + page_token),
         # which the client facade does not. A file store's files are checked before mlflow
         # reads them (filestore.py); writes (--annotate) go through the client.
         if tracking_uri.startswith("file:"):
             from gatekeeper.sources.mlflow.filestore import guarded_file_store
 
-            self.store = guarded_file_store(tracking_uri)
+            self.store = guarded_file_store(tracking_uri)  # first: the client would mkdir
+            self.client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
         else:
+            self.client = self._open_sql(mlflow)
             self.store = self.client._tracking_client.store
+
+    def _open_sql(self, mlflow: Any) -> Any:
+        """The client of mlflow's SQL store; a file that is no MLflow database is an input
+        error (sqlalchemy's DatabaseError), not a bug."""
+        try:
+            return mlflow.tracking.MlflowClient(tracking_uri=self.uri)
+        except Exception as exc:
+            if not type(exc).__module__.startswith("sqlalchemy"):
+                raise
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise SourceError(
+                f"{self.uri}: cannot open it as an MLflow store: {first[:200]}; name the "
+                "database `mlflow server --backend-store-uri` or the mlflow client wrote"
+            ) from None
 
     def _guard(self, what: str, fn: Any) -> Any:
         from mlflow.exceptions import MlflowException
