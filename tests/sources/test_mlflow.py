@@ -278,3 +278,143 @@ def test_daemon_watches_the_running_runs_of_an_experiment_until_they_end(
         assert watchers()[key].ended
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize("store", ["file", "sqlite", "server"])
+def test_an_infinite_loss_is_non_finite_in_every_store_whole_and_live(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQL cannot hold an infinity: mlflow 3.17.2's SQL stores (sqlite, and a server with a
+    SQL backend) keep +/-Inf as +/-1.7976931348623157e308 (`SqlAlchemyStore.
+    sanitize_metric_value`); the file store keeps `inf`. Read what the store means: a loss
+    logged as Inf is a non-finite ERROR in every store, by `check` and by `watch`."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    inf = float("inf")
+    if store == "server":
+        uri = request.getfixturevalue("mlflow_server").url
+    else:
+        uri = f"file://{tmp_path / 'mlruns'}" if store == "file" else (
+            f"sqlite:///{tmp_path / 'mlflow.db'}"
+        )
+    client = MlflowClient(uri)
+    rid = _log_run(client, "infinite", [1.0, inf, 0.5, -inf])
+    kept = [m.value for m in client.get_metric_history(rid, "train/loss")]
+    clamp = 1.7976931348623157e308
+    assert kept == ([1.0, inf, 0.5, -inf] if store == "file" else [1.0, clamp, 0.5, -clamp])
+    source = f"mlflow+{uri}/runs/{rid}"
+    assert open_source(source).read().series["train/loss"].values.tolist() == [
+        1.0, inf, 0.5, -inf
+    ]
+    policy = write_policy(tmp_path / "finite.yaml", """
+        version: 1
+        name: ml
+        rules:
+          - id: loss-finite
+            metric: train/loss
+            check: {finite: true}
+        """)
+    for command in ("check", "watch"):
+        out = tmp_path / f"{command}.json"
+        live = ("--interval", "0.2") if command == "watch" else ()
+        proc = gatekeeper(command, source, "-p", str(policy), "--json", str(out), *live)
+        assert proc.returncode == 1, (command, proc.stdout + proc.stderr)
+        res = next(r for r in json.loads(out.read_text())["results"] if r["rule"] == "loss-finite")
+        assert res["status"] == "error" and res["step"] == 1, (command, res)
+
+
+@pytest.fixture(scope="module")
+def file_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """One run written to a file store by the real mlflow client: (store, experiment, run)."""
+    import os
+
+    from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    root = tmp_path_factory.mktemp("filestore") / "mlruns"
+    client = MlflowClient(f"file://{root}")
+    rid = _log_run(client, "damaged", [1.0, 0.5, 0.25], lr="0.1")
+    return root, client.get_run(rid).info.experiment_id, rid
+
+
+def _damage(path: Path, how: str) -> None:
+    import os
+
+    if how == "fifo":
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+    elif how == "zero":
+        path.unlink()
+        path.symlink_to("/dev/zero")
+    elif how == "empty":
+        path.write_bytes(b"")
+    else:
+        text = path.read_bytes()
+        path.write_bytes(
+            text.replace(b"status: 3", b"status: -1") if how == "status" else text + how.encode(
+                "latin-1"
+            )
+        )
+
+
+# (damage, the file it is done to, the line named, words the one error line holds)
+DAMAGE = [
+    ("fractional step", "metrics/train/loss", "1003 0.2 1.5\n", 4, "TIMESTAMP VALUE STEP"),
+    ("non-UTF-8 metric", "metrics/train/loss", "1003 0.2 \xff\n", 4, "not UTF-8"),
+    ("step past int64", "metrics/train/loss", "1003 0.2 9223372036854775808\n", 4, "int64"),
+    ("two fields too many", "metrics/train/loss", "1 2 3 4\n", 4, "TIMESTAMP VALUE STEP"),
+    ("empty metric file", "metrics/train/loss", "empty", None, "holds no points"),
+    ("FIFO metric file", "metrics/train/loss", "fifo", None, "is a FIFO"),
+    ("metric linked to /dev/zero", "metrics/train/loss", "zero", None, "is a device"),
+    ("bad meta.yaml", "meta.yaml", "status: [\n", None, "mlflow cannot read"),
+    ("status -1", "meta.yaml", "status", None, "run status -1"),
+    ("empty meta.yaml", "meta.yaml", "empty", None, "mlflow cannot read"),
+    ("non-UTF-8 param", "params/lr", "\xff", None, "utf-8"),
+    ("FIFO tag", "tags/team", "fifo", None, "is a FIFO"),
+]
+
+
+@pytest.mark.parametrize(("damage", "rel", "how", "line", "words"), DAMAGE,
+                         ids=[d[0] for d in DAMAGE])
+def test_a_damaged_file_store_is_exit_2_naming_the_file_whole_and_live(
+    file_store: tuple[Path, str, str], tmp_path: Path, damage: str, rel: str, how: str,
+    line: int | None, words: str,
+) -> None:
+    """mlflow 3.17.2's FileStore opens every file with a plain open() and reads it whole;
+    gatekeeper checks each file it will read (regular, bounded) and names the file (and
+    the line) mlflow's reader fails on: exit 2, one line, never 70 or a hang."""
+    import shutil
+
+    template, exp, rid = file_store
+    root = tmp_path / "mlruns"
+    shutil.copytree(template, root, symlinks=True)
+    target = root / exp / rid / rel
+    _damage(target, how)
+    source = f"mlflow+file://{root}/runs/{rid}"
+    for command in ("check", "watch"):
+        live = ("--interval", "0.2") if command == "watch" else ()
+        proc = gatekeeper(command, source, "-p", str(_policy(tmp_path)), *live, timeout=60)
+        assert proc.returncode == 2, (command, proc.stdout + proc.stderr)
+        error = proc.stderr.strip().splitlines()[-1]
+        where = f"{target}:{line}: " if line else f"{target}: "
+        assert error.startswith(f"gatekeeper: error: {where}"), (command, error)
+        assert words in error and "repair the file or remove it" in error, (command, error)
+
+
+def test_a_store_that_is_not_there_or_not_mlflow_is_exit_2_and_nothing_is_created(
+    tmp_path: Path,
+) -> None:
+    """mlflow's FileStore creates a missing root (and the default experiment) and a garbage
+    sqlite file raises sqlalchemy's DatabaseError: a read must neither write nor exit 70."""
+    missing = tmp_path / "no-such" / "mlruns"
+    garbage = tmp_path / "mlflow.db"
+    garbage.write_text("not a database\n")
+    for source, words in (
+        (f"mlflow+file://{missing}/runs/abc", "no MLflow file store"),
+        (f"mlflow+sqlite:///{garbage}/runs/abc", "cannot open it as an MLflow store"),
+    ):
+        proc, _ = _check(tmp_path, source)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
+    assert not missing.parent.exists()

@@ -78,14 +78,25 @@ def resolve_experiment_ids(names: list[str], lookup: Callable[[str], str]) -> li
     return [name if name.isdigit() else lookup(name) for name in names]
 
 
+# SQL cannot hold an infinity: mlflow's SQL stores (sqlite, any SQL backend of a server)
+# write +/-Inf as +/-DBL_MAX — mlflow 3.17.2 `SqlAlchemyStore.sanitize_metric_value` (and
+# `store/fs2db` when a file store is migrated) — and read it back as that number. A server
+# does not say which store it has, so every backend maps it back alike (a file store writes
+# `inf`, never this number, unless a trainer logged DBL_MAX itself).
+_SQL_INF = 1.7976931348623157e308
+
+
 def number(raw: Any) -> float:
-    """A metric value as MLflow sends it: a number, or "NaN"/"Infinity"/"-Infinity" in JSON."""
+    """A metric value as MLflow sends it: a number, or "NaN"/"Infinity"/"-Infinity" in JSON;
+    +/-DBL_MAX is the infinity a SQL store kept (above)."""
     if isinstance(raw, (int, float)):
-        return float(raw)
-    try:
-        return float(str(raw))
-    except ValueError:
-        return math.nan
+        value = float(raw)
+    else:
+        try:
+            value = float(str(raw))
+        except ValueError:
+            return math.nan
+    return math.copysign(math.inf, value) if abs(value) == _SQL_INF else value
 
 
 def param_value(raw: str) -> Any:

@@ -19,6 +19,7 @@ from gatekeeper.sources.mlflow.client import (
     Page,
     Point,
     RunInfo,
+    number,
     resolve_experiment_ids,
 )
 from gatekeeper.sources.mlflow.rest import _run_info
@@ -38,10 +39,31 @@ class StoreClient:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.uri = tracking_uri
         self.requests = 0
-        self.client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
-        # The store itself pages metric history (max_results + page_token); the client
-        # facade only offers the whole history at once.
-        self.store = self.client._tracking_client.store
+        # Reads go to the store itself: it pages metric history (max_results + page_token),
+        # which the client facade does not. A file store's files are checked before mlflow
+        # reads them (filestore.py); writes (--annotate) go through the client.
+        if tracking_uri.startswith("file:"):
+            from gatekeeper.sources.mlflow.filestore import guarded_file_store
+
+            self.store = guarded_file_store(tracking_uri)  # first: the client would mkdir
+            self.client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
+        else:
+            self.client = self._open_sql(mlflow)
+            self.store = self.client._tracking_client.store
+
+    def _open_sql(self, mlflow: Any) -> Any:
+        """The client of mlflow's SQL store; a file that is no MLflow database is an input
+        error (sqlalchemy's DatabaseError), not a bug."""
+        try:
+            return mlflow.tracking.MlflowClient(tracking_uri=self.uri)
+        except Exception as exc:
+            if not type(exc).__module__.startswith("sqlalchemy"):
+                raise
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise SourceError(
+                f"{self.uri}: cannot open it as an MLflow store: {first[:200]}; name the "
+                "database `mlflow server --backend-store-uri` or the mlflow client wrote"
+            ) from None
 
     def _guard(self, what: str, fn: Any) -> Any:
         from mlflow.exceptions import MlflowException
@@ -68,11 +90,12 @@ class StoreClient:
                 run_id, key, max_results=PAGE_SIZE, page_token=token
             ),
         )
-        points = [Point(int(m.step), int(m.timestamp), float(m.value)) for m in page]
+        points = [Point(int(m.step), int(m.timestamp), number(m.value)) for m in page]
         token_out = getattr(page, "token", None)
         return Page(points, token_out.decode() if isinstance(token_out, bytes) else token_out)
 
     def search_runs(self, experiment_ids: list[str], filter_string: str) -> list[RunInfo]:
+        from mlflow.entities import ViewType
         from mlflow.utils.proto_json_utils import message_to_json
 
         runs: list[RunInfo] = []
@@ -80,8 +103,8 @@ class StoreClient:
         while True:
             page = self._guard(
                 "run search",
-                lambda t=token: self.client.search_runs(
-                    experiment_ids, filter_string, max_results=1000, page_token=t
+                lambda t=token: self.store.search_runs(
+                    experiment_ids, filter_string, ViewType.ACTIVE_ONLY, 1000, None, t
                 ),
             )
             runs.extend(_run_info(json.loads(message_to_json(r.to_proto()))) for r in page)
@@ -93,7 +116,7 @@ class StoreClient:
         return resolve_experiment_ids(names, self._experiment_id)
 
     def _experiment_id(self, name: str) -> str:
-        exp = self._guard(f"experiment {name!r}", lambda: self.client.get_experiment_by_name(name))
+        exp = self._guard(f"experiment {name!r}", lambda: self.store.get_experiment_by_name(name))
         if exp is None:
             raise SourceNotFound(f"{self.uri}: experiment {name!r} not found")
         return str(exp.experiment_id)
