@@ -92,6 +92,8 @@ def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> in
     from gatekeeper.report.text import summary_line
 
     follower.printer.close()
+    # a store's new run (mlflow) is a run of its own: the reports read that one whole
+    args.source = getattr(follower.gate.source, "followed", None) or args.source
     opts = report_options(args)
     gate.write_reports(outcome.verdict, opts)
     from gatekeeper.cli.report import write_plot_reports
