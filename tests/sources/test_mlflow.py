@@ -297,14 +297,17 @@ def _run_new(tmp: Path, source: str, uri: str, *writer: str) -> tuple[
     return proc, json.loads(out.read_text()), ids.read_text()
 
 
-def test_run_follows_the_run_cmd_creates_in_a_file_store_created_after_the_watch_began(
-    tmp_path: Path,
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_run_follows_the_run_cmd_creates_in_a_store_created_after_the_watch_began(
+    kind: str, tmp_path: Path
 ) -> None:
-    store = tmp_path / "mlruns"  # does not exist when the watch begins: CMD creates it
-    uri = f"file://{store}"
+    # the store does not exist when the watch begins: CMD's mlflow client creates it; a
+    # file store named as a plain `mlruns/` folder, a sqlite one by its URI
+    store = tmp_path / ("mlruns" if kind == "file" else "mlflow.db")
+    uri = f"file://{store}" if kind == "file" else f"sqlite:///{store}"
     proc, verdict, rid = _run_new(
-        tmp_path, str(store), uri, "--wait", "0.5", "--steps", "300", "--delay", "0.05",
-        "--bad-at", "5",
+        tmp_path, str(store) if kind == "file" else f"mlflow+{uri}", uri, "--wait", "0.5",
+        "--steps", "300", "--delay", "0.05", "--bad-at", "5",
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"following mlflow run cmd-run (created after the watch began, experiment 0): " \
@@ -313,7 +316,9 @@ def test_run_follows_the_run_cmd_creates_in_a_file_store_created_after_the_watch
     assert verdict["run"]["source"] == f"mlflow+{uri}/runs/{rid}"
 
     # the store now holds that broken run: a healthy re-run follows its own run, not it
-    proc, verdict, new = _run_new(tmp_path, f"mlflow+{uri}", uri, "--steps", "20")
+    proc, verdict, new = _run_new(
+        tmp_path, f"mlflow+{uri}", uri, "--steps", "20", "--delay", "0.02"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 earlier run(s) there are not followed" in proc.stdout
     assert new != rid and f"/runs/{new}" in proc.stdout and verdict["status"] == "pass"

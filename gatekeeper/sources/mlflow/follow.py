@@ -7,16 +7,20 @@ store, not the run. As for a wandb folder, the runs in the store when the watch 
 noted and never followed (a reused store holds finished runs); each poll lists the store's
 runs, in every experiment, until one that was not there appears, then follows it as an
 `MlflowSource` and says which. Several new runs at once: the one started first (the others
-are named). A local store that does not exist yet is not opened until CMD has created it:
-mlflow's file and SQL stores create themselves when opened.
+are named). A local store is not opened until it holds a run (a read-only look at the
+files): mlflow's file and SQL stores create themselves, migrations and all, when opened,
+and CMD may be doing just that.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from gatekeeper.errors import UsageError
 from gatekeeper.model import Run
@@ -53,6 +57,22 @@ def local_path(uri: str) -> str | None:
     if uri.startswith("sqlite:"):
         return urlsplit(uri).path[1:] or None  # sqlite:///rel.db, sqlite:////abs.db
     return None
+
+
+def _holds_a_run(path: str, *, sqlite: bool) -> bool:
+    """A local store CMD may be creating holds a run: only then is it opened. Opening it
+    earlier would race CMD's mlflow creating it (the SQL store runs its schema migrations
+    on open). A read-only look, never a write: a run's `meta.yaml` in a file store, a row
+    in a sqlite store's `runs` table."""
+    if not sqlite:
+        return bool(glob.glob(os.path.join(glob.escape(path), "*", "*", "meta.yaml")))
+    if not os.path.isfile(path):
+        return False
+    try:
+        with closing(sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)) as db:
+            return db.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is not None
+    except sqlite3.Error:  # no `runs` table yet, or the file is locked mid-migration
+        return False
 
 
 class NewRunSource(LiveSource):
@@ -123,9 +143,10 @@ class NewRunSource(LiveSource):
     # -- internals ----------------------------------------------------------------------
 
     def _runs(self) -> list[RunInfo]:
-        """Every run of the store now; none while a local store does not exist yet."""
+        """Every run of the store now; none while a local store holds no run yet."""
         path = local_path(self.tracking_uri)
-        if path is not None and not os.path.exists(path):
+        sqlite = self.tracking_uri.startswith("sqlite:")
+        if path is not None and not _holds_a_run(path, sqlite=sqlite):
             return []
         return self.client.search_runs(self.client.all_experiment_ids(), "")
 
