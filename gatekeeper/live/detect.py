@@ -34,8 +34,10 @@ def open_follow_source(
     spec: str, say: Callable[[str], None], *, for_command: bool = False
 ) -> LiveSource:
     """The live source for `watch`/`run`: remote specs as they are, local paths detected.
-    `for_command` (`run`): `wandb/latest-run` means the run CMD is about to start, never
-    the one the link points to now (an earlier run)."""
+    An MLflow store without a run id (or an `mlruns/` folder) follows the run created
+    after the watch began, and says which once it appears. `for_command` (`run`):
+    `wandb/latest-run` means the run CMD is about to start, never the one the link
+    points to now (an earlier run)."""
     path = spec.removeprefix("file://")
     if "://" not in spec and names_file_store(path):
         spec = f"mlflow+file://{os.path.abspath(path)}"  # an `mlruns/` folder
