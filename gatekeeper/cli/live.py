@@ -93,6 +93,8 @@ def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> in
     from gatekeeper.report.text import summary_line
 
     follower.printer.close()
+    # a store's new run (mlflow) is a run of its own: the reports read that one whole
+    args.source = getattr(follower.gate.source, "followed", None) or args.source
     opts = report_options(args)
     # files first: a closed stdout (`| head -1`) must not cost a report
     gate.write_files(outcome.verdict, opts)

@@ -42,7 +42,7 @@ class Applicability:
         seen = repr((run.name, run.tags, run.state, run.run_id, run.metric_errors, found))
         if seen == self._seen:
             return
-        mismatch = {p.name: _policy_mismatch(p, run) for p in self.policies}
+        mismatch = {p.name: policy_mismatch(p, run) for p in self.policies}
         unset = {p.name: missing_config(p, run) for p in self.policies}
         before: list[Outcome | None] = []
         for tracker in self.trackers:
@@ -78,7 +78,7 @@ def _keys_read(policies: list[PolicySpec]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
-def _policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
+def policy_mismatch(policy: PolicySpec, run: Run) -> str | None:
     match = policy.match
     if match is None:
         return None

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from gatekeeper.model import Run
-from gatekeeper.sources import open_live_source
+from gatekeeper.sources import family_of, open_live_source
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.jsonl import LiveJsonlSource
+from gatekeeper.sources.mlflow.scheme import names_file_store
 from gatekeeper.sources.wandb.local import (
     WandbLocalSource,
     names_one_run,
@@ -33,13 +34,24 @@ def open_follow_source(
     spec: str, say: Callable[[str], None], *, for_command: bool = False
 ) -> LiveSource:
     """The live source for `watch`/`run`: remote specs as they are, local paths detected.
-    `for_command` (`run`): `wandb/latest-run` means the run CMD is about to start, never
-    the one the link points to now (an earlier run)."""
+    An MLflow store without a run id (or an `mlruns/` folder) follows the run created
+    after the watch began, and says which once it appears. `for_command` (`run`):
+    `wandb/latest-run` means the run CMD is about to start, never the one the link
+    points to now (an earlier run)."""
+    path = spec.removeprefix("file://")
+    if "://" not in spec and names_file_store(path):
+        spec = f"mlflow+file://{os.path.abspath(path)}"  # an `mlruns/` folder
     if "://" in spec and not spec.startswith("file://"):
         source = open_live_source(spec)
-        say(f"gatekeeper: following {source.kind} {spec}")
+        from gatekeeper.sources.mlflow.follow import NewRunSource
+
+        if isinstance(source, NewRunSource):
+            source.say = say  # it says which run once one appears
+            return source
+        family = family_of(spec)
+        name = family.name if family is not None else type(source).__name__
+        say(f"gatekeeper: following {name} {getattr(source, 'shown', spec)}")
         return source
-    path = spec.removeprefix("file://")
     if for_command and os.path.basename(os.path.normpath(path)) == "latest-run":
         spec = os.path.dirname(os.path.normpath(path))
     return DetectingSource(spec, say)

@@ -153,6 +153,9 @@ class Follower:
         interrupted = bool(self.child.forwarded)
         verdict = self.gate.judge(now, final=not interrupted)
         verdict.run["command_exit_code"] = code
+        signal_name = self.child.killed_by()
+        if signal_name is not None:
+            verdict.run["command_signal"] = signal_name
         if code != 0 and self.gate.progress.total == 0 and not interrupted:
             # CMD died before logging anything: its own failure, not a gate verdict
             self.printer.say(

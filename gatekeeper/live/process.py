@@ -60,6 +60,16 @@ class ChildGroup:
         code = self.proc.wait()
         return 128 - code if code < 0 else code
 
+    def killed_by(self) -> str | None:
+        """The name of the signal that killed CMD (SIGKILL), None when it exited itself."""
+        code = self.proc.wait()
+        if code >= 0:
+            return None
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+
     def signal(self, sig: int) -> bool:
         """Send `sig` to the whole group; False when no member is left."""
         try:

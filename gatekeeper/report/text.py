@@ -56,8 +56,22 @@ def summary_line(v: Verdict) -> str:
         allowed = f"nothing judged (allowed: {v.nothing_allowed}): " if v.nothing_allowed else ""
         why = f" — {allowed}{nothing_judged_text(v)}"
     stopped = f" — {stopped_text(v.stopped)}" if v.stopped else ""
+    command = command_text(v)
+    if command and v.status.value == "pass":
+        head, command = f"{head}, but {command}", ""
+    tail = f" — {command}" if command else ""
     # one line whatever the run's name holds: a newline could start a workflow command
-    return one_line(f"gate {head}: {name}: {parts or 'no rules'}{why}{stopped}")
+    return one_line(f"gate {head}: {name}: {parts or 'no rules'}{why}{stopped}{tail}")
+
+
+def command_text(v: Verdict) -> str:
+    """How `run`'s command ended, when it did not succeed and no stop report says so
+    already: the exit code is then CMD's (gate passed) or 1, and the line must tell why."""
+    code = v.run.get("command_exit_code")
+    if not code or v.stopped:
+        return ""
+    killed = v.run.get("command_signal")
+    return f"CMD was killed by {killed} ({code})" if killed else f"CMD exited {code}"
 
 
 def nothing_judged_text(v: Verdict, most: int = 3) -> str:

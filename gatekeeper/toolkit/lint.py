@@ -25,8 +25,10 @@ from gatekeeper.checks.min import Min
 from gatekeeper.checks.reach import Reach
 from gatekeeper.checks.rise import Rise
 from gatekeeper.checks.strictly_between import StrictlyBetween
+from gatekeeper.engine.applicability import policy_mismatch  # the engine's test of `match:`
 from gatekeeper.fmt import fmt
 from gatekeeper.model import Run
+from gatekeeper.policy.conditions import first_failing
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import Severity
 
@@ -217,24 +219,17 @@ def _rank(r: RuleSpec) -> int:
     return 2 if r.severity is Severity.FAIL and r.mode.value == "enforce" else 1
 
 
-def against_runs(rule: RuleSpec, runs: list[Run]) -> Iterator[tuple[str, str]]:
-    """Thresholds compared with what the example runs logged; rules they never feed."""
+def against_runs(
+    rule: RuleSpec, runs: list[Run], policy: PolicySpec | None = None
+) -> Iterator[tuple[str, str]]:
+    """Thresholds compared with what the example runs logged; rules they never feed (on
+    the runs the rule applies to: its policy's `match:` and its `when:` hold)."""
     inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
     absent = [m for m in inputs if not any(m in run.series and len(run.series[m]) for run in runs)]
     if absent:
-        if rule.severity is Severity.WARN:
-            outcome = (
-                "it would only ever be skipped (if_logged)"
-                if rule.if_logged
-                else "it would only ever show as an error nobody gates on"
-            )
-            yield (
-                "not-logged",
-                (
-                    f"warn rule on {', '.join(absent)}, which none of the {len(runs)} example runs "
-                    f"logged: {outcome}"
-                ),
-            )
+        applies = [run for run in runs if _applies(rule, policy, run)]
+        if applies:
+            yield "not-logged", _not_logged(rule, absent, len(applies))
         return
     span = interval(rule)
     if span is None or rule.expr is not None:
@@ -245,6 +240,30 @@ def against_runs(rule: RuleSpec, runs: list[Run]) -> Iterator[tuple[str, str]]:
         return
     lo, hi, scale = float(values.min()), float(values.max()), float(np.abs(values).max())
     yield from _far(rule, span, lo, hi, scale, len(runs))
+
+
+def _applies(rule: RuleSpec, policy: PolicySpec | None, run: Run) -> bool:
+    """The engine judges `rule` on `run` (not skipped by `match:` or `when:`)."""
+    mismatch = policy_mismatch(policy, run) if policy is not None else None
+    return mismatch is None and first_failing(list(rule.conditions), run) is None
+
+
+def _not_logged(rule: RuleSpec, absent: list[str], n: int) -> str:
+    """What a rule on metrics no example run logged would do: a typo in a fail rule's
+    metric fails every run; in a warn (or shadow) rule it is noise nobody acts on."""
+    gates = _rank(rule) == 2
+    if rule.if_logged:
+        outcome = "it would only ever be skipped (if_logged): it never judges anything"
+    elif gates:
+        outcome = (
+            "it would fail the gate on every one of them (a metric never logged is an "
+            "error); check the metric name"
+        )
+    else:
+        outcome = "it would only ever show as an error nobody gates on"
+    what = "fail" if gates else "warn" if rule.severity is Severity.WARN else "shadow-mode"
+    logged = f"which none of the {n} example runs logged"
+    return f"{what} rule on {', '.join(absent)}, {logged}: {outcome}"
 
 
 def _far(
@@ -267,11 +286,13 @@ def _far(
 
 def lint(policies: list[PolicySpec], runs: list[Run]) -> list[Finding]:
     rules = [r for p in policies for r in p.rules]
+    by_name = {p.name: p for p in policies}
     out: list[Finding] = []
     for r in rules:
         out += [Finding(r.source, r.key, k, m) for k, m in static_findings(r)]
         if runs:
-            out += [Finding(r.source, r.key, k, m) for k, m in against_runs(r, runs)]
+            found = against_runs(r, runs, by_name.get(r.policy))
+            out += [Finding(r.source, r.key, k, m) for k, m in found]
     out += list(shadowed(rules, {p.name: p for p in policies}))
     return sorted(out, key=lambda f: (f.source.rsplit(":", 1)[0], _line(f.source), f.kind))
 

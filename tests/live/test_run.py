@@ -131,8 +131,46 @@ def test_healthy_command_exit_code_passes_through(tmp_path: Path) -> None:
     )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert verdict["status"] == "pass" and verdict["final"] and verdict["stopped"] is None
+    # the last line says why a passing gate exits 3: CMD's own status
+    lines = proc.stdout.splitlines()
+    assert any(x.startswith("gate PASSED, but CMD exited 3: ") for x in lines), proc.stdout
     proc, _ = _run(tmp_path, _policy(tmp_path), "--steps", "15", "--delay", "0.01")
     assert proc.returncode == 0
+    assert "CMD" not in proc.stdout
+
+
+def test_a_command_killed_by_a_signal_is_named_whatever_the_verdict(tmp_path: Path) -> None:
+    """A real child: a small script writes its JSONL run, then SIGKILLs itself. A passing
+    gate exits 137 saying so; a gate failing at the end (a required step never logged, so
+    the live gate cannot stop it first) exits 1, CMD's end on the same line."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import json, os, signal, sys\n"
+        "with open(sys.argv[1], 'w') as f:\n"
+        "    for i in range(5):\n"
+        "        f.write(json.dumps({'train/step': i, 'train/ppo_kl': 0.0}) + '\\n')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    required = """
+          - id: reaches-step-100
+            metric: train/ppo_kl
+            steps: [100]
+            check: {abs_max: 1.0e-6}
+    """
+    for extra, code, line in (
+        ("", 137, "gate PASSED, but CMD was killed by SIGKILL (137): "),
+        (required, 1, "— CMD was killed by SIGKILL (137)"),
+    ):
+        record = tmp_path / f"m{code}.jsonl"
+        proc = gatekeeper(
+            "run", "-q", "-p", str(_policy(tmp_path, extra)), "--source", str(record),
+            "--json", str(tmp_path / "v.json"), *FAST, "--", sys.executable, str(script),
+            str(record),
+        )
+        assert proc.returncode == code, proc.stdout + proc.stderr
+        assert line in proc.stdout.splitlines()[-1], proc.stdout
+        run = json.loads((tmp_path / "v.json").read_text())["run"]
+        assert run["command_exit_code"] == 137 and run["command_signal"] == "SIGKILL"
 
 
 def test_command_that_succeeds_but_fails_the_final_verdict_exits_1(tmp_path: Path) -> None:

@@ -186,6 +186,8 @@ def test_run_stops_when_a_bad_point_is_logged(mlflow_server: MlflowServer, tmp_p
         timeout=240,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    # the family's name and the source, not the kind's help text
+    assert f"gatekeeper: following mlflow mlflow+{mlflow_server.url}/runs/{rid}\n" in proc.stdout
     stopped = json.loads(out.read_text())["stopped"]
     assert stopped["rule"] == "ml/loss-bounded" and stopped["step"] == 5
     history = client.get_metric_history(rid, "train/loss")
@@ -418,3 +420,61 @@ def test_a_store_that_is_not_there_or_not_mlflow_is_exit_2_and_nothing_is_create
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
     assert not missing.parent.exists()
+def _run_new(tmp: Path, source: str, uri: str, *writer: str) -> tuple[
+    subprocess.CompletedProcess[str], dict, str
+]:
+    """`gatekeeper run --source STORE -- CMD`, CMD creating its run with the mlflow client."""
+    out, ids = tmp / "v.json", tmp / "run_id"
+    ids.unlink(missing_ok=True)
+    proc = gatekeeper(
+        "run", "-p", str(_policy(tmp)), "--source", source, "--json", str(out),
+        "--interval", "0.2", "--progress-every", "1", "--grace", "5",
+        "--", sys.executable, WRITER, uri, "new", "--id-file", str(ids), *writer,
+        env={"MLFLOW_ALLOW_FILE_STORE": "true"}, timeout=240,
+    )
+    return proc, json.loads(out.read_text()), ids.read_text()
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_run_follows_the_run_cmd_creates_in_a_store_created_after_the_watch_began(
+    kind: str, tmp_path: Path
+) -> None:
+    # the store does not exist when the watch begins: CMD's mlflow client creates it; a
+    # file store named as a plain `mlruns/` folder, a sqlite one by its URI
+    store = tmp_path / ("mlruns" if kind == "file" else "mlflow.db")
+    uri = f"file://{store}" if kind == "file" else f"sqlite:///{store}"
+    proc, verdict, rid = _run_new(
+        tmp_path, str(store) if kind == "file" else f"mlflow+{uri}", uri, "--wait", "0.5",
+        "--steps", "300", "--delay", "0.05", "--bad-at", "5",
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"following mlflow run cmd-run (created after the watch began, experiment 0): " \
+        f"mlflow+{uri}/runs/{rid}" in proc.stdout
+    assert verdict["stopped"]["rule"] == "ml/loss-bounded" and verdict["stopped"]["step"] == 5
+    assert verdict["run"]["source"] == f"mlflow+{uri}/runs/{rid}"
+
+    # the store now holds that broken run: a healthy re-run follows its own run, not it
+    proc, verdict, new = _run_new(
+        tmp_path, f"mlflow+{uri}", uri, "--steps", "20", "--delay", "0.02"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 earlier run(s) there are not followed" in proc.stdout
+    assert new != rid and f"/runs/{new}" in proc.stdout and verdict["status"] == "pass"
+
+
+def test_run_follows_the_new_run_on_a_tracking_server(
+    mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    _log_run(mlflow_server.client(), "older", [9.0])  # an earlier broken run on the server
+    proc, verdict, rid = _run_new(
+        tmp_path, f"mlflow+{mlflow_server.url}", mlflow_server.url, "--steps", "300",
+        "--delay", "0.05", "--bad-at", "5",
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"mlflow+{mlflow_server.url}/runs/{rid}" in proc.stdout
+    assert verdict["stopped"]["step"] == 5
+
+
+def test_a_store_without_a_run_id_is_refused_by_check(tmp_path: Path) -> None:
+    proc, _ = _check(tmp_path, f"mlflow+file://{tmp_path}/mlruns")
+    assert proc.returncode == 2 and "runs/RUN_ID" in proc.stderr, proc.stderr

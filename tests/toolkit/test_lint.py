@@ -43,6 +43,9 @@ rules:
     metric: train/entropy_loss
     check: {min: 0.01}
     severity: warn
+  - id: typo-gate
+    metric: train/los
+    check: {max: 10}
 """
 
 
@@ -68,7 +71,49 @@ def test_every_kind_of_finding_names_the_rule_line(tmp_path):
     assert "x the largest |value| logged" in finding("grad-huge", "far-threshold")
     assert "fails every point" in finding("kl-tiny", "fails-examples")
     assert "none of the 1 example runs logged" in finding("entropy-watch", "not-logged")
-    assert "9 finding(s)" in lines[-1]  # one per rule above, nothing else
+    # a fail rule on a metric no example logs fails every run the gate judges
+    typo = finding("typo-gate", "not-logged")
+    assert "fail rule on train/los" in typo and "fail the gate on every one of them" in typo
+    assert "10 finding(s)" in lines[-1]  # one per rule above, nothing else
+
+
+def test_a_fail_rule_on_an_unlogged_metric_counts_only_runs_it_applies_to(tmp_path):
+    """`match:` or `when:` that the example runs do not meet: the examples say nothing
+    about the metric (those runs are skipped, not failed); `if_logged`: it never judges."""
+    policy = write_policy(
+        tmp_path / "p.yaml",
+        """
+        version: 1
+        name: other-recipe
+        match: {config: {recipe: not-this-one}}
+        rules:
+          - id: eval-rises
+            metric: eval/aime
+            check: {min: 0.5}
+        """,
+    )
+    out = gatekeeper("lint", str(policy), "--runs", str(REPO / "examples/runs/healthy"))
+    assert out.returncode == 0 and "0 finding(s)" in out.stdout, out.stdout + out.stderr
+    optional = write_policy(
+        tmp_path / "q.yaml",
+        """
+        version: 1
+        name: q
+        rules:
+          - id: skipped-always
+            metric: eval/aime
+            if_logged: true
+            check: {min: 0.5}
+          - id: not-when
+            metric: eval/aime
+            when: {config.recipe: not-this-one}
+            check: {min: 0.5}
+        """,
+    )
+    out = gatekeeper("lint", str(optional), "--runs", str(REPO / "examples/runs/healthy"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    (hit,) = [x for x in out.stdout.splitlines() if "[not-logged]" in x]
+    assert "q/skipped-always" in hit and "only ever be skipped (if_logged)" in hit
 
 
 def test_the_shipped_packs_lint_clean():

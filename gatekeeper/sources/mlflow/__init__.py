@@ -1,6 +1,6 @@
 """MLflow runs: read and poll (`source.py`) over REST (`rest.py`) or a local store
-(`store.py`), the verdict written back as tags and an artifact (`annotate.py`), runs listed
-for the daemon (`discover.py`).
+(`store.py`), the run created after a live watch began (`follow.py`), the verdict written
+back as tags and an artifact (`annotate.py`), runs listed for the daemon (`discover.py`).
 
 Importing the package imports none of its modules: `source_for` answers the detection pass
 (`sources.open_source`) by the SOURCE's scheme, `KIND` and `MlflowSource` are built when
@@ -51,12 +51,14 @@ class MlflowAnnotator(Annotator):
 
 
 def _kind() -> SourceFamily:
+    from gatekeeper.sources.mlflow.follow import NewRunSource
     from gatekeeper.sources.mlflow.source import MlflowSource
 
     return SourceFamily(
         name="mlflow",
         examples=(MlflowSource.example,),
         sources=(MlflowSource,),
+        live_sources=(NewRunSource,),
         annotator=MlflowAnnotator(),
         target_key="mlflow",
         discovery=filter_lists_itself,

@@ -39,6 +39,7 @@ class RunInfo:
     status: str
     experiment_id: str
     artifact_uri: str = ""
+    start_time: int = 0  # ms since the epoch
     params: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     latest: dict[str, Point] = field(default_factory=dict)  # metric -> its latest point
@@ -64,6 +65,8 @@ class TrackingClient(Protocol):
     def search_runs(self, experiment_ids: list[str], filter_string: str) -> list[RunInfo]: ...
 
     def experiment_ids(self, names: list[str]) -> list[str]: ...
+
+    def all_experiment_ids(self) -> list[str]: ...
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None: ...
 

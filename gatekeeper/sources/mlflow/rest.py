@@ -94,6 +94,17 @@ class RestClient(BoundedHttp):
     def experiment_ids(self, names: list[str]) -> list[str]:
         return resolve_experiment_ids(names, self._experiment_id)
 
+    def all_experiment_ids(self) -> list[str]:
+        ids: list[str] = []
+        token: str | None = None
+        while True:
+            body: dict[str, Any] = {"max_results": 1000, **({"page_token": token} if token else {})}
+            data = self._call("POST", "/experiments/search", json=body, what="experiment search")
+            ids.extend(str(e.get("experiment_id")) for e in data.get("experiments") or [])
+            token = data.get("next_page_token")
+            if not token:
+                return ids
+
     def _experiment_id(self, name: str) -> str:
         data = self._call(
             "GET", "/experiments/get-by-name", params={"experiment_name": name},
@@ -186,6 +197,7 @@ def _run_info(run: dict[str, Any]) -> RunInfo:
         status=str(info.get("status", "")),
         experiment_id=str(info.get("experiment_id", "")),
         artifact_uri=info.get("artifact_uri") or "",
+        start_time=int(info.get("start_time") or 0),
         params={p["key"]: p.get("value", "") for p in data.get("params") or []},
         tags=tags,
         latest=latest,

@@ -25,7 +25,7 @@ from gatekeeper.extras import require
 from gatekeeper.model import Run, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.mlflow.client import Point, RunInfo, TrackingClient, param_value
-from gatekeeper.sources.mlflow.scheme import PREFIX, SCHEME, SCHEMES
+from gatekeeper.sources.mlflow.scheme import PREFIX, SCHEME, SCHEMES, names_a_run
 
 STEP_KEY = "step"
 _CURSOR_VERSION = 1
@@ -101,7 +101,7 @@ class MlflowSource(LiveSource):
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
-        return spec.startswith(SCHEMES)
+        return spec.startswith(SCHEMES) and names_a_run(spec)  # a store alone: follow.py
 
     @property
     def client(self) -> TrackingClient:

@@ -115,6 +115,18 @@ class StoreClient:
     def experiment_ids(self, names: list[str]) -> list[str]:
         return resolve_experiment_ids(names, self._experiment_id)
 
+    def all_experiment_ids(self) -> list[str]:
+        ids: list[str] = []
+        token = None
+        while True:
+            page = self._guard(
+                "experiment search", lambda t=token: self.store.search_experiments(page_token=t)
+            )
+            ids.extend(str(e.experiment_id) for e in page)
+            token = page.token
+            if not token:
+                return ids
+
     def _experiment_id(self, name: str) -> str:
         exp = self._guard(f"experiment {name!r}", lambda: self.store.get_experiment_by_name(name))
         if exp is None:
