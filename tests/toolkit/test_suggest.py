@@ -56,22 +56,19 @@ def test_suggest_rejects_a_single_run_and_bad_quantiles(tmp_path):
 
 
 def test_a_band_an_input_run_fails_is_dropped_not_written(tmp_path):
-    import argparse
-
-    from gatekeeper.cli.suggest import _write_verified
     from gatekeeper.sources import open_source
     from gatekeeper.toolkit.suggest import Band, Settings, Suggestion
+    from gatekeeper.toolkit.suggest_check import write_verified
 
     paths = healthy_runs(tmp_path, seeds=range(1, 3))
     runs = [open_source(str(p)).read() for p in paths]
     sug = Suggestion(runs=[r.name for r in runs])
     sug.bands = [
-        Band("loss-ok", "train/loss", "all", None, 0.0, 1.0, "lo", "hi"),
-        Band("loss-too-tight", "train/loss", "all", None, 0.0, 0.3, "lo", "hi"),  # runs reach 0.4
+        Band("loss-ok", "train/loss", "all", "all", None, 0.0, 1.0, "lo", "hi"),
+        Band("loss-too-tight", "train/loss", "all", "all", None, 0.0, 0.3, "lo", "hi"),  # 0.4
     ]
     out = tmp_path / "p.yaml"
-    args = argparse.Namespace(output=str(out), name="t", runs=[str(p) for p in paths])
-    _write_verified(sug, runs, args, Settings())
+    write_verified(sug, runs, str(out), "t", [str(p) for p in paths], Settings())
     text = out.read_text()
     assert "id: loss-ok" in text and "id: loss-too-tight" not in text
     assert "# not banded: loss-too-tight: dropped, healthy-1 does not pass it" in text
