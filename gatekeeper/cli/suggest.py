@@ -36,8 +36,10 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     )
     for band in sug.bands:
         print(f"  {band.rule_id}: {sureness(band)}")
+    shown = {f"{b.rule_id}:" for b in sug.bands}  # their line above says it already
     for line in sug.loo:
-        print(f"  leave-one-out: {line}")
+        if line.split(" ", 1)[0] not in shown:
+            print(f"  leave-one-out: {line}")
     for line in sug.noisy:
         print(f"  too noisy to band: {line}")
     for line in sug.unusable:

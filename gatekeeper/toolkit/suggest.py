@@ -290,10 +290,10 @@ def selected(band: Band, run: Run) -> np.ndarray:
     return np.asarray(x.values, dtype=float)
 
 
-def widen(band: Band, factor: float) -> Band:
-    """The band stretched about its centre by `factor`, rounded outward."""
-    mid, half = (band.lo + band.hi) / 2, (band.hi - band.lo) / 2
-    return replace(band, lo=down(mid - factor * half), hi=up(mid + factor * half))
+def widen(band: Band, half: float) -> Band:
+    """The band grown to `half` either side of its centre (never narrowed), rounded outward."""
+    mid = (band.lo + band.hi) / 2
+    return replace(band, lo=min(band.lo, down(mid - half)), hi=max(band.hi, up(mid + half)))
 
 
 def _line(text: str) -> str:

@@ -1,9 +1,11 @@
 """`gatekeeper suggest`: check the bands through the real engine before they are written.
 
 - Leave-one-out: each run is judged by the bands suggested from the others. A band that a
-  held-out healthy run fails did not generalise: it is widened about its centre by the
-  largest factor a held-out run needed (times `SLACK`), or left out when that makes it too
-  noisy; each band records the result (`Band.loo`), and `Suggestion.loo` says what changed.
+  held-out healthy run fails did not generalise: the band from all runs must then reach
+  `SLACK` times as far from its centre as that run fell from the others' centre. It is
+  widened to that (or kept, when its own spread, which now includes that run, already
+  reaches it), or left out when the run lacked the values or the widened band is too
+  noisy. Each band records the result (`Band.loo`); `Suggestion.loo` says what changed.
 - Verified writing: every input run is judged by the written policy; a rule one of them
   does not pass is dropped and listed (the promise is checked, not assumed).
 """
@@ -29,7 +31,7 @@ from gatekeeper.toolkit.suggest import (
     widen,
 )
 
-SLACK = 1.1  # a held-out run exactly on the widened edge is luck, not a margin
+SLACK = 1.25  # a held-out run exactly on the widened edge is luck, not a margin
 
 
 def leave_one_out(runs: list[Run], sug: Suggestion, s: Settings) -> None:
@@ -40,14 +42,14 @@ def leave_one_out(runs: list[Run], sug: Suggestion, s: Settings) -> None:
         )
         return
     held: dict[str, int] = {}  # rule -> held-out runs that judged it
-    misses: dict[str, list[tuple[str, float]]] = {}  # rule -> (run, factor it needed)
+    misses: dict[str, list[tuple[str, float]]] = {}  # rule -> (run, its distance)
     for i, run in enumerate(runs):
         part = suggest(runs[:i] + runs[i + 1 :], s)
         failed = _failing(part, run, s)
         for band in part.bands:
             held[band.rule_id] = held.get(band.rule_id, 0) + 1
             if band.rule_id in failed:
-                misses.setdefault(band.rule_id, []).append((run.name, _needed(band, run)))
+                misses.setdefault(band.rule_id, []).append((run.name, _distance(band, run)))
     kept = []
     for band in sug.bands:
         missed = misses.get(band.rule_id, [])
@@ -64,16 +66,21 @@ def leave_one_out(runs: list[Run], sug: Suggestion, s: Settings) -> None:
 def _widened(
     band: Band, missed: list[tuple[str, float]], story: str, s: Settings, sug: Suggestion
 ) -> Band | None:
-    factor = max(f for _, f in missed) * SLACK
-    if not math.isfinite(factor):
+    half = max(d for _, d in missed) * SLACK
+    if not math.isfinite(half):
         sug.loo.append(f"{band.rule_id}: left out, {story}")
         return None
-    wide = widen(band, factor)
+    if band.hi - band.lo >= 2 * half:
+        note = f"kept, its {band.lo:g}..{band.hi:g} reaches {SLACK:g} x that far"
+        sug.loo.append(f"{band.rule_id}: {note}; {story}")
+        return replace(band, loo=f"{story}; {note}")
+    wide = widen(band, half)
     if too_noisy(wide, (band.lo + band.hi) / 2, s, sug, f"{band.rule_id} widened"):
         sug.loo.append(f"{band.rule_id}: left out, {story}; widened it is too noisy")
         return None
-    sug.loo.append(f"{band.rule_id}: widened x{factor:.3g} to {wide.lo:g}..{wide.hi:g}, {story}")
-    return replace(wide, loo=f"widened x{factor:.3g}: {story}")
+    note = f"widened to {wide.lo:g}..{wide.hi:g} ({SLACK:g} x that far)"
+    sug.loo.append(f"{band.rule_id}: {note}; {story}")
+    return replace(wide, loo=f"{story}; {note}")
 
 
 def _story(judged: int, n: int, missed: list[tuple[str, float]]) -> str:
@@ -81,18 +88,19 @@ def _story(judged: int, n: int, missed: list[tuple[str, float]]) -> str:
     if judged < n:
         text += f" ({n - judged} not judged: the others gave no band)"
     if missed:
-        text += "; failed by " + ", ".join(f"{r} (needed x{f:.3g})" for r, f in missed)
+        text += "; failed by " + ", ".join(
+            f"{r} ({d:.4g} from the others' centre)" for r, d in missed
+        )
     return text
 
 
-def _needed(band: Band, run: Run) -> float:
-    """How many times its half-width the band must grow about its centre to hold `run`;
-    inf when the run lacks the values or has a non-finite one."""
+def _distance(band: Band, run: Run) -> float:
+    """How far `run`'s judged values fall from the band's centre (the furthest one); inf
+    when the run lacks them or one is not finite."""
     values = selected(band, run)
-    mid, half = (band.lo + band.hi) / 2, (band.hi - band.lo) / 2
-    if not values.size or not np.isfinite(values).all() or half <= 0:
+    if not values.size or not np.isfinite(values).all():
         return math.inf
-    return max(1.0, float(np.max(np.abs(values - mid))) / half)
+    return float(np.max(np.abs(values - (band.lo + band.hi) / 2)))
 
 
 def _failing(sug: Suggestion, run: Run, s: Settings) -> set[str]:
