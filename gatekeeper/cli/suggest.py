@@ -29,10 +29,11 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     sug = suggest(runs, settings)
     leave_one_out(runs, sug, settings)
     write_verified(sug, runs, args.output, args.name, args.runs, settings)
-    k = predict_factor(len(runs), settings.level)
+    k = predict_factor(len(runs), sug.rule_level)
     print(
-        f"wrote {args.output}: {len(sug.bands)} rules from {len(runs)} runs "
-        f"({settings.level:g} prediction bands: +- {k:.3g} std across runs)"
+        f"wrote {args.output}: {len(sug.bands)} rules from {len(runs)} runs (a healthy run "
+        f"passes all with p >= {settings.level:g}: each a {sug.rule_level:.4g} prediction band, "
+        f"+- {k:.3g} std across runs)"
     )
     for band in sug.bands:
         print(f"  {band.rule_id}: {sureness(band)}")
@@ -82,7 +83,7 @@ def register(sub: Any) -> None:
         p, "--margin", 0.25, "FRAC", "widen every-point bands by this share of their width"
     )
     add_tuning_arg(
-        p, "--level", 0.99, "P", "a new healthy run falls in each band with probability P"
+        p, "--level", 0.95, "P", "one more healthy run passes every band with probability P"
     )
     add_tuning_arg(
         p, "--noise", 10.0, "X", "too noisy when a band is wider than X times the median"
