@@ -14,59 +14,51 @@ from gatekeeper.errors import UsageError
 
 def cmd_suggest(args: argparse.Namespace) -> int:
     from gatekeeper.sources import open_source
-    from gatekeeper.toolkit.suggest import Settings, suggest
+    from gatekeeper.toolkit.suggest import Settings, predict_factor, suggest, sureness
+    from gatekeeper.toolkit.suggest_check import leave_one_out, write_verified
 
     if len(args.runs) < 2:
         raise UsageError("suggest: give at least 2 trusted runs (bands from one run are its noise)")
-    lo, sep, hi = args.quantiles.partition(",")
-    try:
-        quantiles = (float(lo), float(hi))
-    except ValueError:
-        raise UsageError(
-            f"--quantiles {args.quantiles!r}: expected LO,HI like 0.005,0.995"
-        ) from None
-    if not (sep and 0 <= quantiles[0] < quantiles[1] <= 1):
-        raise UsageError(f"--quantiles {args.quantiles!r}: need 0 <= LO < HI <= 1")
-    settings = Settings(quantiles=quantiles, frac=args.margin, k=args.sigmas, noise=args.noise)
+    if not 0 < args.level < 1:
+        raise UsageError(f"--level {args.level:g}: need 0 < LEVEL < 1, like 0.99")
+    settings = Settings(
+        quantiles=_quantiles(args.quantiles), frac=args.margin, level=args.level,
+        noise=args.noise, include_timing=tuple(args.include_timing or ()),
+    )  # fmt: skip
     runs = [open_source(path).read() for path in args.runs]
     sug = suggest(runs, settings)
-    _write_verified(sug, runs, args, settings)
-    print(f"wrote {args.output}: {len(sug.bands)} rules from {len(runs)} runs")
+    leave_one_out(runs, sug, settings)
+    write_verified(sug, runs, args.output, args.name, args.runs, settings)
+    k = predict_factor(len(runs), sug.rule_level)
+    print(
+        f"wrote {args.output}: {len(sug.bands)} rules from {len(runs)} runs (a healthy run "
+        f"passes all with p >= {settings.level:g}: each a {sug.rule_level:.4g} prediction band, "
+        f"+- {k:.3g} std across runs)"
+    )
+    for band in sug.bands:
+        print(f"  {band.rule_id}: {sureness(band)}")
+    shown = {f"{b.rule_id}:" for b in sug.bands}  # their line above says it already
+    for line in sug.loo:
+        if line.split(" ", 1)[0] not in shown:
+            print(f"  leave-one-out: {line}")
     for line in sug.noisy:
         print(f"  too noisy to band: {line}")
     for line in sug.unusable:
         print(f"  not banded: {line}")
+    if sug.timing:
+        print(f"  timing, left out (--include-timing GLOB to band): {', '.join(sug.timing)}")
     return 0
 
 
-def _write_verified(sug: Any, runs: list[Any], args: argparse.Namespace, settings: Any) -> None:
-    """Write the policy, judge every input run with it, drop any rule one of them does not
-    pass and write again: the promise is checked, not assumed. Each round drops at least
-    one rule, so this ends."""
-    from gatekeeper.engine import evaluate
-    from gatekeeper.policy.loader import load_policy
-    from gatekeeper.report.files import write_atomic
-    from gatekeeper.toolkit.suggest import render
-    from gatekeeper.verdict import Status
-
-    while True:
-        write_atomic(args.output, render(sug, args.name, args.runs, settings).encode())
-        if not sug.bands:
-            return
-        policy = load_policy(args.output)
-        failing = {
-            (r.rule, run.name, r.message)
-            for run in runs
-            for r in evaluate([policy], run).results
-            if r.status is not Status.PASS
-        }
-        if not failing:
-            return
-        dropped = {rule for rule, _, _ in failing}
-        sug.bands = [b for b in sug.bands if b.rule_id not in dropped]
-        sug.unusable += [
-            f"{rule}: dropped, {run} does not pass it ({msg})" for rule, run, msg in sorted(failing)
-        ]
+def _quantiles(text: str) -> tuple[float, float]:
+    lo, sep, hi = text.partition(",")
+    try:
+        quantiles = (float(lo), float(hi))
+    except ValueError:
+        raise UsageError(f"--quantiles {text!r}: expected LO,HI like 0.005,0.995") from None
+    if not (sep and 0 <= quantiles[0] < quantiles[1] <= 1):
+        raise UsageError(f"--quantiles {text!r}: need 0 <= LO < HI <= 1")
+    return quantiles
 
 
 def register(sub: Any) -> None:
@@ -80,10 +72,19 @@ def register(sub: Any) -> None:
         metavar="LO,HI",
         help="pooled quantiles an every-point band starts from (default 0.005,0.995)",
     )
+    p.add_argument(
+        "--include-timing",
+        action="append",
+        metavar="GLOB",
+        help="band the wall-clock/throughput/progress metrics matching GLOB too, e.g. "
+        "'*' or 'perf/tokens_per_sec' (repeatable; default: left out, listed)",
+    )
     add_tuning_arg(
         p, "--margin", 0.25, "FRAC", "widen every-point bands by this share of their width"
     )
-    add_tuning_arg(p, "--sigmas", 3.0, "K", "widen across-run bands by K robust sigmas")
+    add_tuning_arg(
+        p, "--level", 0.95, "P", "one more healthy run passes every band with probability P"
+    )
     add_tuning_arg(
         p, "--noise", 10.0, "X", "too noisy when a band is wider than X times the median"
     )

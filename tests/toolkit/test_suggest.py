@@ -1,10 +1,16 @@
-"""`gatekeeper suggest`: bands from 5 healthy runs pass all 5 and fail broken runs."""
+"""`gatekeeper suggest`: bands from healthy runs pass them, generalise to another healthy
+run of the same recipe (real seeds of a real trainer), and fail broken runs."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.helpers import REPO, gatekeeper
 from tests.toolkit.runs import healthy_runs, reward_never_rises
@@ -56,22 +62,136 @@ def test_suggest_rejects_a_single_run_and_bad_quantiles(tmp_path):
 
 
 def test_a_band_an_input_run_fails_is_dropped_not_written(tmp_path):
-    import argparse
-
-    from gatekeeper.cli.suggest import _write_verified
     from gatekeeper.sources import open_source
     from gatekeeper.toolkit.suggest import Band, Settings, Suggestion
+    from gatekeeper.toolkit.suggest_check import write_verified
 
     paths = healthy_runs(tmp_path, seeds=range(1, 3))
     runs = [open_source(str(p)).read() for p in paths]
     sug = Suggestion(runs=[r.name for r in runs])
     sug.bands = [
-        Band("loss-ok", "train/loss", "all", None, 0.0, 1.0, "lo", "hi"),
-        Band("loss-too-tight", "train/loss", "all", None, 0.0, 0.3, "lo", "hi"),  # runs reach 0.4
+        Band("loss-ok", "train/loss", "all", "all", None, 0.0, 1.0, "lo", "hi"),
+        Band("loss-too-tight", "train/loss", "all", "all", None, 0.0, 0.3, "lo", "hi"),  # 0.4
     ]
     out = tmp_path / "p.yaml"
-    args = argparse.Namespace(output=str(out), name="t", runs=[str(p) for p in paths])
-    _write_verified(sug, runs, args, Settings())
+    write_verified(sug, runs, str(out), "t", [str(p) for p in paths], Settings())
     text = out.read_text()
     assert "id: loss-ok" in text and "id: loss-too-tight" not in text
     assert "# not banded: loss-too-tight: dropped, healthy-1 does not pass it" in text
+
+
+# --- bands that generalise: real seeds of one recipe (transformers.Trainer on CPU) ---
+
+SEEDS = (1, 2, 3, 4)
+TIMING = ("train/train_runtime", "train/train_samples_per_second", "eval/runtime",
+          "eval/steps_per_second", "train/epoch")
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 healthy seeds and a diverged one (NaN from step 12), 24 steps each: one child."""
+    pytest.importorskip("transformers")
+    out = tmp_path_factory.mktemp("seeds")
+    script = REPO / "tests" / "toolkit" / "seeded_trainer.py"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [sys.executable, str(script), str(out), "24", *map(str, SEEDS), "--broken", "9"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("held_out", SEEDS)
+def test_bands_from_three_seeds_pass_the_fourth_and_fail_a_diverged_run(seeded, held_out):
+    trusted = [str(seeded / f"seed-{s}.jsonl") for s in SEEDS if s != held_out]
+    policy = seeded / f"without-{held_out}.yaml"
+    out = gatekeeper("suggest", *trusted, "-o", str(policy))
+    assert out.returncode == 0, out.stdout + out.stderr
+    # the machine's speed is not the run's health: timing metrics are listed, not banded
+    timing = next(line for line in out.stdout.splitlines() if "timing, left out" in line)
+    assert all(name in timing for name in TIMING), timing
+    text = policy.read_text()
+    assert not any(f'metric: "{name}"' in text for name in TIMING)
+    assert "id: train-grad-norm-step1" in text and "id: train-loss-step1" in text
+    # each band says how sure it is, in the file and on the console
+    assert text.count('description: "from 3 runs; leave-one-out: ') == text.count("  - id: ")
+    assert "  train-loss-range: from 3 runs; leave-one-out: 3 of 3 held-out runs pass" in (
+        out.stdout
+    )
+    fourth = gatekeeper("check", str(seeded / f"seed-{held_out}.jsonl"), "-p", str(policy), "-q")
+    assert fourth.returncode == 0, fourth.stdout
+    broken = gatekeeper("check", str(seeded / "nan-9.jsonl"), "-p", str(policy))
+    assert broken.returncode == 1, broken.stdout
+    assert "ERROR suggested/train-loss-range: " in broken.stdout  # NaN from step 12
+
+
+def test_timing_metrics_are_banded_when_asked(seeded):
+    trusted = [str(seeded / f"seed-{s}.jsonl") for s in SEEDS[:3]]
+    policy = seeded / "timing.yaml"
+    asked = ("--include-timing", "train/total_flos", "--include-timing", "train/train_run*")
+    out = gatekeeper("suggest", *trusted, "-o", str(policy), *asked)
+    assert out.returncode == 0, out.stderr
+    text = policy.read_text()
+    assert 'metric: "train/total_flos"' in text  # the same in every seed: a tight band
+    # asked for, the wall time is judged like any metric (banded, or too noisy to band,
+    # as this machine's load has it); the ones not asked for are still left out
+    timing = next(line for line in out.stdout.splitlines() if "timing, left out" in line)
+    assert "train/train_runtime" not in timing and "eval/runtime" in timing
+    assert ('metric: "train/train_runtime"' in text) != (
+        "too noisy to band: train/train_runtime (every point)" in out.stdout
+    )
+    assert 'metric: "eval/runtime"' not in text
+
+
+def test_prediction_factor_is_students_t_and_widens_with_fewer_runs():
+    from gatekeeper.toolkit.suggest import predict_factor, t_quantile
+
+    # two-sided 99% points of Student's t (any table): df 1, 2, 4, 9, 29
+    for df, t in ((1, 63.657), (2, 9.925), (4, 4.604), (9, 3.250), (29, 2.756)):
+        assert abs(t_quantile(0.99, df) - t) < 1e-3
+    assert abs(t_quantile(0.95, 3) - 3.182) < 1e-3
+    factors = [predict_factor(n, 0.99) for n in (2, 3, 5, 10, 30)]
+    assert factors == sorted(factors, reverse=True) and factors[-1] > 2.576  # above normal's
+
+
+def _shifted(seed: int) -> np.ndarray:
+    """Every run agrees to 0.1% but run 20, 10% higher: bands from the others cannot hold it."""
+    level = 1.1 if seed == 20 else 1.0
+    return level + np.random.default_rng(seed).normal(0, 0.001, 100)
+
+
+def _said(stdout: str, rule: str) -> str:
+    return next(line for line in stdout.splitlines() if line.startswith(f"  {rule}: "))
+
+
+def test_a_band_a_held_out_run_fails_is_widened_to_hold_it_and_says_so(tmp_path):
+    runs = healthy_runs(tmp_path, range(1, 21), extra={"train/shifted": _shifted})
+    policy = tmp_path / "p.yaml"
+    out = gatekeeper("suggest", *map(str, runs), "-o", str(policy))
+    assert out.returncode == 0, out.stderr
+    for kind in ("step0", "range", "late"):
+        said = _said(out.stdout, f"train-shifted-{kind}")
+        assert "19 of 20 held-out runs pass; failed by healthy-20 (0.1" in said or (
+            "failed by healthy-20 (0.09" in said
+        ), said
+        assert re.search(r"widened to 0\.[89]\d*\.\.1\.1\d* \(1.25 x that far\)", said), said
+    assert "train-loss-range: from 20 runs; leave-one-out: 20 of 20 held-out runs pass" in (
+        out.stdout
+    )
+    text = policy.read_text()
+    assert "# leave-one-out: train-shifted-late: widened to 0." in text
+    assert text.count("failed by healthy-20") == 3 + 3  # header and description per rule
+    for run in runs:
+        assert gatekeeper("check", str(run), "-p", str(policy), "-q").returncode == 0
+    # with 5 runs, one of them 10% off, the band's own spread already reaches that far
+    five = [*runs[:4], runs[19]]
+    out = gatekeeper("suggest", *map(str, five), "-o", str(tmp_path / "five.yaml"))
+    said = _said(out.stdout, "train-shifted-step0")
+    assert "4 of 5 held-out runs pass; failed by healthy-20" in said
+    assert "; kept, its 0." in said and "reaches 1.25 x that far" in said
+
+
+def test_two_runs_say_the_bands_are_unchecked(tmp_path):
+    runs = healthy_runs(tmp_path, seeds=range(1, 3))
+    out = gatekeeper("suggest", *map(str, runs), "-o", str(tmp_path / "p.yaml"))
+    assert out.returncode == 0 and "leave-one-out: not run: it needs 3 runs" in out.stdout
+    assert 'leave-one-out: not run"' in (tmp_path / "p.yaml").read_text()
