@@ -148,6 +148,10 @@ class WandbLocalSource(LiveSource):
         }
 
     def restore(self, cursor: dict[str, Any]) -> None:
+        if cursor.get("version") == 1:  # saved before segments were read live: one file,
+            # its `_step`s as logged (version 1 never moved them), so it goes on as it was
+            logs = [cursor["file"]] if cursor.get("file") else []
+            cursor = {**cursor, "version": 2, "logs": logs, "join": {"shift": 0.0}}
         if cursor.get("version") != _CURSOR_VERSION:
             raise RecordError(
                 f"cursor version {cursor.get('version')!r} is not {_CURSOR_VERSION}; "
@@ -223,12 +227,11 @@ class WandbLocalSource(LiveSource):
             self._join.next_segment()
             self._state = RunState.RUNNING  # the run's state is the last segment's
             self._meta.pop("exit_code", None)
-        return {
-            m: parts[0] if len(parts) == 1 else merge_chunks(
-                m, [(p.steps, p.values) for p in parts], parts[-1].step_key
-            )
-            for m, parts in sorted(chunks.items())
-        }
+        merged: dict[str, Series] = {}
+        for m, parts in sorted(chunks.items()):
+            pieces = [(p.steps, p.values) for p in parts]
+            merged[m] = parts[0] if len(parts) == 1 else merge_chunks(m, pieces, parts[-1].step_key)
+        return merged
 
     def _resolve(self) -> str | None:
         if self.runs_before is not None:
