@@ -176,6 +176,9 @@ def test_a_live_watch_of_a_resumed_run_equals_check(tmp_path: Path) -> None:
         if writer is not None and writer.poll() is None:
             os.killpg(writer.pid, signal.SIGKILL)
     assert watch.returncode == 1, first + stdout + stderr
+    assert "started after the watch began; resumed, its 1 earlier segment(s) read first" in (
+        stdout
+    )
     live = json.loads(out.read_text())
     whole = tmp_path / "check.json"
     proc = gate("check", str(tmp_path / "wandb"), "-p", str(pol), "-q", "--json", str(whole))

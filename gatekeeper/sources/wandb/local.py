@@ -174,6 +174,11 @@ class WandbLocalSource(LiveSource):
         """The `.wandb` file of the run (its last segment), once the run has created it."""
         return self._logs[-1] if self._logs else None
 
+    @property
+    def segments(self) -> int:
+        """How many segments of a resumed run are read (1: not resumed; 0: no log yet)."""
+        return len(self._logs)
+
     # -- Source -------------------------------------------------------------------------
 
     def read(self) -> Run:
