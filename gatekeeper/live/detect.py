@@ -157,9 +157,11 @@ class DetectingSource(LiveSource):
             started = "started after the watch began" if inner.runs_before is not None else (
                 "named on the command line"
             )
+            earlier = inner.segments - 1
+            resumed = f"; resumed, its {earlier} earlier segment(s) read first" if earlier else ""
             self.say(
-                f"gatekeeper: following wandb run {run.run_id or run.name} ({started}): "
-                f"{inner.log_path}"
+                f"gatekeeper: following wandb run {run.run_id or run.name} ({started}"
+                f"{resumed}): {inner.log_path}"
             )
         else:
             self.say(f"gatekeeper: following JSONL records in {self.path}")

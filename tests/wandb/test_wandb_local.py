@@ -113,6 +113,29 @@ def test_polls_are_incremental_and_resume_from_a_cursor(miles_run: Path, tmp_pat
         np.testing.assert_array_equal(np.concatenate(got[metric]), series.steps)
 
 
+def test_a_cursor_saved_by_the_previous_version_goes_on_from_its_offset(
+    miles_run: Path, tmp_path: Path
+) -> None:
+    """A daemon's saved cursor of version 1 (one `.wandb` file and its offset) is taken
+    up where it stopped after an upgrade, not refused: the rest of the run, no point twice."""
+    src_file = next(Path(os.path.realpath(miles_run / "latest-run")).glob("*.wandb"))
+    data = src_file.read_bytes()
+    run_dir = tmp_path / "wandb" / "offline-run-20260101_000000-old"
+    run_dir.mkdir(parents=True)
+    target = run_dir / src_file.name
+    target.write_bytes(data[: len(data) // 2])
+    source = WandbLocalSource(str(run_dir))
+    before = source.poll().series["train/loss"].steps
+    saved = source.cursor()
+    old = {k: saved[k] for k in ("offset", "axes", "carry", "meta", "state")}
+    old |= {"version": 1, "file": str(target)}
+    target.write_bytes(data)
+    source = WandbLocalSource(str(run_dir))
+    source.restore(json.loads(json.dumps(old)))
+    after = source.poll().series["train/loss"].steps
+    np.testing.assert_array_equal(np.concatenate([before, after]), np.arange(STEPS))
+
+
 def test_read_while_the_child_is_still_logging(tmp_path: Path) -> None:
     proc = start_writer(tmp_path, 400, "--sleep", "0.005")
     try:

@@ -3,6 +3,7 @@
     python trainers.py STYLE STEPS [--bad-at S] [--raise-at S] [--null-after K]
                                    [--sleep S] [--exit-code N] [--ignore-sigterm]
                                    [--exit-on-sigterm] [--resume-id ID --start N]
+                                   [--explicit-step] [--late-step S]
 
 STYLE sets up `define_metric` as each library does, with plain `wandb.log`:
 - `hf`: transformers' `WandbCallback.setup` (4.4x-4.5x): `define_metric("train/global_step")`
@@ -17,6 +18,8 @@ STYLE sets up `define_metric` as each library does, with plain `wandb.log`:
 `--bad-at S` logs loss 50 at step S; `--raise-at S` raises (the SDK's excepthook finishes
 the run with exit code 1); `--null-after K` logs `rewards/broken` as 1.0 for steps < K and
 `None` after, as the field trial recorded from TRL with an all-NaN reward function.
+`--explicit-step` passes `step=i` to `wandb.log`; `--late-step S` then logs loss 50 at step S
+(below the last one: the SDK drops it with a warning).
 Prints `STEP n UNIX_TIME` after each logged step.
 """
 
@@ -64,6 +67,8 @@ def main() -> int:
     ap.add_argument("--reward-until", type=int, default=None, help="stop logging reward")
     ap.add_argument("--collide", action="store_true", help='log "gpu.mem" and {"gpu": {"mem"}}')
     ap.add_argument("--eval-on-epoch", action="store_true", help="eval/* on a fractional epoch")
+    ap.add_argument("--explicit-step", action="store_true", help="wandb.log(row, step=i)")
+    ap.add_argument("--late-step", type=int, default=None, help="log loss 50 at this step last")
     args = ap.parse_args()
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -87,10 +92,12 @@ def main() -> int:
             logged |= {"gpu.mem": float(i), "gpu": {"mem": 2.0 * i}}
         if args.eval_on_epoch:
             logged |= {"epoch": i / 4, "eval/loss": 2.0 / (i + 1)}
-        run.log(logged)
+        run.log(logged, step=i if args.explicit_step else None)
         print(f"STEP {i} {time.time():.3f}", flush=True)
         if args.sleep:
             time.sleep(args.sleep)
+    if args.late_step is not None:
+        run.log({"loss": 50.0}, step=args.late_step)
     if args.style == "hf":
         run.summary["train_loss"] = 0.42
         run.summary["train_runtime"] = 12.5

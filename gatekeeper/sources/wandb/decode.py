@@ -44,6 +44,9 @@ class Part:
     steps: list[float] = field(default_factory=list)
     keys: dict[str, Column] = field(default_factory=dict)
     meta: list[Any] = field(default_factory=list)  # parsed META_KINDS records, in order
+    # how many history rows came before the SDK's `set_step_log` telemetry (the trainer's
+    # first `wandb.log(..., step=)`), None if it is not among these records: segments.py
+    step_log_at: int | None = None
     end: int = 0  # reader offset after the records read
     pending: int = 0  # bytes after `end` that do not yet form a whole record
 
@@ -67,6 +70,9 @@ def decode(path: str, offset: int) -> Part:
                     entries = {}
             elif kind in META_KINDS:
                 part.meta.append(rec)
+            elif kind == "telemetry" and part.step_log_at is None:
+                if rec.telemetry.feature.set_step_log:
+                    part.step_log_at = len(steps)
     except DecodeError as exc:
         raise RecordError(
             f"record ending at byte {reader.offset} is not a wandb protobuf Record ({exc}); "

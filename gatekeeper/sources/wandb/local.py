@@ -3,7 +3,9 @@
 Accepts `wandb/offline-run-*/`, `wandb/run-*/`, a `run-*.wandb` file, and a `wandb/`
 folder (or the directory holding one), which means its `latest-run`. That is resolved
 once — when the source opens, or at the first poll that finds it (a watch may start
-before training does) — so a watch keeps following the same run. Polls read only the
+before training does) — so a watch keeps following the same run. A resumed run's
+earlier segments are read first, then the named one (segments.py says where each
+segment's `_step`s go); `check` and a live watch read them alike. Polls read only the
 records appended since the last poll. A run without an exit record (still running, or
 its writer was killed) is `running`; the exit code decides `finished` or `failed`.
 """
@@ -21,9 +23,14 @@ from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.wandb.axes import Columns, StepAxes
 from gatekeeper.sources.wandb.log import LogReader
+from gatekeeper.sources.wandb.segments import (
+    RUN_DIR_PREFIXES,
+    StepJoin,
+    earlier_segments,
+    find_log,
+)
 
-_CURSOR_VERSION = 1
-_RUN_DIR_PREFIXES = ("run-", "offline-run-")
+_CURSOR_VERSION = 2  # 2: the segments of a resumed run and where their `_step`s go
 
 
 def resolve_run_dir(path: str) -> str | None:
@@ -48,7 +55,7 @@ def run_dirs(path: str) -> set[str]:
     """The real paths of every run directory in the wandb folder `path` names."""
     found: set[str] = set()
     for folder in wandb_folders(path):
-        for prefix in _RUN_DIR_PREFIXES:
+        for prefix in RUN_DIR_PREFIXES:
             found.update(os.path.realpath(d) for d in glob.glob(os.path.join(folder, prefix + "*")))
     return {d for d in found if os.path.isdir(d)}
 
@@ -75,7 +82,7 @@ def _is_wandb_run_name(path: str) -> bool:
     """`wandb/run-*` or `wandb/offline-run-*`: named as the SDK names run directories."""
     norm = os.path.normpath(os.path.abspath(path))
     parent, base = os.path.split(norm)
-    return os.path.basename(parent) == "wandb" and base.startswith(_RUN_DIR_PREFIXES)
+    return os.path.basename(parent) == "wandb" and base.startswith(RUN_DIR_PREFIXES)
 
 
 class WandbLocalSource(LiveSource):
@@ -95,12 +102,14 @@ class WandbLocalSource(LiveSource):
         self.runs_before = None if names_one_run(path) else runs_before
         # None until the run exists: a watch may start before training does
         self.run_dir: str | None = self._resolve()
+        self._logs: list[str] = []  # the run's segments' `.wandb` logs, oldest first
+        self._segment = 0  # the index in `_logs` of the one `_reader` reads
         self._reader: LogReader | None = None
+        self._join = StepJoin()
         self._axes = StepAxes()
         self._carry: dict[str, float] = {}
         self._meta: dict[str, Any] = {"config": {}, "tags": []}
         self._state = RunState.RUNNING
-        self._last_step = -1.0  # the last `_step` decoded (segments of a resumed run)
         self._forms: dict[str, bool] = {}  # metric name -> logged as a nested key
 
     @classmethod
@@ -118,10 +127,9 @@ class WandbLocalSource(LiveSource):
     # -- LiveSource ---------------------------------------------------------------------
 
     def poll(self) -> Poll:
-        reader = self._open_reader()
-        if reader is None:
+        if self._open_reader() is None:
             return Poll(series={}, run=self._run({}), ended=False)
-        series = self._decode(reader)
+        series = self._read_new()
         points = sum(len(s) for s in series.values())
         ended = not self._state.is_live
         return Poll(series=series, run=self._run({}), ended=ended, points=points)
@@ -129,8 +137,10 @@ class WandbLocalSource(LiveSource):
     def cursor(self) -> dict[str, Any]:
         return {
             "version": _CURSOR_VERSION,
-            "file": self._reader.path if self._reader else None,
+            "logs": list(self._logs),
+            "segment": self._segment,
             "offset": self._reader.offset if self._reader else 0,
+            "join": self._join.to_json(),
             "axes": self._axes.to_json(),
             "carry": dict(self._carry),
             "meta": self._meta,
@@ -138,15 +148,22 @@ class WandbLocalSource(LiveSource):
         }
 
     def restore(self, cursor: dict[str, Any]) -> None:
+        if cursor.get("version") == 1:  # saved before segments were read live: one file,
+            # its `_step`s as logged (version 1 never moved them), so it goes on as it was
+            logs = [cursor["file"]] if cursor.get("file") else []
+            cursor = {**cursor, "version": 2, "logs": logs, "join": {"shift": 0.0}}
         if cursor.get("version") != _CURSOR_VERSION:
             raise RecordError(
                 f"cursor version {cursor.get('version')!r} is not {_CURSOR_VERSION}; "
                 "drop the saved position to re-read the run",
                 file=self.run_dir or self.path,
             )
-        if cursor.get("file"):
-            self._reader = LogReader(cursor["file"], int(cursor.get("offset", 0)))
-            self.run_dir = os.path.dirname(os.path.abspath(cursor["file"]))
+        if cursor.get("logs"):
+            self._logs = [str(log) for log in cursor["logs"]]
+            self._segment = int(cursor.get("segment", 0))
+            self._reader = LogReader(self._logs[self._segment], int(cursor.get("offset", 0)))
+            self.run_dir = os.path.dirname(os.path.abspath(self._logs[-1]))
+        self._join = StepJoin.from_json(cursor.get("join", {}))
         self._axes = StepAxes.from_json(cursor.get("axes", {}))
         self._carry = {k: float(v) for k, v in cursor.get("carry", {}).items()}
         self._meta = dict(cursor.get("meta", {"config": {}, "tags": []}))
@@ -154,48 +171,30 @@ class WandbLocalSource(LiveSource):
 
     @property
     def log_path(self) -> str | None:
-        """The `.wandb` file being read, once the run has created it."""
-        return self._reader.path if self._reader else None
+        """The `.wandb` file of the run (its last segment), once the run has created it."""
+        return self._logs[-1] if self._logs else None
+
+    @property
+    def segments(self) -> int:
+        """How many segments of a resumed run are read (1: not resumed; 0: no log yet)."""
+        return len(self._logs)
 
     # -- Source -------------------------------------------------------------------------
 
     def read(self) -> Run:
-        reader = self._open_reader()
-        if reader is None:
+        if self._open_reader() is None:
             where = self.run_dir or self.path
             raise SourceNotFound(
                 f"{where}: not a wandb run (no run-*.wandb transaction log, no latest-run)"
             )
-        earlier = [] if self.log_file or not self.run_dir else earlier_segments(self.run_dir)
-        if not earlier:
-            return self._run(self._decode(reader))
-        return self._read_segments([*(LogReader(log) for log in earlier), reader])
-
-    def _read_segments(self, readers: list[LogReader]) -> Run:
-        """A resumed run: every segment (`offline-run-<time>-<id>` with the same id), in
-        order. Offline, the SDK restarts `_step` at 0 in each segment (it cannot ask the
-        server for the last one), so a segment that restarts is placed after the last."""
-        chunks: dict[str, list[Series]] = {}
-        last = -1.0
-        for reader in readers:
-            self._state = RunState.RUNNING  # the run's state is the last segment's
-            self._meta.pop("exit_code", None)
-            for metric, part in self._decode(reader, after=last).items():
-                chunks.setdefault(metric, []).append(part)
-            last = max(last, self._last_step)
-        merged = {
-            m: merge_chunks(m, [(p.steps, p.values) for p in parts], parts[-1].step_key)
-            for m, parts in sorted(chunks.items())
-        }
-        self._meta["segments"] = len(readers)
-        return self._run(merged)
+        return self._run(self._read_new())
 
     def read_summary(self, wanted: set[str]) -> dict[str, float]:
-        """Summary values of `wanted` metrics (a second pass over the file; see
-        wandb_summary). Nothing before the run's log exists."""
+        """Summary values of `wanted` metrics (a second pass over the run's last segment;
+        see wandb_summary). Nothing before the run's log exists."""
         from gatekeeper.sources.wandb.summary import summary_values
 
-        return summary_values(self._reader.path, wanted) if self._reader else {}
+        return summary_values(self._logs[-1], wanted) if self._logs else {}
 
     # -- internals ----------------------------------------------------------------------
 
@@ -205,21 +204,48 @@ class WandbLocalSource(LiveSource):
                 self.run_dir = self._resolve()
                 if self.run_dir is None:
                     return None  # the run has not started yet
-            path = self.log_file or _find_log(self.run_dir)
+            path = self.log_file or find_log(self.run_dir)
             if path is None or not os.path.exists(path):
                 return None  # the writer has not created it yet
-            self._reader = LogReader(path)
+            # a named .wandb file is read alone; a run directory with its earlier segments
+            self._logs = [path] if self.log_file else [*earlier_segments(self.run_dir), path]
+            self._reader = LogReader(self._logs[0])
+            self._count_segments()
         return self._reader
+
+    def _count_segments(self) -> None:
+        if len(self._logs) > 1:
+            self._meta["segments"] = len(self._logs)
+
+    def _read_new(self) -> dict[str, Series]:
+        """Every new record of every segment from the cursor on; per metric, its new points."""
+        assert self._reader is not None
+        chunks: dict[str, list[Series]] = {}
+        while True:
+            for metric, part in self._decode(self._reader).items():
+                chunks.setdefault(metric, []).append(part)
+            if self._segment + 1 >= len(self._logs):
+                break
+            # an earlier segment is read to its end (a later one exists: its writer is gone)
+            self._segment += 1
+            self._reader = LogReader(self._logs[self._segment])
+            self._join.next_segment()
+            self._state = RunState.RUNNING  # the run's state is the last segment's
+            self._meta.pop("exit_code", None)
+        merged: dict[str, Series] = {}
+        for m, parts in sorted(chunks.items()):
+            pieces = [(p.steps, p.values) for p in parts]
+            merged[m] = parts[0] if len(parts) == 1 else merge_chunks(m, pieces, parts[-1].step_key)
+        return merged
 
     def _resolve(self) -> str | None:
         if self.runs_before is not None:
             return new_run_dir(self.path, self.runs_before)
         return resolve_run_dir(self.path)
 
-    def _decode(self, reader: LogReader, after: float | None = None) -> dict[str, Series]:
-        """Read every new complete record; history goes to columns, the rest to metadata.
-        `after`: the last `_step` of an earlier segment; a segment restarting at or below
-        it is shifted to follow it."""
+    def _decode(self, reader: LogReader) -> dict[str, Series]:
+        """Read every new complete record; history goes to columns (each `_step` where
+        `_join` places it), the rest to metadata."""
         # imported here: the decoder is protobuf's (gatekeeper[wandb]), and the family is
         # imported by every detection pass
         from gatekeeper.sources.wandb.decode import decode
@@ -229,11 +255,7 @@ class WandbLocalSource(LiveSource):
         for rec in part.meta:
             self._apply(rec.WhichOneof("record_type"), rec)
         cols = Columns(self._carry, where=reader.path, forms=self._forms)
-        steps = part.steps
-        if after is not None and steps and steps[0] <= after:
-            steps = [s + after + 1 for s in steps]
-        self._last_step = max(steps) if steps else (after if after is not None else -1.0)
-        cols.steps = steps
+        cols.steps = self._join.place(part.steps, part.step_log_at)
         for key, (rows, values, mask) in part.keys.items():
             cols.rows[key] = rows
             cols.vals[key] = (values, mask)
@@ -286,7 +308,7 @@ class WandbLocalSource(LiveSource):
         resumed = f"; resumed, {segments} segments read" if segments else ""
         if code is not None:
             return f"wandb exit code {code}{resumed}"
-        log = os.path.basename(self._reader.path) if self._reader else "the .wandb log"
+        log = os.path.basename(self._logs[-1]) if self._logs else "the .wandb log"
         return f"no exit record in {log}{resumed}"
 
 
@@ -315,28 +337,6 @@ def _update_config(config: dict[str, Any], rec: Any) -> None:
             node = node.get(k, {}) if isinstance(node, dict) else {}
         if isinstance(node, dict):
             node.pop(keys[-1], None)
-
-
-def earlier_segments(run_dir: str) -> list[str]:
-    """The `.wandb` logs of earlier segments of the run in `run_dir` (resumed with the same
-    id: `offline-run-<time>-<id>`, `run-<time>-<id>`), oldest first."""
-    name = os.path.basename(os.path.normpath(run_dir))
-    parts = name.rsplit("-", 2)
-    if len(parts) != 3 or not name.startswith(_RUN_DIR_PREFIXES):
-        return []
-    stamp, run_id = parts[1], parts[2]
-    found = []
-    for other in glob.glob(os.path.join(os.path.dirname(run_dir), f"*run-*-{run_id}")):
-        other_stamp = os.path.basename(other).rsplit("-", 2)[1]
-        log = _find_log(other)
-        if other_stamp < stamp and log is not None:
-            found.append((other_stamp, log))
-    return [log for _, log in sorted(found)]
-
-
-def _find_log(run_dir: str) -> str | None:
-    found = sorted(glob.glob(os.path.join(run_dir, "*.wandb")), key=os.path.getmtime)
-    return found[-1] if found else None
 
 
 __all__ = ["WandbLocalSource", "names_one_run", "new_run_dir", "resolve_run_dir", "run_dirs"]
