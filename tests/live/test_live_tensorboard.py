@@ -116,3 +116,29 @@ def test_the_hparams_subdirectory_of_a_new_run_is_part_of_it(tmp_path: Path) -> 
     w.close()
     assert len(runs_in(str(tmp_path / "runs"))) == 2
     assert new_run(str(tmp_path / "runs"), frozenset()) == "Dec04_host"
+
+
+def test_the_followed_new_run_survives_a_cursor_round_trip(tmp_path: Path) -> None:
+    """In process: the waiting poll judges nothing of `version_0`; once `version_1` appears
+    it alone is read, and a restored source keeps following it from where it was."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from gatekeeper.live.detect import DetectingSource
+
+    def write(version: str, value: float) -> None:
+        w = SummaryWriter(str(tmp_path / "ll" / version))
+        w.add_scalar("train/loss", value, 0)
+        w.close()
+
+    write("version_0", 9.0)
+    said: list[str] = []
+    source = DetectingSource(str(tmp_path / "ll"), said.append)
+    assert source.poll().series == {} and "not followed: version_0" in said[0]
+    write("version_1", 0.5)
+    assert source.poll().series["train/loss"].values.tolist() == [0.5]
+    restored = DetectingSource(str(tmp_path / "ll"), said.append)
+    restored.restore(json.loads(json.dumps(source.cursor())))
+    assert restored.tb_run == str(tmp_path / "ll" / "version_1")
+    assert restored.poll().points == 0  # nothing read twice
+    write("version_1", 0.25)  # a restart's second file in the same run directory
+    assert restored.poll().series["train/loss"].values.tolist() == [0.25]
