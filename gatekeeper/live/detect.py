@@ -19,6 +19,14 @@ from gatekeeper.sources import family_of, open_live_source
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.jsonl import LiveJsonlSource
 from gatekeeper.sources.mlflow.scheme import names_file_store
+from gatekeeper.sources.tensorboard.logdir import (
+    event_files,
+    is_event_file,
+    is_run_dir,
+    new_run,
+    runs_in,
+)
+from gatekeeper.sources.tensorboard.scheme import SCHEMES as TB_SCHEMES
 from gatekeeper.sources.wandb.local import (
     WandbLocalSource,
     names_one_run,
@@ -27,7 +35,7 @@ from gatekeeper.sources.wandb.local import (
     wandb_folders,
 )
 
-_CURSOR_VERSION = 1
+_CURSOR_VERSION = 1  # later keys (TensorBoard's) are optional: older cursors still read
 
 
 def open_follow_source(
@@ -41,6 +49,8 @@ def open_follow_source(
     path = spec.removeprefix("file://")
     if "://" not in spec and names_file_store(path):
         spec = f"mlflow+file://{os.path.abspath(path)}"  # an `mlruns/` folder
+    if spec.startswith(TB_SCHEMES):  # a run, or a log dir whose new run is followed
+        return DetectingSource(spec.split("://", 1)[1], say, only_tensorboard=True)
     if "://" in spec and not spec.startswith("file://"):
         source = open_live_source(spec)
         from gatekeeper.sources.mlflow.follow import NewRunSource
@@ -58,16 +68,22 @@ def open_follow_source(
 
 
 class DetectingSource(LiveSource):
-    """A local path whose kind (wandb run or JSONL records) is settled by the first data."""
+    """A local path whose kind (wandb run, TensorBoard run or JSONL records) is settled by
+    the first data. `only_tensorboard`: a `tensorboard://` SOURCE, no other kind."""
 
-    kind = "local run (wandb or JSONL, detected when data appears)"
+    kind = "local run (wandb, TensorBoard or JSONL, detected when data appears)"
 
-    def __init__(self, spec: str, say: Callable[[str], None]):
+    def __init__(self, spec: str, say: Callable[[str], None], *, only_tensorboard: bool = False):
         super().__init__(spec)
         self.path = spec.removeprefix("file://")
         self.say = say
-        # the runs already in a wandb folder: a watch follows only a run started after it
+        self.only_tensorboard = only_tensorboard
+        # the runs already in a wandb folder or a TensorBoard log dir: a watch follows only
+        # a run started after it
         self.runs_before = frozenset(run_dirs(self.path))
+        self.tb_before = frozenset(runs_in(self.path))
+        self.tb_run: str | None = None  # the TensorBoard run followed, once one is
+        self.tb_files_before = len(event_files(self.path)) + is_event_file(self.path)
         self.inner: LiveSource | None = None
         self._announced = False  # the waiting note was printed
         self._following = False  # the followed run was printed
@@ -86,22 +102,30 @@ class DetectingSource(LiveSource):
         return poll
 
     def read(self) -> Run:
-        return (self.inner or open_live_source(self.spec)).read()
+        spec = f"tensorboard://{self.path}" if self.only_tensorboard else self.spec
+        return (self.inner or open_live_source(spec)).read()
 
     def cursor(self) -> dict[str, Any]:
         inner = self.inner
         kind = "wandb" if isinstance(inner, WandbLocalSource) else "jsonl" if inner else None
+        if self.tb_run is not None:
+            kind = "tensorboard"
         return {
             "version": _CURSOR_VERSION,
             "kind": kind,
             "inner": inner.cursor() if inner else None,
             "runs_before": sorted(self.runs_before),
+            "tb_before": sorted(self.tb_before),
+            "tb_run": self.tb_run,
         }
 
     def restore(self, cursor: dict[str, Any]) -> None:
         self.runs_before = frozenset(cursor.get("runs_before", ()))
+        self.tb_before = frozenset(cursor.get("tb_before", ()))
         kind = cursor.get("kind")
-        if kind == "wandb":
+        if kind == "tensorboard":
+            self._follow_tensorboard(str(cursor["tb_run"]))
+        elif kind == "wandb":
             self.inner = WandbLocalSource(self.spec, runs_before=self.runs_before)
         elif kind == "jsonl":
             self.inner = LiveJsonlSource(self.spec)
@@ -116,8 +140,12 @@ class DetectingSource(LiveSource):
 
     def _detect(self) -> LiveSource | None:
         path = self.path
-        if path.endswith(".wandb") or names_one_run(path) and os.path.isdir(path):
+        if self.only_tensorboard:
+            self._detect_tensorboard()
+        elif path.endswith(".wandb") or names_one_run(path) and os.path.isdir(path):
             self.inner = WandbLocalSource(self.spec)
+        elif is_event_file(path) or is_run_dir(path):
+            self._follow_tensorboard(path)
         elif os.path.isfile(path):
             self.inner = LiveJsonlSource(self.spec)
         elif new_run_dir(path, self.runs_before) is not None:
@@ -126,7 +154,23 @@ class DetectingSource(LiveSource):
             return None  # a wandb folder without a new run yet: never read as JSONL
         elif glob.glob(os.path.join(path, "*.jsonl")):
             self.inner = LiveJsonlSource(self.spec)
+        else:
+            self._detect_tensorboard()
         return self.inner
+
+    def _detect_tensorboard(self) -> None:
+        """The run itself (event files of its own), else a run created below it after the
+        watch began."""
+        if is_event_file(self.path) or is_run_dir(self.path):
+            self._follow_tensorboard(self.path)
+        elif (fresh := new_run(self.path, self.tb_before)) is not None:
+            self._follow_tensorboard(os.path.join(self.path, fresh))
+
+    def _follow_tensorboard(self, run: str) -> None:
+        from gatekeeper.sources.tensorboard.source import TensorBoardSource
+
+        self.tb_run = run
+        self.inner = TensorBoardSource(run)
 
     def _is_wandb_folder(self) -> bool:
         base = os.path.basename(os.path.normpath(self.path))
@@ -136,9 +180,18 @@ class DetectingSource(LiveSource):
 
     def _waiting(self) -> None:
         """Say once why runs already in the folder are not followed, and how to attach."""
-        if self._announced or not self.runs_before:
+        if self._announced or not (self.runs_before or self.tb_before):
             return
         self._announced = True
+        if self.tb_before:
+            earlier = sorted(self.tb_before)
+            self.say(
+                f"gatekeeper: waiting for a new TensorBoard run in {self.path} ({len(earlier)} "
+                f"earlier run(s) there are not followed: {', '.join(earlier[:8])}; to follow "
+                f"one already running, pass its directory, e.g. "
+                f"{os.path.join(self.path, earlier[-1])})"
+            )
+            return
         latest = os.path.join(self.path, "latest-run")
         if not os.path.exists(latest):
             latest = os.path.join(self.path, "wandb", "latest-run")
@@ -163,6 +216,23 @@ class DetectingSource(LiveSource):
                 f"gatekeeper: following wandb run {run.run_id or run.name} ({started}"
                 f"{resumed}): {inner.log_path}"
             )
+        elif self.tb_run is not None:
+            self._announce_tensorboard(self.tb_run)
         else:
             self.say(f"gatekeeper: following JSONL records in {self.path}")
         self._following = True
+
+    def _announce_tensorboard(self, run: str) -> None:
+        if run != self.path:
+            self.say(
+                f"gatekeeper: following TensorBoard run {os.path.relpath(run, self.path)} "
+                f"(created in {self.path} after the watch began): {run}"
+            )
+            return
+        before = self.tb_files_before
+        self.say(
+            f"gatekeeper: following TensorBoard run {run} (named on the command line; its "
+            f"{before} event file(s) written before the watch began are read too, as "
+            "TensorBoard reads one run)" if before else
+            f"gatekeeper: following TensorBoard run {run} (created after the watch began)"
+        )

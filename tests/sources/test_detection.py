@@ -134,3 +134,21 @@ def test_a_jsonl_check_imports_no_other_familys_reader_nor_an_optional_library(
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "JsonlSource [] []"
+
+
+def test_a_log_dir_of_runs_is_tensorboard_and_a_wandb_tree_of_copies_is_not(
+    tmp_path: Path,
+) -> None:
+    """Lightning's `lightning_logs/version_N` (event files only below the SOURCE) is the
+    TensorBoard family, so `check` can name its runs; wandb's `sync_tensorboard` copies
+    under `wandb/run-*/files/` stay wandb's, and a folder with records of its own stays
+    JSONL."""
+    for name in ("ll/version_0", "ll/version_1", "w/wandb/run-1/files/tb", "j/sub"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "events.out.tfevents.1.host").write_bytes(b"")
+    (tmp_path / "w/wandb/run-1/run-1.wandb").write_bytes(b"")
+    (tmp_path / "j/m.jsonl").write_text('{"step": 0, "loss": 1.0}\n')
+    assert _pass_answer(str(tmp_path / "ll")) is TensorBoardSource
+    assert _pass_answer(str(tmp_path / "w/wandb")) is not TensorBoardSource
+    assert _pass_answer(str(tmp_path / "w/wandb/run-1")) is WandbLocalSource
+    assert _pass_answer(str(tmp_path / "j")) is JsonlSource

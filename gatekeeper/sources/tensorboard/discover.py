@@ -7,7 +7,7 @@ import os
 
 from pydantic import BaseModel, ConfigDict
 
-from gatekeeper.sources.tensorboard.source import event_files
+from gatekeeper.sources.tensorboard.logdir import is_run_dir, runs_in
 
 
 class TensorBoardFilter(BaseModel):
@@ -22,9 +22,9 @@ class TensorBoardFilter(BaseModel):
         for match in glob.glob(self.logdir):
             if not os.path.isdir(match):
                 continue
-            for directory, _, _ in os.walk(match):
-                if event_files(directory):
-                    found.add(f"tensorboard://{os.path.normpath(directory)}")
+            runs = [os.path.join(match, r) for r in runs_in(match)]
+            for directory in [match, *runs] if is_run_dir(match) else runs:
+                found.add(f"tensorboard://{os.path.normpath(directory)}")
         return sorted(found)
 
     def describe(self) -> str:

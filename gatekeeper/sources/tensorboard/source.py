@@ -14,7 +14,6 @@ whole read does. TensorBoard carries no run state: the run is judged on its data
 
 from __future__ import annotations
 
-import glob
 import os
 from typing import Any
 
@@ -22,30 +21,20 @@ from gatekeeper.errors import RecordError, SourceError, SourceNotFound
 from gatekeeper.extras import require
 from gatekeeper.model import Run, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
+from gatekeeper.sources.tensorboard.logdir import (
+    FILE_MARK,
+    event_files,
+    is_event_file,
+    is_log_dir_of_runs,
+    is_run_dir,
+    runs_in,
+)
 from gatekeeper.sources.tensorboard.restarts import Restarts
 from gatekeeper.sources.tensorboard.scheme import SCHEMES
 
-FILE_MARK = "events.out.tfevents."
 STEP_KEY = "step"
 _CURSOR_VERSION = 2
 READ_CHUNK = 64 << 20
-
-
-def is_event_file(path: str) -> bool:
-    return os.path.basename(path).startswith(FILE_MARK)
-
-
-def event_files(directory: str) -> list[str]:
-    """The event files directly in `directory` in name order, TensorBoard's reading order
-    (`directory_watcher` sorts the paths): the writer's 10-digit timestamp comes first in
-    the name, so a restart's file follows the first run's."""
-    found = [p for p in glob.glob(os.path.join(glob.escape(directory), FILE_MARK + "*"))
-             if os.path.isfile(p)]
-    return sorted(found)
-
-
-def is_run_dir(path: str) -> bool:
-    return os.path.isdir(path) and bool(event_files(path))
 
 
 class TensorBoardSource(LiveSource):
@@ -74,7 +63,8 @@ class TensorBoardSource(LiveSource):
         if "://" in spec and not spec.startswith("file://"):
             return False
         path = spec.removeprefix("file://")
-        return is_event_file(path) or is_run_dir(path)
+        # a log dir of runs too: `read` names them and asks for one
+        return is_event_file(path) or is_run_dir(path) or is_log_dir_of_runs(path)
 
     def files(self) -> list[str]:
         if is_event_file(self.path):
@@ -85,6 +75,8 @@ class TensorBoardSource(LiveSource):
 
     def read(self) -> Run:
         if not self.files():
+            if is_log_dir_of_runs(self.path):
+                raise SourceError(self.which_run())
             raise SourceNotFound(
                 f"{self.path}: no TensorBoard event files ({FILE_MARK}*); point at one run's "
                 "directory, not a log dir of runs"
@@ -102,6 +94,16 @@ class TensorBoardSource(LiveSource):
                 )
         poll.run.series = poll.series
         return poll.run
+
+    def which_run(self) -> str:
+        """A log dir of several runs: name them and ask for one (the newest as example)."""
+        runs = runs_in(self.path)
+        newest = max(runs, key=lambda r: (os.path.getmtime(os.path.join(self.path, r)), r))
+        shown = ", ".join(runs[:8]) + (f", ... ({len(runs) - 8} more)" if len(runs) > 8 else "")
+        return (
+            f"{self.path}: a TensorBoard log dir of {len(runs)} run(s): {shown}; gatekeeper "
+            f"judges one run: pass its directory, e.g. {os.path.join(self.path, newest)}"
+        )
 
     # -- LiveSource ---------------------------------------------------------------------
 
