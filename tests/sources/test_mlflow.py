@@ -5,6 +5,7 @@ sqlite store directly, and from a file store (`mlruns/`)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from gatekeeper.errors import UsageError
 from gatekeeper.sources import open_live_source, open_source
 from gatekeeper.sources.mlflow import MlflowSource
 from gatekeeper.sources.mlflow.source import parse_spec
-from tests.helpers import gatekeeper, write_policy
+from tests.helpers import REPO, gatekeeper, write_policy
 from tests.sources.conftest import MlflowServer
 
 pytest.importorskip("mlflow")
@@ -522,6 +523,33 @@ def test_a_resumed_run_logging_below_its_old_maximum_step_fails_live_as_it_does_
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert live["status"] == _result(whole)["status"] == "fail"
     assert live["step"] == _result(whole)["step"] == 55
+
+
+@pytest.mark.parametrize("store", ["file", "server"])
+def test_watch_of_a_run_resumed_below_its_old_maximum_step_exits_1(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mlflow 3.17.2: `watch` follows a run left RUNNING at step 69 (its job died); the
+    restarted job resumes it with MLFLOW_RUN_ID and logs 5.0 at step 55: exit 1 at 55."""
+    from mlflow.tracking import MlflowClient
+
+    uri = _store(store, tmp_path, request, monkeypatch)
+    rid = _log_run(MlflowClient(uri), "resumed-w", [1 / (i + 1) for i in range(70)], None)
+    out = tmp_path / "watch.json"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": rid,
+           "MLFLOW_ALLOW_FILE_STORE": "true"}
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "gatekeeper", "watch", f"mlflow+{uri}/runs/{rid}", "-p",
+         str(_policy(tmp_path)), "--json", str(out), "--interval", "0.2"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        subprocess.run([sys.executable, RESUME, "--wait", "4"], env=env, check=True, timeout=120)
+        assert watch.wait(120) == 1, watch.communicate()[0]
+    finally:
+        watch.kill()
+    res = _result(json.loads(out.read_text()))
+    assert res["status"] == "fail" and res["step"] == 55, res
 
 
 @pytest.mark.parametrize("store", ["file", "sqlite", "server"])
