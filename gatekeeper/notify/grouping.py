@@ -1,7 +1,10 @@
 """When to alert and how alerts become messages. Pure: no I/O, no clock (`now` is passed).
 
-- One alert per state change of a rule on a run (firing, resolved), per channel; a rule
-  still firing is re-sent once per `repeat_interval`.
+- One alert per episode of a rule on a run, per channel: `firing` when the rule first
+  has a status the channel lists, `resolved` when it passes again (`closes`); a move among
+  failing statuses (FAIL <-> ERROR) is the same episode. An open episode is re-sent once
+  per `repeat_interval`. The episode lives in the daemon's SQLite state (alert_state), so
+  a restart, kill -9 included, keeps it.
 - Alerts with the same analysis (state, policy, rule, status and reason class) become one
   group that keeps one line and link per run. An alert with an empty analysis (no
   message) is never merged into a group.
@@ -26,16 +29,14 @@ def reason_class(message: str) -> str:
     return _NUMBER.sub("#", message).strip()
 
 
-# How bad a rule status is. FAIL and ERROR rank alike: both fail the gate, so a firing
-# rule moving between them is still firing, never "resolved" (FAIL -> ERROR got worse).
-_RANK = {"warn": 1, "fail": 2, "error": 2}
-
-
-def still_firing(status: str, statuses: frozenset[str]) -> bool:
-    """A rule firing on a channel keeps firing while its status is at least as bad as the
-    mildest status the channel alerts on; it resolves only when it got better than that."""
-    floor = min((_RANK.get(s, 3) for s in statuses), default=3)
-    return _RANK.get(status, 0) >= floor
+def closes(status: str, statuses: frozenset[str]) -> bool:
+    """An alert's episode is the rule not passing, whatever the failing status: FAIL and
+    ERROR both fail the gate, so moving between them (a NaN after a failing point) is the
+    same episode, on a channel listing either. Only passing again closes it: PASS, or WARN
+    on a channel that does not list warn. SKIP and PENDING say nothing about the data (a
+    `when:` that stopped holding, a rule not judged yet after a re-read): the episode
+    stays open through them, so the next FAIL is not a new page."""
+    return status == "pass" or (status == "warn" and "warn" not in statuses)
 
 
 @dataclass
@@ -88,23 +89,16 @@ def decide(
     for result, confirmed in results:
         key = (result.policy, result.rule)
         prev = states.get(key)
-        firing = confirmed in statuses
-        if firing and (prev is None or not prev.firing):
-            due.append((result, "firing", False))
-            updated[key] = ChannelState(True, now)
-        elif (
-            firing
-            and prev is not None
-            and repeat_interval > 0
-            and now - prev.last_sent >= repeat_interval
-        ):
-            due.append((result, "firing", True))
-            updated[key] = ChannelState(True, now)
-        elif firing or (prev is not None and prev.firing and still_firing(confirmed, statuses)):
-            continue  # unchanged, or worse than what this channel lists: not resolved
-        elif prev is not None and prev.firing:
+        if prev is None or not prev.firing:  # no episode announced on this channel
+            if confirmed in statuses:
+                due.append((result, "firing", False))
+                updated[key] = ChannelState(True, now)
+        elif closes(confirmed, statuses):
             due.append((result, "resolved", False))
             updated[key] = ChannelState(False, now)
+        elif repeat_interval > 0 and now - prev.last_sent >= repeat_interval:
+            due.append((result, "firing", True))  # a reminder of the open episode
+            updated[key] = ChannelState(True, now)
     return due, updated
 
 

@@ -59,6 +59,44 @@ def test_a_failing_rule_getting_worse_is_not_resolved_on_a_fail_only_channel() -
     assert [s for _, s, _ in due] == ["resolved"]  # better than fail: resolved
 
 
+def _episode(statuses: frozenset[str], walk: list[Status], repeat: float = 0) -> list[str]:
+    """The alerts one channel sends as a rule's confirmed status walks `walk`, one poll a
+    second, each poll's states carried into the next as the daemon does."""
+    states: dict = {}
+    sent: list[str] = []
+    for now, status in enumerate(walk):
+        due, updated = decide(
+            [(result(status), status.value)], states, statuses=statuses,
+            repeat_interval=repeat, now=float(now),
+        )
+        states.update(updated)
+        sent += [f"{state}:{res.status.value}{'*' if again else ''}" for res, state, again in due]
+    return sent
+
+
+def test_an_episode_is_not_passing_whatever_the_failing_status() -> None:
+    fail_only, error_only = frozenset({"fail"}), frozenset({"error"})
+    flap = [Status.FAIL, Status.ERROR, Status.FAIL, Status.ERROR, Status.PASS, Status.FAIL]
+    # FAIL <-> ERROR is one episode; only PASS closes it; the next FAIL is a new one
+    assert _episode(fail_only, flap) == ["firing:fail", "resolved:pass", "firing:fail"]
+    assert _episode(FIRING, flap) == ["firing:fail", "resolved:pass", "firing:fail"]
+    assert _episode(error_only, flap) == ["firing:error", "resolved:pass"]
+    # an episode that began as ERROR is announced on a fail-only channel at its first FAIL
+    assert _episode(fail_only, [Status.ERROR, Status.FAIL, Status.ERROR]) == ["firing:fail"]
+
+
+def test_skip_or_pending_inside_an_episode_neither_resolves_it_nor_pages_again() -> None:
+    walk = [Status.FAIL, Status.SKIP, Status.FAIL, Status.PENDING, Status.ERROR, Status.PASS]
+    assert _episode(frozenset({"fail"}), walk) == ["firing:fail", "resolved:pass"]
+
+
+def test_an_open_episode_is_repeated_while_error_on_a_fail_only_channel() -> None:
+    walk = [Status.FAIL, Status.ERROR, Status.ERROR, Status.ERROR, Status.PASS]
+    assert _episode(frozenset({"fail"}), walk, repeat=2) == [
+        "firing:fail", "firing:error*", "resolved:pass"
+    ]
+
+
 def test_a_warn_channel_keeps_firing_when_warn_turns_fail_and_resolves_on_pass() -> None:
     warn_only = frozenset({"warn"})
     _, st = decide(

@@ -5,6 +5,7 @@ sqlite store directly, and from a file store (`mlruns/`)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -16,11 +17,12 @@ from gatekeeper.errors import UsageError
 from gatekeeper.sources import open_live_source, open_source
 from gatekeeper.sources.mlflow import MlflowSource
 from gatekeeper.sources.mlflow.source import parse_spec
-from tests.helpers import gatekeeper, write_policy
+from tests.helpers import REPO, gatekeeper, write_policy
 from tests.sources.conftest import MlflowServer
 
 pytest.importorskip("mlflow")
 WRITER = str(Path(__file__).with_name("mlflow_writer.py"))
+RESUME = str(Path(__file__).with_name("mlflow_resume.py"))
 
 
 def _log_run(client, experiment: str, losses: list[float], status: str | None = "FINISHED",
@@ -137,7 +139,7 @@ def test_local_sqlite_store_and_file_store_read_the_same_run(
     assert run.state.value == "killed"
 
 
-def test_poll_costs_one_request_per_unchanged_run_and_reads_only_new_points(
+def test_poll_costs_one_request_per_metric_and_reads_only_new_points(
     mlflow_server: MlflowServer,
 ) -> None:
     client = mlflow_server.client()
@@ -149,12 +151,14 @@ def test_poll_costs_one_request_per_unchanged_run_and_reads_only_new_points(
     assert len(first.series["train/loss"]) == 7000 and first.points == 7001
     before = src.client.requests
     assert src.poll().points == 0
-    assert src.client.requests - before == 1  # the run only: no history asked
+    # the run + the page each metric's cursor stands in: a point below a metric's highest
+    # step does not move its latest value, so every metric is asked (mlflow 3.17.2)
+    assert src.client.requests - before == 3
     client.log_metric(rid, "train/loss", 0.5, step=7000)
     before = src.client.requests
     poll = src.poll()
     assert poll.series["train/loss"].steps.tolist() == [7000] and poll.points == 1
-    assert src.client.requests - before == 2  # the run + one page of the changed metric
+    assert src.client.requests - before == 3
     client.set_terminated(rid, "FINISHED")
     assert src.poll().ended
 
@@ -209,7 +213,7 @@ def test_daemon_discovery_lists_running_runs_with_the_tags(mlflow_server: Mlflow
     assert other.info.run_id not in "".join(found)
 
 
-def test_experiment_poll_costs_one_search_plus_one_request_per_changed_metric(
+def test_experiment_poll_costs_one_search_plus_one_request_per_metric(
     mlflow_server: MlflowServer,
 ) -> None:
     from gatekeeper.sources.mlflow.experiment import ExperimentPoller
@@ -222,11 +226,11 @@ def test_experiment_poll_costs_one_search_plus_one_request_per_changed_metric(
     assert len(first) == 12 and sum(p.points for p in first.values()) == 24
     before = poller.client.requests
     assert sum(p.points for p in poller.poll().values()) == 0
-    assert poller.client.requests - before == 1  # one run search, no history
-    client.log_metric(ids[3], "train/loss", 9.0, step=2)
+    assert poller.client.requests - before == 1 + 12  # one run search, a page per metric
+    client.log_metric(ids[3], "train/loss", 9.0, step=1)  # at a step already logged
     before = poller.client.requests
     polls = poller.poll()
-    assert poller.client.requests - before == 2
+    assert poller.client.requests - before == 1 + 12
     changed = {k: p for k, p in polls.items() if p.points}
     assert list(changed) == [f"mlflow+{mlflow_server.url}/runs/{ids[3]}"]
     assert changed[list(changed)[0]].series["train/loss"].values.tolist() == [9.0]
@@ -282,6 +286,18 @@ def test_daemon_watches_the_running_runs_of_an_experiment_until_they_end(
         daemon.stop()
 
 
+def _store(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """The tracking URI of a fresh store of that kind (the server is the session's)."""
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    if store == "server":
+        return str(request.getfixturevalue("mlflow_server").url)
+    return f"file://{tmp_path / 'mlruns'}" if store == "file" else (
+        f"sqlite:///{tmp_path / 'mlflow.db'}"
+    )
+
+
 @pytest.mark.parametrize("store", ["file", "sqlite", "server"])
 def test_an_infinite_loss_is_non_finite_in_every_store_whole_and_live(
     store: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
@@ -292,14 +308,8 @@ def test_an_infinite_loss_is_non_finite_in_every_store_whole_and_live(
     logged as Inf is a non-finite ERROR in every store, by `check` and by `watch`."""
     from mlflow.tracking import MlflowClient
 
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     inf = float("inf")
-    if store == "server":
-        uri = request.getfixturevalue("mlflow_server").url
-    else:
-        uri = f"file://{tmp_path / 'mlruns'}" if store == "file" else (
-            f"sqlite:///{tmp_path / 'mlflow.db'}"
-        )
+    uri = _store(store, tmp_path, request, monkeypatch)
     client = MlflowClient(uri)
     rid = _log_run(client, "infinite", [1.0, inf, 0.5, -inf])
     kept = [m.value for m in client.get_metric_history(rid, "train/loss")]
@@ -478,3 +488,123 @@ def test_run_follows_the_new_run_on_a_tracking_server(
 def test_a_store_without_a_run_id_is_refused_by_check(tmp_path: Path) -> None:
     proc, _ = _check(tmp_path, f"mlflow+file://{tmp_path}/mlruns")
     assert proc.returncode == 2 and "runs/RUN_ID" in proc.stderr, proc.stderr
+
+
+RESUMES = [("file", "env"), ("sqlite", "arg"), ("server", "env")]
+
+
+@pytest.mark.parametrize(("store", "by"), RESUMES)
+def test_a_resumed_run_logging_below_its_old_maximum_step_fails_live_as_it_does_whole(
+    store: str, by: str, tmp_path: Path, request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """mlflow 3.17.2: a run killed at step 69 and resumed (`MLFLOW_RUN_ID`, or
+    `mlflow.start_run(run_id=...)`) logs 5.0 at step 55. The run's latest `train/loss` stays
+    step 69's (MLflow's latest is the highest step), so a poll that skips a metric whose
+    latest did not move never reads step 55: `run` passed while `check` failed."""
+    from mlflow.tracking import MlflowClient
+
+    uri = _store(store, tmp_path, request, monkeypatch)
+    rid = _log_run(MlflowClient(uri), "resumed", [1 / (i + 1) for i in range(70)], "KILLED")
+    source = f"mlflow+{uri}/runs/{rid}"
+    env = {"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true"}
+    if by == "env":
+        env["MLFLOW_RUN_ID"] = rid
+    out = tmp_path / "run.json"
+    # the resume waits, so the first polls read steps 0..69 before step 55 comes
+    proc = gatekeeper(
+        "run", "-p", str(_policy(tmp_path)), "--source", source, "--json", str(out),
+        "--interval", "0.2", "--", sys.executable, RESUME, "--wait", "4", "--by", by,
+        *(("--run-id", rid) if by == "arg" else ()), env=env, timeout=240,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    live = _result(json.loads(out.read_text()))
+    proc, whole = _check(tmp_path, source)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert live["status"] == _result(whole)["status"] == "fail"
+    assert live["step"] == _result(whole)["step"] == 55
+
+
+@pytest.mark.parametrize("store", ["file", "server"])
+def test_watch_of_a_run_resumed_below_its_old_maximum_step_exits_1(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mlflow 3.17.2: `watch` follows a run left RUNNING at step 69 (its job died); the
+    restarted job resumes it with MLFLOW_RUN_ID and logs 5.0 at step 55: exit 1 at 55."""
+    from mlflow.tracking import MlflowClient
+
+    uri = _store(store, tmp_path, request, monkeypatch)
+    rid = _log_run(MlflowClient(uri), "resumed-w", [1 / (i + 1) for i in range(70)], None)
+    out = tmp_path / "watch.json"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": rid,
+           "MLFLOW_ALLOW_FILE_STORE": "true"}
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "gatekeeper", "watch", f"mlflow+{uri}/runs/{rid}", "-p",
+         str(_policy(tmp_path)), "--json", str(out), "--interval", "0.2"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        subprocess.run([sys.executable, RESUME, "--wait", "4"], env=env, check=True, timeout=120)
+        assert watch.wait(120) == 1, watch.communicate()[0]
+    finally:
+        watch.kill()
+    res = _result(json.loads(out.read_text()))
+    assert res["status"] == "fail" and res["step"] == 55, res
+
+
+@pytest.mark.parametrize("store", ["file", "sqlite", "server"])
+def test_each_poll_reads_every_point_logged_since_the_last_in_any_step_or_time_order(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mlflow 3.17.2 keeps a file store's history as appended and a SQL store's (a server's)
+    by (timestamp, step, value). A point at a lower step comes in the next poll, read from
+    the cursor (one history page per metric); a point logged with an older timestamp lands
+    mid-history in a SQL store, and that poll re-reads the run whole (`reset`). Either way
+    the points polled are the points `check` reads."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    uri = _store(store, tmp_path, request, monkeypatch)
+    client = MlflowClient(uri)
+    rid = _log_run(client, "orders", [1.0] * 70, status=None)
+    src = open_live_source(f"mlflow+{uri}/runs/{rid}")
+    assert isinstance(src, MlflowSource) and src.poll().points == 70
+    client.log_metric(rid, "train/loss", 5.0, step=55)  # a resumed run: lower step, now
+    before = src.client.requests
+    poll = src.poll()
+    assert poll.series["train/loss"].steps.tolist() == [55] and not poll.reset
+    assert src.client.requests - before == 2  # the run + one history page
+    early = Metric("train/loss", 7.0, 1, 56)  # timestamp 1 ms after the epoch
+    client.log_batch(rid, metrics=[early])
+    poll = src.poll()
+    expect = sorted([*range(70), 55, 56])
+    if store == "file":  # appended: still read from the cursor
+        assert poll.series["train/loss"].values.tolist() == [7.0] and not poll.reset
+    else:  # mid-history: the run again, whole
+        assert poll.reset and poll.series["train/loss"].steps.tolist() == expect
+    assert src.poll().points == 0
+    assert sorted(src.read().series["train/loss"].steps.tolist()) == expect
+
+
+def test_a_poll_with_the_run_read_before_its_newest_points_stays_in_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """The flaky "a point was logged with a timestamp older than points already read" on a
+    healthy sqlite run: a poll reads the run (its latest points), the trainer logs more,
+    then the poll reads the history, newer than the run it read. The next poll found its
+    latest point among those already read and took it for a shifted history."""
+    from mlflow.tracking import MlflowClient
+
+    uri = _store("sqlite", tmp_path, request, monkeypatch)
+    client = MlflowClient(uri)
+    rid = _log_run(client, "race", [1.0] * 5, status=None)
+    src = open_live_source(f"mlflow+{uri}/runs/{rid}")
+    assert isinstance(src, MlflowSource)
+    info = src.client.get_run(rid)  # the run as the poll read it...
+    for step in range(5, 10):  # ...and the points logged before it read the history
+        client.log_metric(rid, "train/loss", 1.0, step=step)
+    assert src.poll_info(info).points == 10
+    quiet = src.poll()
+    assert quiet.points == 0 and not quiet.reset
+    client.log_metric(rid, "train/loss", 9.0, step=10)
+    assert src.poll().series["train/loss"].values.tolist() == [9.0]

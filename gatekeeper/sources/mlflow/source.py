@@ -6,11 +6,16 @@ SOURCE forms: `mlflow+http(s)://HOST[:PORT][/PREFIX]/runs/RUN_ID` (a tracking se
 supported. Params become the run config, user tags `KEY:VALUE` run tags, and the MLflow
 status the run state (FAILED/KILLED cannot pass by default).
 
-A poll asks for the run once (status, params, each metric's latest point) and then only for
-the metrics whose latest point moved, resuming each history at the server's own page token:
-requests are O(changed metrics + new points / page), whatever the history's length. The
-history is ordered by timestamp: a point logged later with an older timestamp shifts it, and
-a poll that sees this raises instead of guessing which points are new.
+A poll asks for the run once (status, params, which metrics exist) and then for every
+metric's history from the page its cursor stands in: a point logged at a step below the
+metric's maximum (a run resumed with `MLFLOW_RUN_ID`) does not move the run's "latest"
+value, so the latest value cannot tell that nothing is new. Requests are O(metrics + new
+points / page), whatever the history's length. Each store keeps a history in an order of
+its own (a file store: as appended; a SQL store, and so a server: by timestamp, step,
+value), and a point can be logged into the middle of it (an older timestamp). The cursor
+keeps the last point read, and each poll first checks it stands where it was: if not, the
+new points cannot be told apart from the old by position, so that poll re-reads the run
+whole (`Poll.reset`): one history read per metric, the same pages `check` reads.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.errors import SourceError, UsageError
+from gatekeeper.errors import UsageError
 from gatekeeper.extras import require
 from gatekeeper.model import Run, Series, merge_chunks
 from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
@@ -28,7 +33,7 @@ from gatekeeper.sources.mlflow.client import Point, RunInfo, TrackingClient, par
 from gatekeeper.sources.mlflow.scheme import PREFIX, SCHEME, SCHEMES, names_a_run
 
 STEP_KEY = "step"
-_CURSOR_VERSION = 1
+_CURSOR_VERSION = 2  # 2: the last point read, not the run's latest
 _LOCAL = ("file:", "sqlite:")
 _REMOTE = ("http://", "https://")
 
@@ -85,6 +90,22 @@ def source_for(tracking_uri: str, run_id: str) -> str:
     return f"{PREFIX}{tracking_uri.rstrip('/')}/runs/{run_id}"
 
 
+class _Shifted(Exception):
+    """A point was logged into the middle of a history already read (an older timestamp
+    in a store that orders by timestamp): positions no longer tell new points from old."""
+
+
+def _mark(point: Point) -> list[Any]:
+    """A point as the cursor keeps it (JSON: NaN as text, and NaN never equals NaN)."""
+    return [point.step, point.timestamp, repr(point.value)]
+
+
+def _series(key: str, points: list[Point]) -> Series:
+    steps = np.fromiter((p.step for p in points), np.int64, len(points))
+    values = np.fromiter((p.value for p in points), np.float64, len(points))
+    return merge_chunks(key, [(steps, values)], STEP_KEY)
+
+
 class MlflowSource(LiveSource):
     """An MLflow run: metric histories on their steps, params, tags and status."""
 
@@ -122,21 +143,19 @@ class MlflowSource(LiveSource):
 
     def poll_info(self, info: RunInfo) -> Poll:
         """A poll from the run as already fetched (one run search serves many runs)."""
-        series: dict[str, Series] = {}
-        for key in sorted(info.latest):
-            points = self._new_points(key, info.latest[key])
-            if points:
-                series[key] = merge_chunks(
-                    key,
-                    [(
-                        np.fromiter((p.step for p in points), np.int64, len(points)),
-                        np.fromiter((p.value for p in points), np.float64, len(points)),
-                    )],
-                    STEP_KEY,
-                )
+        try:
+            chunks = {key: self._new_points(key) for key in sorted(info.latest)}
+            reset = False
+        except _Shifted:
+            self._cursors = {}  # re-read whole: positions no longer tell new from old
+            chunks = {key: self._new_points(key) for key in sorted(info.latest)}
+            reset = True
+        series = {key: _series(key, points) for key, points in chunks.items() if points}
         run = self._run(info)
         points_read = sum(len(s) for s in series.values())
-        return Poll(series=series, run=run, ended=not run.state.is_live, points=points_read)
+        return Poll(
+            series=series, run=run, ended=not run.state.is_live, points=points_read, reset=reset
+        )
 
     def cursor(self) -> dict[str, Any]:
         return {"version": _CURSOR_VERSION, "metrics": self._cursors}
@@ -147,37 +166,22 @@ class MlflowSource(LiveSource):
 
     # -- internals ----------------------------------------------------------------------
 
-    def _new_points(self, key: str, latest: Point) -> list[Point]:
-        """The points of `key` after the cursor: nothing asked when its latest point is the
-        one seen last time, else its history from the last page the cursor stands in."""
-        cur = self._cursors.setdefault(key, {"token": None, "seen": 0, "latest": None})
-        mark = [latest.step, latest.timestamp]
-        if cur["latest"] == mark:
-            return []
-        out: list[Point] = []
+    def _new_points(self, key: str) -> list[Point]:
+        """The points of `key` after the cursor: its history from the page the cursor
+        stands in, once the last point read is found where it was left (else `_Shifted`)."""
+        cur = self._cursors.setdefault(key, {"token": None, "seen": 0, "last": None})
         token, seen = cur["token"], int(cur["seen"])
-        while True:
+        page = self.client.history_page(self.run_id, key, token)
+        if seen and (len(page.points) < seen or _mark(page.points[seen - 1]) != cur["last"]):
+            raise _Shifted(key)
+        out = page.points[seen:]
+        while page.next_token:
+            token = page.next_token
             page = self.client.history_page(self.run_id, key, token)
-            if seen > len(page.points):
-                raise SourceError(
-                    f"{self.shown}: metric {key!r} lost points already read (page holds "
-                    f"{len(page.points)}, {seen} were read); was the run rewritten?"
-                )
-            out.extend(page.points[seen:])
-            if page.next_token:
-                token, seen = page.next_token, 0
-                continue
-            if not any(p.step == latest.step and p.timestamp == latest.timestamp for p in out):
-                # the latest point moved, so it is new and must be in the tail just read;
-                # if not, a point was logged with an older timestamp and shifted the order
-                raise SourceError(
-                    f"{self.shown}: metric {key!r}: a point was logged with a timestamp older "
-                    f"than points already read (latest is step {latest.step}); MLflow orders "
-                    "a history by timestamp, so the new points cannot be told apart: "
-                    "judge the run whole with `gatekeeper check`"
-                )
-            cur.update(token=token, seen=len(page.points), latest=mark)
-            return out
+            out.extend(page.points)
+        if page.points:  # a page after a token is never empty: the cursor keeps a point
+            cur.update(token=token, seen=len(page.points), last=_mark(page.points[-1]))
+        return out
 
     def _run(self, info: RunInfo) -> Run:
         tags = tuple(
