@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.errors import UsageError
+from gatekeeper.errors import SourceError, UsageError
 from gatekeeper.sources import open_live_source, open_source
 from gatekeeper.sources.mlflow import MlflowSource
 from gatekeeper.sources.mlflow.source import parse_spec
@@ -608,3 +608,27 @@ def test_a_poll_with_the_run_read_before_its_newest_points_stays_in_step(
     assert quiet.points == 0 and not quiet.reset
     client.log_metric(rid, "train/loss", 9.0, step=10)
     assert src.poll().series["train/loss"].values.tolist() == [9.0]
+
+
+def test_a_saved_cursor_of_the_older_layout_re_reads_the_run_once_as_a_reset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon upgraded over a version-1 cursor (each metric's latest point) re-reads
+    the run whole, flagged as a reset, then polls on; a cursor of an unknown version is
+    still refused (mlflow 3.17.2 file store)."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    store = f"file://{tmp_path / 'mlruns'}"
+    client = MlflowClient(store)
+    rid = _log_run(client, "upgrade", [1.0, 0.5, 0.25], status=None)
+    src = open_live_source(f"mlflow+{store}/runs/{rid}")
+    src.restore({"version": 1, "latest": {"train/loss": [2, 0.25]}})
+    first = src.poll()
+    assert first.reset and first.series["train/loss"].values.tolist() == [1.0, 0.5, 0.25]
+    client.log_metric(rid, "train/loss", 9.0, step=1)  # below the highest step
+    second = src.poll()
+    assert not second.reset and second.series["train/loss"].values.tolist() == [9.0]
+    fresh = open_live_source(f"mlflow+{store}/runs/{rid}")
+    with pytest.raises(SourceError, match="saved cursor version 99"):
+        fresh.restore({"version": 99})

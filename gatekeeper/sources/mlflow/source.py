@@ -119,6 +119,7 @@ class MlflowSource(LiveSource):
         self.shown = source_for(public_uri(self.tracking_uri), self.run_id)
         self._client = client
         self._cursors: dict[str, dict[str, Any]] = {}
+        self._reread = False  # the next poll holds the whole run again (Poll.reset)
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -145,7 +146,7 @@ class MlflowSource(LiveSource):
         """A poll from the run as already fetched (one run search serves many runs)."""
         try:
             chunks = {key: self._new_points(key) for key in sorted(info.latest)}
-            reset = False
+            reset, self._reread = self._reread, False
         except _Shifted:
             self._cursors = {}  # re-read whole: positions no longer tell new from old
             chunks = {key: self._new_points(key) for key in sorted(info.latest)}
@@ -161,6 +162,13 @@ class MlflowSource(LiveSource):
         return {"version": _CURSOR_VERSION, "metrics": self._cursors}
 
     def restore(self, cursor: dict[str, Any]) -> None:
+        """Resume from a saved cursor. An older layout (version 1 kept each metric's
+        latest point, which misses a point logged below it) is not refused: the next poll
+        re-reads the run whole as a reset, so a daemon's saved runs survive the upgrade."""
+        version = cursor.get("version")
+        if isinstance(version, int) and 1 <= version < _CURSOR_VERSION:
+            self._cursors, self._reread = {}, True
+            return
         check_cursor_version(cursor, _CURSOR_VERSION, self.shown)
         self._cursors = {k: dict(v) for k, v in cursor.get("metrics", {}).items()}
 
