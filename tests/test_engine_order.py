@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +230,27 @@ def test_torch_summary_writer_fail_before_an_inf_is_reported_at_its_step(
     loss = results["loss"]
     assert (loss["status"], loss["step"], loss["value"]) == ("fail", 10, 500.0), loss
     assert "non-finite value Infinity at step 12" in loss["message"]
+
+
+@pytest.mark.parametrize("delay", ["0", "0.05"])
+def test_run_stops_at_the_first_violation_wherever_the_polls_fall(
+    tmp_path: Path, delay: str
+) -> None:
+    """`run` over a tensorboardX 2.6 writer (tests/sources/tb_writer.py): 5.0 at step 10
+    (over max: 2), NaN at 12. Written at once (one poll sees both) or a point per 50 ms
+    (a poll sees step 10 first), the gate stops at step 10 and the verdict says FAIL."""
+    pytest.importorskip("tensorboardX")
+    writer = Path(__file__).parent / "sources" / "tb_writer.py"
+    pol = tmp_path / "gate.yaml"
+    pol.write_text("version: 1\nname: gate\nrules:\n"
+                   "  - {id: loss, metric: train/loss, check: {max: 2.0}}\n")
+    out, logdir = tmp_path / "v.json", tmp_path / "logs"
+    proc = gatekeeper(
+        "run", "-p", str(pol), "--source", f"tensorboard://{logdir}", "--json", str(out), "--interval",
+        "0.1", "--grace", "5", "--", sys.executable, str(writer), str(logdir), "--steps", "16",
+        "--delay", delay, "--bad-at", "10", "--nan-at", "12",
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    verdict = json.loads(out.read_text())
+    (loss,) = verdict["results"]
+    assert (loss["status"], loss["step"], loss["value"]) == ("fail", 10, 5.0), loss
