@@ -246,9 +246,9 @@ def test_run_stops_at_the_first_violation_wherever_the_polls_fall(
                    "  - {id: loss, metric: train/loss, check: {max: 2.0}}\n")
     out, logdir = tmp_path / "v.json", tmp_path / "logs"
     proc = gatekeeper(
-        "run", "-p", str(pol), "--source", f"tensorboard://{logdir}", "--json", str(out), "--interval",
-        "0.1", "--grace", "5", "--", sys.executable, str(writer), str(logdir), "--steps", "16",
-        "--delay", delay, "--bad-at", "10", "--nan-at", "12",
+        "run", "-p", str(pol), "--source", f"tensorboard://{logdir}", "--json", str(out),
+        "--interval", "0.1", "--grace", "5", "--", sys.executable, str(writer), str(logdir),
+        "--steps", "16", "--delay", delay, "--bad-at", "10", "--nan-at", "12",
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     verdict = json.loads(out.read_text())
