@@ -28,17 +28,24 @@ class RunState(str, enum.Enum):
         return self in (RunState.RUNNING, RunState.UNKNOWN)
 
 
+# The step TensorBoard and MLflow give every point, and a JSONL row's plain "step": an
+# argument of each add_scalar/log_metric call, not a named axis the metrics share, so a
+# per-epoch metric may count epochs on it next to a per-batch one counting batches.
+OWN_STEP = "step"
+
+
 @dataclass(frozen=True)
 class Series:
     """One metric: parallel int64 steps and float64 values (NaN/±Inf kept), sorted by step.
 
-    `step_key` names the axis the steps are on (`train/step`, `_step`, ...).
+    `step_key` names the axis the steps are on (`train/step`, `_step`, ...). The plain
+    `step` (OWN_STEP) is a step no shared axis names: each metric's own counter.
     """
 
     metric: str
     steps: np.ndarray
     values: np.ndarray
-    step_key: str = "step"
+    step_key: str = OWN_STEP
 
     def __post_init__(self) -> None:
         if self.steps.shape != self.values.shape or self.steps.ndim != 1:

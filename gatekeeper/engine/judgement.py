@@ -4,7 +4,8 @@ A mask check (max, between, spike, ...) marks violating points, each with a full
 of context before it; `for: N` fires at the first point that ends a run of N consecutive
 violating points, the run carried across chunks. An aggregate check (fraction, flat,
 trend, history, ...) folds the points into a state of its own (`agg`, saved by the
-check). The first NaN/Inf ends judging: the points after it are not judged.
+check). The first NaN/Inf ends judging: the points after it are not judged; a `for`
+that fired before it is still the outcome (the first violation in step order).
 """
 
 from __future__ import annotations
@@ -123,16 +124,21 @@ def runs_at(where: np.ndarray, size: int, carry: int) -> tuple[np.ndarray, int]:
 
 
 def settled(state: Judgement, rule: RuleSpec, axis: str) -> Outcome | None:
-    """The outcome once a NaN/Inf or `for` has decided it (later points cannot change it)."""
-    if state.error is not None:
-        step, value = state.error
-        return at(state, Status.ERROR, wording.nonfinite(axis, step, value), step, value)
+    """The outcome once `for` or a NaN/Inf has decided it (later points cannot change it):
+    the first of them in step order. Judging stops at the first NaN/Inf, so a `for` that
+    fired did so before it: FAIL there, naming the NaN/Inf too (both fail the gate; the
+    step a user looks at first is the first violation, whatever the polls were)."""
     if state.fail is not None:
         step, value = state.fail
         assert isinstance(rule.check, MaskCheck)  # only a mask check fires `for`
         explained = rule.check.explain(value)
         message = wording.failed(rule, explained, axis, step, state.violations, state.judged)
+        if state.error is not None:
+            message += wording.nonfinite_after(axis, *state.error)
         return at(state, Status.FAIL, message, step, value, state.violations)
+    if state.error is not None:
+        step, value = state.error
+        return at(state, Status.ERROR, wording.nonfinite(axis, step, value), step, value)
     return None
 
 

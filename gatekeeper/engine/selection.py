@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gatekeeper.engine import wording
-from gatekeeper.model import Run
+from gatekeeper.model import OWN_STEP, Run
 from gatekeeper.policy.binding import period_from_config
 from gatekeeper.policy.schema import Steps
 
@@ -215,10 +215,17 @@ def gap(state: Selection, sel: Steps, axis: str) -> str | None:
     return None
 
 
-def stopped_early(state: Selection, sel: Steps, metric: str) -> str | None:
-    """A `last` selection judges the run's end: a metric whose points stop well before
-    the run's last step on the same axis would be judged on a stale point."""
+def stopped_early(state: Selection, sel: Steps, metric: str) -> tuple[str, bool] | None:
+    """A `last` selection judges the run's end: a metric whose last point lies further
+    before the last step of its axis (any metric on it) than its own widest step gap
+    would be judged on a stale point. On a named axis (train/step, _step, a wandb step
+    metric) the metrics share the step, so that is an error: (message, True). On the
+    plain `step` (OWN_STEP) each metric counts its own steps (epochs next to batches), so
+    another metric's end says nothing of this one's: a note, (message, False)."""
     last, axis_last = state.max_step, state.axis_last
     if last is None or axis_last is None or axis_last - last <= state.max_gap:
         return None
-    return wording.stopped_early(sel, metric, state.step_key or "step", last, axis_last)
+    axis = state.step_key or OWN_STEP
+    if axis == OWN_STEP:
+        return wording.ends_before_others(metric, axis, last, axis_last), False
+    return wording.stopped_early(sel, metric, axis, last, axis_last), True

@@ -246,13 +246,16 @@ class RuleTracker:
         """`last` / `{last: n}`: the last n points judged as a whole run of their own."""
         sel = self.selection
         stopped = selection.stopped_early(sel, self.rule.steps, self.rule.metric)
-        if stopped:
-            return Outcome(Status.ERROR, stopped, step=sel.max_step)
+        if stopped is not None and stopped[1]:
+            return Outcome(Status.ERROR, stopped[0], step=sel.max_step)
         steps, values = selection.tail_points(sel, self.rule.steps)
         tracker = RuleTracker(replace(self.rule, steps=ALL_STEPS))
         tracker.feed(steps, values, sel.step_key or "step")
         sel.span, self.judgement.marked = tracker.span, tracker.marked
-        return tracker.outcome(final=True, ctx=ctx)
+        out = tracker.outcome(final=True, ctx=ctx)
+        if stopped is not None:  # said beside the verdict, which it does not change
+            out = replace(out, message=f"{out.message}; {stopped[0]}")
+        return out
 
     def _absent(self, final: bool, ctx: EvalContext) -> Outcome:
         """A metric with no points yet: pending live; at the end an error, a skip (not

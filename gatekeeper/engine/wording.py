@@ -70,6 +70,13 @@ def stopped_early(sel: Steps, metric: str, axis: str, last: int, axis_last: int)
     )
 
 
+def ends_before_others(metric: str, axis: str, last: int, axis_last: int) -> str:
+    return (
+        f"{metric}'s last point is at {axis} {last}, other metrics reach {axis} {axis_last} "
+        f"({axis} is each metric's own counter here)"
+    )
+
+
 def pending_end(sel: Steps) -> str:
     return f"judged when the run ends ({sel.describe()})"
 
@@ -98,6 +105,11 @@ def reduced_passed(label: str, value: float, bound: str) -> str:
 # ---- judgement point by point -------------------------------------------------------------
 def nonfinite(axis: str, step: int, value: float) -> str:
     return f"non-finite value {fmt(value)} at {axis} {step}"
+
+
+def nonfinite_after(axis: str, step: int, value: float) -> str:
+    """Beside a FAIL: the NaN/Inf that came after it, where judging stopped."""
+    return f" (and non-finite value {fmt(value)} at {axis} {step}; later points not judged)"
 
 
 def needs_window(need: int, selected: int) -> str:

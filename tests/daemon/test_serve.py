@@ -217,11 +217,14 @@ def test_a_failing_rule_turning_error_is_not_resolved_on_a_fail_only_channel(
     run = tmp_path / "runs" / "worse.jsonl"
     daemon = DaemonProcess(config).start()
     try:
+        record = '{{"metric": "{}", "step_key": "train/step", "series": [[0, {}]]}}\n'
         with open(run, "a") as fh:
-            fh.write('{"train/step": 0, "train/ppo_kl": 0.5, "train/loss": 1.0}\n')
+            fh.write(record.format("train/ppo_kl", 0.5) + record.format("train/loss", 1.0))
         assert fail_only.wait(lambda: len(fail_only.bodies) == 1), daemon.tail()
-        with open(run, "a") as fh:  # the failing rule gets worse: a NaN is ERROR
-            fh.write('{"train/step": 1, "train/ppo_kl": NaN, "train/loss": 1.0}\n')
+        # the failing rule gets worse: its step logged twice makes the metric an ERROR (a
+        # NaN after the violation would not: the FAIL at step 0 comes first in step order)
+        with open(run, "a") as fh:
+            fh.write(record.format("train/ppo_kl", 0.05))
 
         def kl_status() -> str:
             rules = daemon.run("worse")["rules"]

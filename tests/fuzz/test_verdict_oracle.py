@@ -1,14 +1,15 @@
 """A differential verdict oracle for the threshold rules: random policies on random series,
 judged by the engine and by a small plain-Python reading of the README's semantics.
 
-Each case (reproducible from its seed: `random.Random(seed)`) is a run of up to three
-metrics -- lengths 0..60, steps from 0 or elsewhere, with gaps, some near +-2**62 and the
-int64 ends, values from a hostile mix (on a bound, one ulp either side, +-0.0, 1e300,
-1.8e308, 5e-324, NaN, +-Inf), a metric sometimes absent -- and a policy of 1..4 threshold
-rules (`max min abs_max between approx finite lt gt abs_lt strictly_between reach`) with
-random `steps:` (all, first, last, [list] incl. steps the run lacks, {from, to}, {last: n},
-{every: k, offset}), `reduce:` (none mean median min max last), `for:`, `severity:`,
-`if_logged:` and the policy's `mode:`.
+Each case (reproducible from its seed: `random.Random(seed)`) is a run of up to five
+metrics on three named axes and the plain `step` -- lengths 0..60, steps from 0 or
+elsewhere, with gaps, some near +-2**62 and the int64 ends, values from a hostile mix (on
+a bound, one ulp either side, +-0.0, 1e300, 1.8e308, 5e-324, NaN, +-Inf), a metric
+sometimes absent -- and a policy of 1..4 threshold rules (`max min abs_max between approx
+finite lt gt abs_lt strictly_between reach`) with random `steps:` (all, first, last,
+[list] incl. steps the run lacks, {from, to}, {last: n}, {every: k, offset}), `reduce:`
+(none mean median min max last), `for:`, `severity:`, `if_logged:` and the policy's
+`mode:`.
 
 For every case:
 1. the engine judging the run whole (`evaluate`) gives each rule the oracle's status (and
@@ -63,8 +64,12 @@ HUGE = [1e300, -1e300, 1e308, -1e308, MAXF, -MAXF, 1e16, -1e16, 1e20]
 TINY = [5e-324, -5e-324, 2.2250738585072014e-308, 1e-300]
 NONFINITE = [NAN, INF, -INF]
 ANCHORS = [0.0, 0.5, 1.0, -1.0, 1e-9, 0.75, 2.0, -0.25, 0.1, 0.3]
-# metric -> its step axis; "train/gone" is in policies, never in a run
-METRICS = {"train/a": "train/step", "train/b": "train/step", "eval/c": "eval/step"}
+# metric -> its step axis; "train/gone" is in policies, never in a run. "d" and "e" are on
+# the plain `step` (TensorBoard's and MLflow's): each metric's own counter
+METRICS = {
+    "train/a": "train/step", "train/b": "train/step", "eval/c": "eval/step",
+    "d": "step", "e": "step",
+}
 ABSENT = "train/gone"
 KINDS = [
     "max",
@@ -457,6 +462,20 @@ def exact_reduce(how: str, xs: list[Fraction]) -> Fraction:
     raise AssertionError(how)
 
 
+def stale(rule: RuleCase, d: Data, case: Case) -> bool:
+    """README (A `last` point that is stale): `last`/`{last: n}` judge the run's end, so a
+    metric whose last point lies further before the last step of its named axis (any
+    metric on that axis) than its own widest step gap (at least 1) is an error: its last
+    value is not the run's. On the plain `step` each metric counts its own steps (epochs
+    next to batches): judged on its own points, never stale."""
+    tail = rule.steps == "last" or (isinstance(rule.steps, tuple) and rule.steps[0] == "tail")
+    if not tail or d.axis == "step":
+        return False
+    axis_last = max(x.steps[-1] for x in case.data.values() if x.axis == d.axis and x.steps)
+    gap = max([1, *(b - a for a, b in zip(d.steps, d.steps[1:], strict=False))])
+    return axis_last - d.steps[-1] > gap
+
+
 def oracle(rule: RuleCase, case: Case) -> Expect:
     """The final verdict on one rule, from the README; `Status.FAIL` before severity."""
     d = case.data.get(rule.metric)
@@ -469,19 +488,12 @@ def oracle(rule: RuleCase, case: Case) -> Expect:
         # if_logged (the run "logs" it; if_logged skips only a metric the run lacks).
         return Expect(Status.ERROR, why="metric has no points")
     selected, missing = select(rule, d)
-    tail = rule.steps == "last" or (isinstance(rule.steps, tuple) and rule.steps[0] == "tail")
-    if tail:
-        # ENGINE READING (engine/selection.stopped_early): `last`/`{last: n}` judge the run's end, so a
-        # metric whose last point lies further before the last step of its axis (any metric
-        # on that axis) than its own widest step gap (at least 1) is an error: its last
-        # value is not the run's.
-        axis_last = max(x.steps[-1] for x in case.data.values() if x.axis == d.axis and x.steps)
-        gap = max([1, *(b - a for a, b in zip(d.steps, d.steps[1:], strict=False))])
-        if axis_last - d.steps[-1] > gap:
-            return Expect(Status.ERROR, step=d.steps[-1], why="metric stopped before the run")
+    if stale(rule, d, case):
+        return Expect(Status.ERROR, step=d.steps[-1], why="metric stopped before the run")
     # ENGINE READING on precedence, where the README lists several errors at once: a
-    # non-finite selected point (the first) is reported over a violation before it (both
-    # fail the gate), and a violation over a missing listed step.
+    # non-finite point inside a reduction is the error (one value of the whole selection);
+    # judged point by point, the first event in step order (below); a violation is
+    # reported over a missing listed step.
     if rule.reduce != "none":
         if missing:
             return Expect(Status.ERROR, why=f"listed steps {missing} missing")
@@ -504,7 +516,7 @@ def oracle(rule: RuleCase, case: Case) -> Expect:
         return exp
     bad = [s for s, x in selected if not math.isfinite(x)]
     if bad:
-        return Expect(Status.ERROR, step=bad[0], why="non-finite at a judged point")
+        return first_in_step_order(rule, selected, bad[0])
     if rule.kind == "reach":
         if missing:
             return Expect(Status.ERROR, why=f"listed steps {missing} missing")
@@ -519,6 +531,26 @@ def oracle(rule: RuleCase, case: Case) -> Expect:
     alts = {pointwise(rule, selected, missing, b).status for b in (False, True)}
     also = frozenset(alts - {exact.status})
     return Expect(exact.status, also=also, why=exact.why)  # the step may move, too
+
+
+def first_in_step_order(rule: RuleCase, selected: list[tuple[int, float]], nan: int) -> Expect:
+    """README (Statuses): judged point by point, the first non-finite point ends judging,
+    and the first violation in step order is reported: a `for` that fires at a point
+    before it is a FAIL there (naming the non-finite point too), else an ERROR at it.
+    `reach` is judged on the whole selection: a non-finite point anywhere is its ERROR."""
+    error = Expect(Status.ERROR, step=nan, why="non-finite at a judged point")
+    if rule.kind == "reach":
+        return error
+    before = [p for p in selected if p[0] < nan]
+    outcomes = {pointwise(rule, before, [], b).status for b in (None, False, True)}
+    exact = pointwise(rule, before, [], None)
+    if exact.status is Status.FAIL:
+        also = frozenset({Status.ERROR} if outcomes != {Status.FAIL} else set())
+        step = None if exact.why.startswith("borderline") else exact.step  # it may move
+        return Expect(Status.FAIL, step=step, also=also, why=f"{exact.why} before the NaN")
+    if Status.FAIL in outcomes:  # a borderline approx point may fire `for` before it
+        return Expect(Status.ERROR, also=frozenset({Status.FAIL}), why=error.why)
+    return error
 
 
 def pointwise(
@@ -684,9 +716,8 @@ def check_case(case: Case, tmp_path: Path) -> tuple[int, int]:
         if _key(again) != _key(got):
             problems.append(f"{rule.id}: fed in polls {_key(again)} != whole {_key(got)}")
     # A live FAIL/WARN/ERROR is final in kind: the final verdict is not better. ENGINE
-    # READING: it may be another of the same kind -- a NaN after a violation makes the
-    # final ERROR (a non-finite point outranks a violation), a live ERROR "too few points
-    # by by_step" may end as the ERROR of a later NaN -- both fail the gate alike.
+    # READING: it may be another of the same kind -- a live ERROR "too few points by
+    # by_step" may end as the ERROR of a later NaN -- both fail the gate alike.
     kind = {Status.FAIL: "stop", Status.ERROR: "stop", Status.WARN: "warn"}
     by_rule = {r.rule: r for r in whole}
     for stopped in live:
