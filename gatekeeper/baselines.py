@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -82,6 +82,69 @@ def series_identity(run: Run, keys: Iterable[str]) -> str:
             )
         ident[key] = value
     return canonical(ident)
+
+
+def miles_declared(run: Run) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+    """What a miles test declares with `register_ci_gate` and where that was read: the
+    run's `config.ci_gate` (a list of metric keys) if set, else the test file found from
+    the record's path. Neither is an error naming the flag: never a silent default."""
+    found, given = run.lookup("config.ci_gate")
+    if found and given is not None:
+        if not (isinstance(given, list) and all(isinstance(m, str) for m in given)):
+            raise ConfigError(
+                f"--config ci_gate={given!r}: expected a list of metric keys, e.g. "
+                "--config 'ci_gate=[train/grad_norm, train/ppo_kl]'"
+            )
+        return [(m, {}) for m in given], "config.ci_gate"
+    from gatekeeper.history.miles import declared_gates, identity_from_path
+
+    ident = identity_from_path(run.source)
+    if ident is None:
+        raise ConfigError(
+            f"run {run.name!r}: which metrics the miles test gates is unknown (its "
+            "register_ci_gate calls); run in the miles checkout or pass "
+            "--config 'ci_gate=[train/grad_norm, train/ppo_kl]'"
+        )
+    return declared_gates(ident["test_path"]), ident["test_path"]
+
+
+def scope_to_declared(policies: list[PolicySpec], run: Run) -> list[PolicySpec]:
+    """miles judges only the metrics a test declares (`register_ci_gate`, GATE_DEFAULTS
+    filling what the call leaves out): a history rule no declaration names is switched
+    off with that reason; a declared metric the run never logged stays an ERROR (the
+    rule has no if_logged), which untrusts the run as in miles' gate. A declaration no
+    rule can judge (another metric, or its own steps/constraint) is refused."""
+    declared, where = miles_declared(run)
+    rules = history_rules(policies)
+    on: set[str] = set()
+    for metric, written in declared:
+        hits = [r.key for r in rules if r.metric == metric and _literals_match(r, written)]
+        if not hits:
+            raise ConfigError(
+                f"{where}: register_ci_gate(metric_key={metric!r}"
+                + "".join(f", {k}={v!r}" for k, v in written.items())
+                + ") has no history rule with that metric, steps and constraint in the "
+                "given policies; add one (policies/miles/history.yaml shows the form)"
+            )
+        on.update(hits)
+    reason = f"not declared by register_ci_gate in {where} (miles gates declared metrics only)"
+    return [
+        replace(p, rules=tuple(
+            replace(r, off=True, override=reason)
+            if isinstance(r.check, History) and r.key not in on else r
+            for r in p.rules
+        ))
+        for p in policies
+    ]
+
+
+def _literals_match(rule: RuleSpec, written: dict[str, Any]) -> bool:
+    """A declaration's written steps/constraint literals key as the rule's do."""
+    _, steps, check = coordinate_prefix(rule)
+    return (
+        ("steps" not in written or canonical(written["steps"]) == steps)
+        and ("constraint" not in written or canonical(written["constraint"]) == check)
+    )
 
 
 def coordinate_prefix(rule: RuleSpec) -> tuple[str, str, str]:
@@ -190,7 +253,10 @@ def default_commit(run: Run) -> str | None:
 def judge(policies: list[PolicySpec], run: Run, opts: HistoryOptions) -> Verdict:
     """Read baselines, judge the finished run, record it if asked. The verdict's run
     summary gains a `history` entry saying what was read and written."""
-    series = series_identity(run, series_keys(policies, opts.series_keys))
+    skeys = series_keys(policies, opts.series_keys)
+    series = series_identity(run, skeys)
+    if MILES_KEYS <= set(skeys):  # a miles identity: miles' scope, the declared metrics
+        policies = scope_to_declared(policies, run)
     with open_store(opts.url) as store:
         baselines = read_baselines(store, policies, series, run)
         session, verdict = judge_whole(policies, run, history=baselines)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.errors import StateError
+from gatekeeper.errors import ConfigError, StateError
 from gatekeeper.history import is_postgres
 from gatekeeper.history.base import CoordKey, Points, RunRecord, check_record, redact
 from gatekeeper.history.keys import canonical
@@ -54,10 +54,10 @@ def record_dir_name(test_path: str) -> str:
 
 
 def identity_from_path(source: str, root: str | None = None) -> dict[str, str] | None:
-    """`{test_path, backend, suite}` of a record the miles harness wrote, or None when the
-    path is not shaped like one. The test file is found under `root` (the repository the
-    harness runs in, default: the working directory) by its record directory name, which
-    ends in a hash of the path, so a match is exact."""
+    """`{test_path, backend, suite}` of a record the miles harness wrote, or None
+    when the path is not shaped like one. The test file is found under `root` (the
+    repository the harness runs in, default: the working directory) by its record directory
+    name, which ends in a hash of the path, so a match is exact."""
     path = os.path.abspath(source)
     if not _ATTEMPT.match(os.path.basename(path)):
         return None
@@ -68,7 +68,9 @@ def identity_from_path(source: str, root: str | None = None) -> dict[str, str] |
     if test_path is None:
         return None
     suite = cuda_suite(os.path.join(root or os.getcwd(), test_path))
-    return {"test_path": test_path, "backend": "cuda", "suite": suite} if suite else None
+    if not suite:
+        return None
+    return {"test_path": test_path, "backend": "cuda", "suite": suite}
 
 
 def _find_test(sanitized: str, sha: str, root: str) -> str | None:
@@ -101,6 +103,35 @@ def cuda_suite(test_file: str) -> str | None:
             if kw.arg == "suite" and isinstance(kw.value, ast.Constant):
                 suites.append(str(kw.value.value))
     return suites[0] if len(suites) == 1 else None
+
+
+def declared_gates(test_file: str) -> list[tuple[str, dict[str, Any]]]:
+    """`(metric_key, written)` of each top-level `register_ci_gate(...)` call, as miles'
+    parse_ci_gate_specs finds them (tests/ci/metric_history/register.py): `written` holds
+    the `steps` / `constraint` literals the call gives (miles fills the rest from
+    GATE_DEFAULTS). A file that declares none gates nothing, as in miles."""
+    with open(test_file, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), filename=test_file)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for stmt in tree.body:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+            continue
+        if call.func.id != "register_ci_gate":
+            continue
+        kws = {kw.arg: kw.value for kw in call.keywords if kw.arg}
+        try:
+            metric = ast.literal_eval(kws["metric_key"])
+            written: dict[str, Any] = {
+                k: ast.literal_eval(kws[k]) for k in ("steps", "constraint") if k in kws
+            }
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(
+                f"{test_file}:{call.lineno}: register_ci_gate needs literal metric_key, steps "
+                f"and constraint ({type(exc).__name__}); miles refuses it too"
+            ) from None
+        out.append((str(metric), written))
+    return out
 
 
 @dataclass(frozen=True)

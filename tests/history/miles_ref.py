@@ -9,7 +9,10 @@ Mirrored from radixark/miles at 31f1ca961a94cb860cec3b2dea34ec332bfa8f76:
 - store: tests/ci/metric_history/storage/sqlite_store.py `_SCHEMA_SQL`, `write_run`,
   `_BASELINE_SQL` (verbatim);
 - gate: tests/ci/metric_history/{gate,selection,constraints,register}.py (selection of
-  "all"/"last", ref = sum(values) / len(values), corridor lo <= cur <= hi, GATE_DEFAULTS).
+  "all"/"last", ref = sum(values) / len(values), corridor lo <= cur <= hi, GATE_DEFAULTS;
+  evaluate_gate judges only the file's register_ci_gate specs, a declared metric missing
+  from the record is ERROR -- "required metric ... missing from record" -- and a file
+  with no spec is vacuously trusted; ci_utils.run_gate_hook never fails CI: shadow).
 Only what the tests compare against is mirrored; it is a reference, not a product.
 """
 
@@ -225,12 +228,15 @@ def select(series: list, steps: str) -> list[tuple[int, float]] | str:
 
 
 def evaluate(store: MilesStore, identity: tuple[str, str, str], record: str,
-             history_limit: int = 20) -> dict[str, dict[int | None, str]]:
+             history_limit: int = 20, declared: list[str] | None = None
+             ) -> dict[str, dict[int | None, str]]:
     """metric -> {coordinate step: "pass" | "fail" | "inactive" | "error"} for every
-    GATE_DEFAULTS spec, and the values a baseline-writing run would store."""
+    declared spec (`register_ci_gate(metric_key=M)`, GATE_DEFAULTS filling steps and
+    constraint; default: all seven)."""
     by_metric = parse_merged_record(record)
     out: dict[str, dict[int | None, str]] = {}
-    for metric, spec in GATE_DEFAULTS.items():
+    for metric in declared if declared is not None else GATE_DEFAULTS:
+        spec = GATE_DEFAULTS[metric]
         c = spec["constraint"]
         series = by_metric.get(metric)
         picked = select(series, spec["steps"]) if series is not None else "missing"
@@ -261,8 +267,9 @@ def values_to_write(record: str, verdict: dict[str, dict[int | None, str]]
     """run_gate_hook: one row per coordinate whose selection succeeded."""
     by_metric = parse_merged_record(record)
     rows = []
-    for metric, spec in GATE_DEFAULTS.items():
-        if None in verdict[metric]:
+    for metric, per in verdict.items():
+        spec = GATE_DEFAULTS[metric]
+        if None in per:
             continue
         picked = select(by_metric[metric], spec["steps"])
         assert not isinstance(picked, str)

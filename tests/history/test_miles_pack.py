@@ -3,7 +3,9 @@ miles' CI writes them, through the real CLI.
 
 The reference is tests/history/miles_ref.py, mirrored from radixark/miles at
 31f1ca961a94cb860cec3b2dea34ec332bfa8f76 (CiHistoryBackend capture, ci_utils merge, the
-SQLite store schema and baseline query, the gate's selection/constraint/mean).
+SQLite store schema and baseline query, the gate's selection/constraint/mean, its scope:
+only the test file's register_ci_gate specs, a declared metric missing from the record an
+ERROR; run_gate_hook never failing CI: shadow).
 """
 
 from __future__ import annotations
@@ -34,21 +36,40 @@ RULE_OF = {
 }
 
 
-@pytest.fixture
-def checkout(tmp_path: Path) -> Path:
-    """A miles checkout holding the test file the records belong to."""
-    test = tmp_path / "miles" / TEST_PATH
-    test.parent.mkdir(parents=True)
+SHADOW = ("--allow-nothing-judged", "miles' history gate is shadow: it never fails CI")
+
+
+def write_checkout(root: Path, declared: list[str] | tuple[str, ...] = tuple(RULE_OF)) -> Path:
+    """A miles checkout holding the test file the records belong to, declaring `declared`
+    with register_ci_gate(metric_key=...) (GATE_DEFAULTS fill steps and constraint)."""
+    test = root / "miles" / TEST_PATH
+    test.parent.mkdir(parents=True, exist_ok=True)
     test.write_text(
         "from tests.ci.ci_register import register_cuda_ci\n"
+        "from tests.ci.metric_history.register import register_ci_gate\n"
         f'register_cuda_ci(est_time=300, suite="{SUITE}", labels=["megatron"])\n'
+        + "".join(f'register_ci_gate(metric_key="{m}")\n' for m in declared)
     )
-    return tmp_path / "miles"
+    return root / "miles"
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    return write_checkout(tmp_path)
+
+
+def enforce_pack(tmp_path: Path) -> str:
+    """The shipped pack with its one documented switch flipped: `mode: enforce`."""
+    text = Path(PACK).read_text()
+    assert text.count("\nmode: shadow\n") == 1
+    out = tmp_path / "history-enforce.yaml"
+    out.write_text(text.replace("\nmode: shadow\n", "\nmode: enforce\n"))
+    return str(out)
 
 
 def capture_run(
     base: Path, seed: int, *, grad_scale: float = 1.0, dup_step: bool = False,
-    nan_kl_at: int | None = None,
+    nan_kl_at: int | None = None, drop: tuple[str, ...] = (),
 ) -> str:
     """Two processes log as miles' trainer does: the actor the train/* keys on train steps,
     the rollout manager the rollout/* keys; the harness merges the attempt's files."""
@@ -78,6 +99,9 @@ def capture_run(
                 },
             )
         )
+    for _, logged in train + rollout:
+        for metric in drop:
+            logged.pop(metric, None)
     if nan_kl_at is not None:
         train[nan_kl_at][1]["train/ppo_kl"] = float("nan")  # captured as the "NaN" marker
     miles_ref.capture(attempt, train)
@@ -99,30 +123,39 @@ def rule_status(per_coordinate: dict) -> str:
 
 
 def gate_code(per_metric: dict) -> int:
-    """The exit code miles' statuses mean for the pack alone: 1 a gating rule failed or
-    errored, 5 every rule skipped (a cold start judged nothing: not a pass; miles exits 0
-    there), else 0."""
+    """The exit code miles' statuses mean for the pack switched to enforce: 1 a rule
+    failed or errored (miles: NOT-TRUSTED), else 0 (a cold start is trusted: the pack's
+    allow_nothing_judged). Shipped in shadow it is 0 always, as miles' hook never fails CI."""
     statuses = {rule_status(s) for s in per_metric.values()}
-    return 1 if statuses & {"fail", "error"} else 5 if statuses == {"skip"} else 0
+    return 1 if statuses & {"fail", "error"} else 0
 
 
 def gk_check(checkout: Path, record: str, url: str, run_id: str, out: Path):
+    """The shipped (shadow) pack as a miles CI job runs it: exit 0 whatever it finds."""
     res = gatekeeper(
         "check", record, "-p", PACK, "--history", url, "--record", "--run-id", run_id,
-        "--json", str(out), cwd=checkout,
+        *SHADOW, "--json", str(out), cwd=checkout,
     )
-    assert res.returncode in (0, 1, 5), res.stdout + res.stderr
+    assert res.returncode == 0, res.stdout + res.stderr
     return res, json.loads(out.read_text())
+
+
+def enforced(checkout: Path, tmp_path: Path, record: str, url: str) -> int:
+    """The exit code of the same judgement with the pack switched to enforce (no record)."""
+    res = gatekeeper("check", record, "-p", enforce_pack(tmp_path), "--history", url,
+                     cwd=checkout)
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    return res.returncode
 
 
 def statuses(verdict: dict) -> dict[str, str]:
     return {r["rule"]: r["status"] for r in verdict["results"]}
 
 
-def both_gates(checkout, tmp_path, miles, url, i, **kw):
+def both_gates(checkout, tmp_path, miles, url, i, declared=None, **kw):
     """Judge one captured run with miles' gate and with the pack; record it in both."""
     record = capture_run(tmp_path / f"records{i}", seed=i, **kw)
-    mv = miles_ref.evaluate(miles, IDENTITY, record)
+    mv = miles_ref.evaluate(miles, IDENTITY, record, declared=declared)
     miles.write_run(
         IDENTITY, f"c{i}", f"2026-01-{i:02d}T00:00:00.000000+00:00", miles_ref.trusted(mv),
         miles_ref.values_to_write(record, mv),
@@ -147,8 +180,10 @@ def test_cold_start_then_a_3x_grad_norm_drift_agrees_with_miles(checkout, tmp_pa
     url = str(tmp_path / "gk.db")
     miles = miles_ref.MilesStore(str(tmp_path / "miles.db"))
     for i in (1, 2, 3):
+        # switched to enforce, the same run before it is recorded: a cold start passes
+        cold = enforced(checkout, tmp_path, capture_run(tmp_path / f"pre{i}", seed=i), url)
         mv, res, verdict = both_gates(checkout, tmp_path, miles, url, i)
-        assert res.returncode == gate_code(mv) == (5 if i == 1 else 0)
+        assert cold == gate_code(mv) == 0
         assert verdict["run"]["history"]["trusted"] is True  # a cold start seeds
         assert miles_ref.trusted(mv)
         assert statuses(verdict) == {RULE_OF[m]: rule_status(s) for m, s in mv.items()}
@@ -158,8 +193,13 @@ def test_cold_start_then_a_3x_grad_norm_drift_agrees_with_miles(checkout, tmp_pa
     first = json.loads((tmp_path / "v1.json").read_text())
     assert set(statuses(first).values()) == {"skip"}  # cold start: inactive, seeds
 
+    drift = enforced(checkout, tmp_path, capture_run(tmp_path / "pre4", seed=4, grad_scale=3.0),
+                     url)
     mv, res, verdict = both_gates(checkout, tmp_path, miles, url, 4, grad_scale=3.0)
-    assert res.returncode == 1 and verdict["run"]["history"]["trusted"] is False
+    assert drift == gate_code(mv) == 1  # enforce: the drift fails the job
+    # shadow (shipped): exit 0, as miles' hook, but the drift is visible and untrusted
+    assert verdict["run"]["history"]["trusted"] is False
+    assert "miles-history/grad-norm" in res.stdout and "shadow" in res.stdout, res.stdout
     assert not miles_ref.trusted(mv)
     got = statuses(verdict)
     assert got == {RULE_OF[m]: rule_status(s) for m, s in mv.items()}
@@ -169,7 +209,7 @@ def test_cold_start_then_a_3x_grad_norm_drift_agrees_with_miles(checkout, tmp_pa
 
     # the untrusted drift never enters the baseline: the next normal run passes in both
     mv, res, verdict = both_gates(checkout, tmp_path, miles, url, 5)
-    assert res.returncode == 0 and miles_ref.trusted(mv)
+    assert miles_ref.trusted(mv) and verdict["run"]["history"]["trusted"] is True
     assert set(statuses(verdict).values()) == {"pass"}
     miles.close()
 
@@ -182,7 +222,7 @@ def test_a_duplicate_step_is_an_error_on_that_metric_only(checkout, tmp_path):
     got = statuses(verdict)
     assert got == {RULE_OF[m]: rule_status(s) for m, s in mv.items()}
     assert got["grad-norm"] == "error" and list(got.values()).count("pass") == 6
-    assert res.returncode == 1 and verdict["run"]["history"]["trusted"] is False
+    assert verdict["run"]["history"]["trusted"] is False
     with open_store(url) as store:
         (r2, _) = store.runs()
         # miles writes no value for a spec whose selection failed; the others are kept
@@ -214,11 +254,12 @@ def test_an_imported_miles_database_gates_the_same(checkout, tmp_path, store_url
     miles = miles_ref.MilesStore(miles_db)
     for k, record in enumerate(candidates):
         mv = miles_ref.evaluate(miles, IDENTITY, record)
-        res = gatekeeper("check", record, "-p", PACK, "--history", store_url,
+        res = gatekeeper("check", record, "-p", PACK, "--history", store_url, *SHADOW,
                          "--json", str(tmp_path / f"i{k}.json"), cwd=checkout)
         verdict = json.loads((tmp_path / f"i{k}.json").read_text())
         assert statuses(verdict) == {RULE_OF[m]: rule_status(s) for m, s in mv.items()}
-        assert res.returncode == gate_code(mv)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert enforced(checkout, tmp_path, record, store_url) == gate_code(mv)
     assert not miles_ref.trusted(miles_ref.evaluate(miles, IDENTITY, candidates[1]))
     miles.close()
 
@@ -227,7 +268,7 @@ def test_gk_tables_share_the_miles_database(checkout, tmp_path):
     miles_db, candidates = build_miles_history(tmp_path, checkout, 3)
     assert gatekeeper("history", "import", miles_db, "--history", miles_db).returncode == 0
     res = gatekeeper("check", candidates[0], "-p", PACK, "--history", miles_db, "--record",
-                     "--run-id", "gk1", cwd=checkout)
+                     "--run-id", "gk1", *SHADOW, cwd=checkout)
     assert res.returncode == 0, res.stdout + res.stderr
     with sqlite3.connect(miles_db) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -295,11 +336,19 @@ def test_identity_outside_a_miles_checkout_is_an_error_not_a_guess(tmp_path):
                      cwd=tmp_path)
     assert out.returncode == 2
     assert "series key 'config.test_path' is not set" in out.stderr
+    ident = ("--config", f"test_path={TEST_PATH}", "--config", "backend=cuda",
+             "--config", f"suite={SUITE}")
+    # which metrics the test declares is not guessed either: no test file, no ci_gate
+    undeclared = gatekeeper("check", record, "-p", PACK, "--history", str(tmp_path / "gk.db"),
+                            *ident, cwd=tmp_path)
+    assert undeclared.returncode == 2, undeclared.stdout + undeclared.stderr
+    assert "--config 'ci_gate=[train/grad_norm, train/ppo_kl]'" in undeclared.stderr
     given = gatekeeper("check", record, "-p", PACK, "--history", str(tmp_path / "gk.db"),
-                       "--config", f"test_path={TEST_PATH}", "--config", "backend=cuda",
-                       "--config", f"suite={SUITE}", "--json", str(tmp_path / "v.json"),
-                       cwd=tmp_path)
-    assert given.returncode == 5, given.stderr  # a cold start: every rule inactive
+                       *ident, "--config", f"ci_gate=[{', '.join(RULE_OF)}]",
+                       "--json", str(tmp_path / "v.json"), cwd=tmp_path)
+    # shadow without --allow-nothing-judged: nothing gating was judged, exit 5
+    assert given.returncode == 5, given.stderr
+    assert set(statuses(json.loads((tmp_path / "v.json").read_text())).values()) == {"skip"}
     series = json.loads((tmp_path / "v.json").read_text())["run"]["history"]["series"]
     assert series == miles_series()
 
@@ -311,8 +360,8 @@ def miles_series() -> str:
 
 
 def test_rules_must_agree_on_the_series(tmp_path):
-    from gatekeeper.errors import ConfigError
     from gatekeeper.baselines import series_keys
+    from gatekeeper.errors import ConfigError
     from gatekeeper.policy.loader import load_policies
 
     pol = tmp_path / "p.yaml"
@@ -337,15 +386,18 @@ def test_without_a_store_the_pack_is_inert_even_on_metrics_a_run_lacks(tmp_path)
     results = json.loads((tmp_path / "v.json").read_text())["results"]
     assert {r["status"] for r in results} == {"skip"}
     assert all("no baseline store given" in r["message"] for r in results)
-    # with a store, a metric the record never logs is a visible SKIP (if_logged): miles
-    # gates only the metrics a test declares, and ci-capture.yaml requires the core ones
+    # with a store, an undeclared metric is a visible SKIP; a declared one the record
+    # never logs is an ERROR (miles: "required metric ... missing from record")
     stored = gatekeeper("check", str(record), "-p", PACK, "--history", str(tmp_path / "h.db"),
                         "--config", "test_path=t.py", "--config", "backend=cuda",
-                        "--config", "suite=s", "--json", str(tmp_path / "s.json"))
-    assert stored.returncode == 5, stored.stdout + stored.stderr
+                        "--config", "suite=s", "--config", "ci_gate=[train/grad_norm]",
+                        "--json", str(tmp_path / "s.json"))
+    assert stored.returncode == 5, stored.stdout + stored.stderr  # shadow: never fails
+    got = statuses(json.loads((tmp_path / "s.json").read_text()))
+    assert got.pop("grad-norm") == "error" and set(got.values()) == {"skip"}
     results = json.loads((tmp_path / "s.json").read_text())["results"]
-    assert {r["status"] for r in results} == {"skip"}
-    assert all("not logged" in r["message"] for r in results), results
+    assert all("not declared by register_ci_gate in config.ci_gate" in r["message"]
+               for r in results if r["rule"] != "grad-norm"), results
 
 
 def test_a_non_finite_value_errors_that_metric_and_records_nothing_of_it(checkout, tmp_path):
@@ -383,3 +435,62 @@ def test_a_miles_run_with_two_values_at_one_coordinate_is_refused_not_guessed(tm
     assert out.returncode == 2 and "holds two values at train/grad_norm" in out.stderr
     with open_store(str(tmp_path / "gk.db")) as store:
         assert store.runs() == []  # nothing half-imported
+
+
+def test_only_declared_metrics_are_gated_and_a_declared_one_missing_untrusts(tmp_path):
+    """G9/G10: evaluate_gate judges the file's register_ci_gate specs only; a declared
+    metric absent from the record is ERROR and untrusts the run; undeclared ones are not
+    gated (a 3x grad_norm drift passes when grad_norm is not declared)."""
+    declared = ["train/ppo_kl", "rollout/tito_session_mismatch_rate/v1/assistant_text"]
+    checkout = write_checkout(tmp_path, declared)
+    url = str(tmp_path / "gk.db")
+    miles = miles_ref.MilesStore(str(tmp_path / "miles.db"))
+    both_gates(checkout, tmp_path, miles, url, 1, declared=declared)
+    mv, res, verdict = both_gates(checkout, tmp_path, miles, url, 2, declared=declared,
+                                  grad_scale=3.0)
+    got = statuses(verdict)
+    assert {RULE_OF[m]: rule_status(s) for m, s in mv.items()} == {
+        "ppo-kl": "pass", "tito-mismatch-v1": "pass"}
+    assert got == {**{r: "skip" for r in RULE_OF.values()}, "ppo-kl": "pass",
+                   "tito-mismatch-v1": "pass"}
+    grad = next(r for r in verdict["results"] if r["rule"] == "grad-norm")
+    assert f"not declared by register_ci_gate in {TEST_PATH}" in grad["message"]
+    assert verdict["run"]["history"]["trusted"] is True and miles_ref.trusted(mv)
+    record = capture_run(tmp_path / "again2", seed=2, grad_scale=3.0)
+    assert verdict["run"]["history"]["values"] == len(miles_ref.values_to_write(record, mv))
+
+    tito = "rollout/tito_session_mismatch_rate/v1/assistant_text"
+    mv, res, verdict = both_gates(checkout, tmp_path, miles, url, 3, declared=declared,
+                                  drop=(tito,))
+    assert mv[tito] == {None: "error"} and not miles_ref.trusted(mv)
+    got = statuses(verdict)
+    assert got["tito-mismatch-v1"] == "error" and got["ppo-kl"] == "pass"
+    assert verdict["run"]["history"]["trusted"] is False
+    missing = capture_run(tmp_path / "pre3", seed=3, drop=(tito,))
+    assert enforced(checkout, tmp_path, missing, url) == gate_code(mv) == 1
+    miles.close()
+
+
+def test_a_file_declaring_no_gate_is_vacuously_trusted(tmp_path):
+    checkout = write_checkout(tmp_path, [])
+    url = str(tmp_path / "gk.db")
+    miles = miles_ref.MilesStore(str(tmp_path / "miles.db"))
+    mv, res, verdict = both_gates(checkout, tmp_path, miles, url, 1, declared=[])
+    assert mv == {} and miles_ref.trusted(mv)
+    assert set(statuses(verdict).values()) == {"skip"}
+    assert verdict["run"]["history"]["trusted"] is True
+    assert verdict["run"]["history"]["values"] == 0
+    miles.close()
+
+
+def test_a_declaration_the_pack_cannot_judge_is_refused(tmp_path):
+    checkout = write_checkout(tmp_path, ["train/ppo_kl"])
+    test = checkout / TEST_PATH
+    test.write_text(test.read_text() + 'register_ci_gate(metric_key="train/grad_norm", '
+                    'steps=[0, 1], constraint={"rel_up": 0.1, "rel_down": 0.1})\n')
+    record = capture_run(tmp_path / "records", seed=1)
+    out = gatekeeper("check", record, "-p", PACK, "--history", str(tmp_path / "gk.db"),
+                     *SHADOW, cwd=checkout)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "register_ci_gate(metric_key='train/grad_norm', steps=[0, 1]" in out.stderr
+    assert "has no history rule with that metric, steps and constraint" in out.stderr
