@@ -133,9 +133,17 @@ def test_a_policy_relaxes_it_even_when_its_match_does_not_hold(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert verdict["nothing_judged_allowed"] == "policy p: runs only on nightly builds"
     assert "allowed: policy p: runs only on nightly builds" in out.stdout
-    shadow = _policy(tmp_path, "match", extra + "mode: shadow\n")  # a shadow policy gates nothing
+    # a shadow policy's allowance counts when every policy is shadow (a report-only gate) ...
+    shadow = _policy(tmp_path, "match", extra + "mode: shadow\n")
     out, verdict, _ = _check(tmp_path, shadow)
-    assert out.returncode == 5 and verdict["nothing_judged_allowed"] is None
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert verdict["nothing_judged_allowed"] == "policy p: runs only on nightly builds"
+    # ... and never excuses an enforce policy beside it that judged nothing
+    write_policy(tmp_path / "q.yaml", "version: 1\nname: q\nmatch: {tags: [nightly]}\n"
+                 + RULES.replace("WHEN", ""))
+    both = gatekeeper("check", str(tmp_path / "run.jsonl"), "-p", str(shadow), "-p",
+                      str(tmp_path / "q.yaml"))
+    assert both.returncode == 5, both.stdout + both.stderr
     blank = _policy(tmp_path, "match", 'allow_nothing_judged: ""\n')
     out = gatekeeper("validate", str(blank))
     assert out.returncode == 2 and "p.yaml:4" in out.stderr and "give the reason" in out.stderr

@@ -160,11 +160,15 @@ def evaluate(
 def _nothing_allowed(policies: Iterable[PolicySpec], run: Run) -> str | None:
     """Why a verdict that judges no gating rule may pass: the flag, else an enforce-mode
     policy's `allow_nothing_judged` -- whether or not its `match:` holds, as a policy
-    that does not apply to this run is the usual reason nothing was judged."""
+    that does not apply to this run is the usual reason nothing was judged. A shadow
+    policy's counts only when every policy is shadow (a report-only gate, such as miles'
+    history gate): it never excuses an enforce policy that judged nothing."""
     if run.allow_nothing_judged is not None:
         return run.allow_nothing_judged
+    policies = list(policies)
+    only_shadow = all(p.mode is Mode.SHADOW for p in policies)
     for p in policies:
-        if p.mode is Mode.ENFORCE and p.allow_nothing_judged is not None:
+        if p.allow_nothing_judged is not None and (p.mode is Mode.ENFORCE or only_shadow):
             return f"policy {p.name}: {p.allow_nothing_judged}"
     return None
 
