@@ -1,5 +1,5 @@
 """`gatekeeper run -p POLICY --source PATH -- CMD`: start CMD in its own process group,
-watch the metrics it writes, and stop the group when the gate fails."""
+watch the metrics it writes, and stop everything CMD started when the gate fails."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from gatekeeper.cli.args import add_policy_args, add_report_args, add_run_args
 from gatekeeper.cli.live import add_follow_args, finish, open_follower
 from gatekeeper.errors import UsageError
+from gatekeeper.live.loop import DEFAULT_GRACE
 
 MILES_ENV = "MILES_CI_GATE_RECORD_DIR"
 
@@ -34,9 +35,10 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--grace",
         type=float,
-        default=30.0,
+        default=DEFAULT_GRACE,
         metavar="SECONDS",
-        help="after SIGTERM, wait this long for the process group before SIGKILL (default 30)",
+        help="after SIGTERM to CMD's process group and every process it started (setsid "
+        f"ones included), wait this long before SIGKILL (default {DEFAULT_GRACE:g})",
     )
     add_run_args(p)
     add_follow_args(p)
@@ -65,7 +67,8 @@ def _record_source(args: argparse.Namespace) -> tuple[str, dict[str, str] | None
         if not args.source:
             raise UsageError("run: say where CMD writes its metrics: --source PATH (or --miles)")
         return args.source, None
-    path = args.source or tempfile.mkdtemp(prefix="gatekeeper-miles-")
+    # absolute: CMD (or the trainer it starts) may write from another directory
+    path = os.path.abspath(args.source or tempfile.mkdtemp(prefix="gatekeeper-miles-"))
     if os.path.isfile(path):
         raise UsageError(f"run --miles: --source {path} is a file; miles writes into a directory")
     os.makedirs(path, exist_ok=True)
@@ -85,6 +88,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         with Forwarding(child, on_forward=follower.on_forward):
             outcome = follower.run()
     finally:
-        if not child.exited() or child.group_alive():
+        if not child.exited() or child.alive():
             child.stop(args.grace)  # gatekeeper itself failed: leave nothing running
     return finish(args, follower, outcome)

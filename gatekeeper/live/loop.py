@@ -22,7 +22,7 @@ from gatekeeper.live.progress import Printer
 from gatekeeper.verdict import Verdict
 
 DEFAULT_INTERVAL = 1.0
-DEFAULT_GRACE = 30.0
+DEFAULT_GRACE = 5.0  # s from SIGTERM to SIGKILL: the verdict must free the GPUs soon
 SOURCE_RETRIES = 3  # consecutive failed polls before a source error ends the watch
 
 
@@ -107,6 +107,7 @@ class Follower:
         if self.child is None or exited:
             time.sleep(self.settings.interval)
             return exited
+        self.child.track()  # before a daemon's parent exits and its ancestry is lost
         if self.forwarded_at is not None and not self.child.exited():
             if time.monotonic() - self.forwarded_at >= self.settings.grace:
                 self.printer.say("gatekeeper: command ignored the forwarded signal; SIGKILL")
@@ -119,9 +120,12 @@ class Follower:
         if self.child is not None:
             self.printer.say(
                 f"gatekeeper: {first.policy}/{first.rule} failed; stopping the command "
-                f"(SIGTERM to pid {self.child.pid}, then to process group {self.child.pgid}; "
-                f"SIGKILL after {self.settings.grace:g} s)"
+                f"(SIGTERM to pid {self.child.pid}, then to process group {self.child.pgid} "
+                f"and the processes it started in their own sessions; SIGKILL after "
+                f"{self.settings.grace:g} s)"
             )
+            if self.child.note:
+                self.printer.say(self.child.note)
             info = self._stopped(now, first.policy + "/" + first.rule, verdict)
             sent: list[str] = []
             sent_at: dict[str, float] = {}
@@ -132,7 +136,7 @@ class Follower:
 
             self.child.stop(self.settings.grace, on_signal=on_signal)
             info["signals"] = sent
-            info["signal_targets"] = list(self.child.sent_to)  # CMD first, then the group
+            info["signal_targets"] = list(self.child.sent_to)  # CMD, then group; +N outside
             info["signal_unix_times"] = sent_at  # when each was sent (detection latency)
             info["exit_code"] = self.child.exit_code()
             verdict.run["command_exit_code"] = info["exit_code"]
@@ -144,10 +148,10 @@ class Follower:
         by a forwarded signal is judged live: it was cut short, not finished)."""
         assert self.child is not None
         code = self.child.exit_code()
-        if self.child.group_alive():  # CMD left workers behind (they may hold GPUs)
+        if self.child.alive():  # CMD left workers behind (they may hold GPUs)
             self.printer.say(
-                "gatekeeper: command exited; stopping what is left of "
-                f"process group {self.child.pgid}"
+                "gatekeeper: command exited; stopping what it left running "
+                f"(process group {self.child.pgid} and processes that left it)"
             )
             self.child.stop(self.settings.grace)
         interrupted = bool(self.child.forwarded)

@@ -1,14 +1,17 @@
-"""The watched command's process group: start it, forward signals, stop it in two steps.
+"""The watched command's processes: start CMD, forward signals, stop everything it started.
 
-CMD runs in a new session (so its own process group): a signal to the group reaches
-every process it started, and a Ctrl-C in gatekeeper's terminal reaches only
-gatekeeper, which forwards it. Stopping sends SIGTERM to CMD alone, lets the rest of the
-group (its logger, data-loader workers) exit after it within the grace period, then
-signals the group (SIGTERM, then SIGKILL) so that nothing is left holding GPUs.
+CMD runs in a new session (so its own process group): a Ctrl-C in gatekeeper's terminal
+reaches only gatekeeper, which forwards it. A signal to the group reaches most of what
+CMD started, but not processes that started their own session (Ray workers, daemons):
+those are tracked through /proc (descendants.py). Stopping sends SIGTERM to CMD, lets
+the rest (its logger) exit after it for a moment, then signals the group and every
+tracked descendant (SIGTERM, then SIGKILL), so that nothing is left holding GPUs
+seconds after the verdict.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,9 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 
 from gatekeeper.errors import UsageError
+from gatekeeper.live.descendants import MARK_ENV, NOTE_NO_PROC, Descendants, new_mark
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 _REAP_POLL = 0.05  # seconds between checks whether the group is gone
+_SETTLE = 2.0  # s the rest may take to exit on its own once CMD has exited
+_KILL_WAIT = 10.0  # SIGKILL cannot be ignored; this only bounds the wait for the kernel
 
 
 class ChildGroup:
@@ -30,15 +36,18 @@ class ChildGroup:
             raise UsageError(
                 "run: no command given; write it after --, e.g. run ... -- python train.py"
             )
+        mark = new_mark()
         try:
             self.proc = subprocess.Popen(
-                list(argv), env=dict(env) if env else None, start_new_session=True
+                list(argv), env={**(env or os.environ), MARK_ENV: mark}, start_new_session=True
             )
         except OSError as exc:
             raise UsageError(f"run: cannot start {argv[0]!r}: {exc.strerror}") from None
         self.pgid = self.proc.pid  # a session leader's pgid is its pid
         self.forwarded: list[int] = []  # signals gatekeeper received and passed on
-        self.sent_to: list[str] = []  # "CMD" or "group", per signal `stop` sent, in order
+        self.sent_to: list[str] = []  # "CMD" or "group", "+N": N descendants outside it
+        self.descendants = Descendants(self.proc.pid, mark)
+        self.note = None if self.descendants.available else NOTE_NO_PROC
 
     @property
     def pid(self) -> int:
@@ -90,49 +99,72 @@ class ChildGroup:
             return True
         return True
 
-    def wait_group(self, timeout: float) -> bool:
-        """Wait up to `timeout` s for every member of the group to exit."""
+    def track(self) -> None:
+        """Record CMD's descendants now (call on every poll: a daemon's ancestry is
+        lost once its parent exits)."""
+        self.descendants.record()
+
+    def alive(self) -> bool:
+        """Anything CMD started still running: its group or a tracked descendant."""
+        self.track()
+        return self.group_alive() or bool(self.descendants.alive())
+
+    def wait_all(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for CMD, its group and its descendants to exit."""
         deadline = time.monotonic() + timeout
-        while self.group_alive():
+        while self.alive():
             if time.monotonic() >= deadline:
                 return False
             time.sleep(_REAP_POLL)
         return True
 
     def stop(self, grace: float, on_signal: Callable[[int], None] | None = None) -> int | None:
-        """Stop the group within `grace` s, the trainer first: SIGTERM to CMD alone, then
-        the rest of the group (the logger: wandb-core flushes what it was handed once its
-        parent is gone; data-loader workers exit with their parent) may exit on its own
-        until the grace is up; then SIGTERM to the group, and SIGKILL to what is left. A
-        group signal first would stop the logger with the trainer. Returns the last
-        signal sent (None when the group was already gone)."""
+        """Stop everything CMD started within about `grace` + 2 s, the trainer first:
+        SIGTERM to CMD alone; once it has exited (or the grace is up), the rest may exit
+        on its own for at most _SETTLE s (the logger: wandb-core, in its own session,
+        flushes what it was handed once its parent is gone; data-loader workers exit
+        with their parent); then SIGTERM to the group and to every tracked descendant
+        outside it (Ray workers: own sessions), and SIGKILL to what is left. Signalling
+        all first would stop the logger while the trainer unwinds and lose the run's
+        tail. Returns the last signal sent (None when all was already gone)."""
         deadline = time.monotonic() + grace
         sent: int | None = None
-        if self.proc.poll() is None:
-            sent = self._send(signal.SIGTERM, on_signal, group=False)
-            self.wait(deadline - time.monotonic())
-            self.wait_group(deadline - time.monotonic())
-        for sig, wait in ((signal.SIGTERM, min(grace, 2.0)), (signal.SIGKILL, 10.0)):
-            if not self.group_alive():
+        if self.alive():
+            if self.proc.poll() is None:
+                sent = self._send(signal.SIGTERM, on_signal, group=False)
+                self.wait(deadline - time.monotonic())
+            settle = min(deadline, time.monotonic() + _SETTLE)
+            self.wait_all(settle - time.monotonic())
+        for sig, wait in ((signal.SIGTERM, min(grace, 2.0)), (signal.SIGKILL, _KILL_WAIT)):
+            if not self.alive():
                 break
             sent = self._send(sig, on_signal, group=True)
-            if self.wait_group(max(wait, deadline - time.monotonic())):
+            if self.wait_all(wait):
                 break
         self.proc.poll()
         return sent
 
     def _send(self, sig: int, on_signal: Callable[[int], None] | None, *, group: bool) -> int:
+        """`sig` to CMD alone, or to the group and the tracked descendants outside it."""
         if on_signal is not None:
             on_signal(sig)
-        self.sent_to.append("group" if group else "CMD")
-        if group:
-            self.signal(sig)
-        else:
-            try:
+        if not group:
+            self.sent_to.append("CMD")
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
+            return sig
+        self.signal(sig)
+        outside = [pid for pid in self.descendants.alive() if _pgid(pid) != self.pgid]
+        reached = self.descendants.signal(sig, only=outside)
+        self.sent_to.append(f"group+{len(reached)}" if reached else "group")
         return sig
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 class Forwarding:

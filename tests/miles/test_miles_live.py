@@ -5,9 +5,15 @@ child at the first rollout start whose ppo_kl miles' check_kl would reject."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import REPO, gatekeeper
 from tests.miles.capture import Variant
@@ -41,3 +47,47 @@ def test_run_passes_a_healthy_miles_run(tmp_path: Path) -> None:
     assert results["miles-ci-consistency/ppo-kl-rollout-start"]["status"] == "pass"
     clip = results["miles-ci-consistency/pg-clipfrac-rollout-start"]
     assert clip["status"] == "skip" and "if_logged" in clip["message"]
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only a zombie waiting for its (new) parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_run_stops_a_trainer_elsewhere_and_its_setsid_workers_within_seconds(
+    tmp_path: Path,
+) -> None:
+    """A relative `--source` still reaches a trainer that chdirs before writing; at the
+    verdict, the trainer, its worker in a new session and that worker's own setsid child
+    (a raylet and a Ray worker) are all gone within seconds, not after a 30 s grace."""
+    elsewhere, pids = tmp_path / "elsewhere", tmp_path / "pids"
+    elsewhere.mkdir()
+    try:
+        proc = gatekeeper(
+            "run", "--miles", "--source", "records",
+            "-p", str(REPO / "policies" / "miles"), *Variant().config_flags(), *FAST,
+            "--json", "v.json", "--",
+            sys.executable, FAKE, "--elsewhere", str(elsewhere), str(pids), "400", "0.05", "7",
+            cwd=tmp_path,
+        )
+        ended = time.time()
+        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr
+        assert len(list((tmp_path / "records").glob("*.jsonl"))) == 2  # found: absolute
+        assert not (elsewhere / "records").exists()
+        stopped = json.loads((tmp_path / "v.json").read_text())["stopped"]
+        assert stopped["step"] == 7 and stopped["signal_targets"][:2] == ["CMD", "group+2"]
+        assert ended - stopped["signal_unix_times"]["SIGTERM"] < 5
+        tree = [int(line) for line in pids.read_text().split()]
+        assert len(tree) == 3 and all(_gone(pid) for pid in tree), tree
+        beats = (elsewhere / "beat.txt").stat().st_size
+        time.sleep(0.3)
+        assert (elsewhere / "beat.txt").stat().st_size == beats  # nothing writes on
+    finally:
+        for pid in (int(p) for p in pids.read_text().split()) if pids.exists() else ():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)  # a failed run leaves nothing behind
