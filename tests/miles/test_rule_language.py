@@ -234,22 +234,28 @@ def test_rise_needs_its_starting_value(tmp_path: Path) -> None:
 
 
 def test_kimi_k3_recipe_rise(tmp_path: Path) -> None:
+    """miles logs eval points at eval/step = the rollout id; the recipe evaluates every 10
+    rollouts, so eval@9 is eval/step 90 (issue 27 G17)."""
     from gatekeeper.engine import evaluate
     from gatekeeper.policy.loader import load_policies
 
     p = load_policies([str(REPO / "policies" / "recipes" / "kimi-k3.yaml")])
     aime = [0.40, 0.41, 0.43, 0.44, 0.45, 0.455, 0.457, 0.458, 0.459, 0.459, 0.52]
-    run = run_of(series("eval/aime", aime, step_key="eval/step"))
-    run.config = {"recipe": "kimi-k3"}
-    (result,) = evaluate(p, run).results
-    assert result.status is Status.FAIL and "rose only 0.059" in result.message
+    steps = [10 * i for i in range(len(aime))]
+
+    def judged(config: dict) -> object:
+        run = run_of(series("eval/aime", aime, steps, step_key="eval/step"))
+        run.config = config
+        (result,) = evaluate(p, run).results
+        return result
+
+    k3 = {"recipe": "kimi-k3", "eval_interval": 10}
+    result = judged(k3)
+    assert result.status is Status.FAIL and "rose only 0.059 < 0.06 by step 90" in result.message
     aime[9] = 0.4601
-    (result,) = evaluate(p, run_of(series("eval/aime", aime, step_key="eval/step"))).results
-    assert result.status is Status.SKIP  # another recipe's run
-    run = run_of(series("eval/aime", aime, step_key="eval/step"))
-    run.config = {"recipe": "kimi-k3"}
-    (result,) = evaluate(p, run).results
-    assert (result.status, result.step) == (Status.PASS, 9)
+    assert judged({"eval_interval": 10}).status is Status.SKIP  # another recipe's run
+    result = judged(k3)
+    assert (result.status, result.step) == (Status.PASS, 90)
 
 
 def test_every_tries_its_sources_in_order(tmp_path: Path) -> None:
