@@ -211,7 +211,7 @@ RISE = "  - {id: r, metric: eval/aime, check: {rise: {from_step: 0, by_step: 9, 
     [
         ([0.30, 0.31, 0.33, 0.36], Status.PASS, 3),  # +0.06 at step 3
         ([0.30] + [0.35] * 9 + [0.50], Status.FAIL, 1),  # +0.2 only after step 9
-        ([0.30, 0.25, 0.20], Status.FAIL, 1),  # fell
+        ([0.30, 0.25, 0.20] + [0.2] * 7, Status.FAIL, 1),  # fell (best: step 1)
     ],
 )
 def test_rise(tmp_path: Path, values, status: Status, step: int) -> None:
@@ -220,6 +220,14 @@ def test_rise(tmp_path: Path, values, status: Status, step: int) -> None:
     assert (result.status, result.step) == (status, step), result.message
     chunked = judge_in_chunks(p, run_of(series("eval/aime", values, step_key="eval/step")), 2)
     assert chunked.status is status
+
+
+def test_a_run_that_ended_before_by_step_is_skipped_not_failed(tmp_path: Path) -> None:
+    p = policy(tmp_path, RISE)
+    result = judge(p, run_of(series("eval/aime", [0.30, 0.31, 0.32], step_key="eval/step")))
+    assert result.status is Status.SKIP and "ended at step 2, before step 9" in result.message
+    risen = judge(p, run_of(series("eval/aime", [0.30, 0.36], step_key="eval/step")))
+    assert risen.status is Status.PASS  # a rise before the end passes however short the run
 
 
 def test_rise_needs_its_starting_value(tmp_path: Path) -> None:
