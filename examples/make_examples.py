@@ -85,7 +85,7 @@ def main() -> None:
         "name": "qwen3-4b-grpo-e2e",
         "tags": ["e2e", "megatron"],
         "config": {
-            "recipe": "deepseek-v4.1-flash",
+            "hf_checkpoint": "/root/models/DeepSeek-V4.1-bf16",
             "backend": "megatron",
             # what the miles pack reads to pick its check_kl variant (requires_config)
             "lora_rank": 0,

@@ -1,7 +1,8 @@
 """`reach: {value: v, by_step: n, window: k, direction: up|down}` — the k-point rolling
 mean gets to v (>= v going up, the default; <= v going down) at some step <= n. Recipes
 say this: "raw_reward above 0.75 within 80 steps (5-step means)", "eval/loss below 1.0
-by step 100".
+by step 100". A finished run that ended before step n is skipped with the reason: the
+claim is about step n.
 """
 
 from __future__ import annotations
@@ -105,6 +106,15 @@ class Reach(AggregateCheck):
             return Outcome(
                 Status.PENDING,
                 f"not yet {fmt(self.value)}; waiting until step {self.by_step}",
+                judged=state.judged,
+            )
+        if not deadline_passed and state.last_step is not None:
+            # a run that ended before the deadline makes no claim about it: "above 0.75
+            # within 80 steps" says nothing of a 50-step run (a run with no points errors)
+            return Outcome(
+                Status.SKIP,
+                f"the run ended at step {state.last_step}, before step {self.by_step}: "
+                f"not yet {fmt(self.value)} is no failure of 'by step {self.by_step}'",
                 judged=state.judged,
             )
         if state.best is None:

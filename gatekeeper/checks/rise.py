@@ -1,7 +1,8 @@
 """`rise: {from_step: m, by_step: n, min: d}` — by step n the value has risen by at least d
 over its value at step m: x(s) - x(m) >= d at some step m < s <= n. A recipe says this:
 "eval/aime rises by >= 0.06 over eval@0 by eval@9". Steps are on the metric's own axis
-(eval/step for eval/*); the value at step m is required.
+(eval/step for eval/*); the value at step m is required. A finished run that ended
+before step n without the rise is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ class Rise(AggregateCheck):
         if not done:
             return Outcome(
                 Status.PENDING, f"not yet risen {fmt(self.min)}; waiting until step {self.by_step}"
+            )
+        if state.last_step is not None and state.last_step < self.by_step:
+            # as `reach`: a run that ended before step n makes no claim about "by step n"
+            return Outcome(
+                Status.SKIP,
+                f"the run ended at step {state.last_step}, before step {self.by_step}: "
+                f"not yet risen {fmt(self.min)} is no failure of 'by step {self.by_step}'",
             )
         if state.best is None:
             return Outcome(

@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from gatekeeper.cli.args import add_tuning_arg
-from gatekeeper.errors import UsageError
+from gatekeeper.errors import PolicyError, UsageError
 
 
 def cmd_import_recipe(args: argparse.Namespace) -> int:
@@ -31,14 +31,19 @@ def cmd_import_recipe(args: argparse.Namespace) -> int:
         if not (eq and key):
             raise UsageError(f"--match-config {item!r}: expected KEY=VALUE")
         match[key] = value
+    if args.eval_every is not None and args.eval_every < 1:
+        raise UsageError(f"--eval-every {args.eval_every}: rollouts between evaluations, >= 1")
     try:
-        recipe = import_recipe(text, args.about)
+        recipe = import_recipe(text, args.about, args.eval_every)
     except RecipeDocError as exc:
         raise UsageError(f"import-recipe: {args.doc}: {exc}") from None
     stem = os.path.basename(args.doc).rsplit(".", 1)[0]
     name = args.name or "recipe-" + "".join(c if c.isalnum() or c in ".-" else "-" for c in stem)
     write_atomic(args.output, render(recipe, args.doc, name, match).encode())
-    load_policy(args.output)  # what we write must load; a failure here is a bug, not bad input
+    try:
+        load_policy(args.output)
+    except PolicyError as exc:  # what we write must load: a failure is our bug (exit 70)
+        raise RuntimeError(f"import-recipe wrote a policy that does not load: {exc}") from exc
     print(f"wrote {args.output}: {len(recipe.rules)} rules from {args.doc}")
     for line, _row, why in recipe.not_read:
         print(f"  not interpreted: {args.doc}:{line}: {why}")
@@ -47,7 +52,8 @@ def cmd_import_recipe(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
-        "import-recipe", help="read a recipe doc's 'What to expect' table into a policy"
+        "import-recipe",
+        help="read a recipe doc's 'What to expect' table (or healthy-run list) into a policy",
     )
     p.add_argument("doc", metavar="DOC.md", help="the recipe's Markdown")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="policy file to write")
@@ -59,4 +65,11 @@ def register(sub: Any) -> None:
         help="apply the policy only to runs with this config value (repeatable)",
     )
     add_tuning_arg(p, "--about", 0.2, "REL", "relative tolerance 'about'/'~' means")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        metavar="ROLLOUTS",
+        help="rollouts between evaluations, to place 'eval@N' on eval/step (miles logs the "
+        "rollout id there); without it an 'eval@N' is listed as not interpreted",
+    )
     p.set_defaults(func=cmd_import_recipe)

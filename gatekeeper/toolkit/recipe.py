@@ -1,6 +1,16 @@
-"""`gatekeeper import-recipe DOC.md`: the "What to expect" table of a recipe doc as a
-policy, each rule citing the doc line it came from. A cell it cannot read in full is
-listed, never guessed.
+"""`gatekeeper import-recipe DOC.md`: the "What to expect" table (or the "What a healthy
+run looks like" list) of a recipe doc as a policy, each rule citing the doc line it came
+from. A cell it cannot read in full is listed, never guessed. The title comes from the
+front matter's `title:` (else the first heading).
+
+Rows: a metric column (`metric`, `signal`) whose cell names a metric, bare or in
+backticks inside prose ("Step 0 `train/x`": a leading "Step N" is the step); a row that
+names no metric (step time, peak memory) is refused. List items: a backticked metric, then
+what is expected of it. An expected cell is read clause by clause (split at `,` and `;`);
+each clause may end in `at step N`, `at eval@N`, `from rollout N`; a parenthesis is a
+note, and the decimal numbers it cites (validated runs) widen the band to hold them, as
+does the start of "the measured run went A to B" for the band at the clause before's step.
+Unit words (nats, tokens) and `flat over training` / `no drift` (= every step) are read.
 
 Expected cells (case-insensitive; NUM is a number, `–`, `-` or `to` join a range):
     NUM – NUM | between NUM and NUM | within NUM–NUM       -> between
@@ -11,6 +21,7 @@ Expected cells (case-insensitive; NUM is a number, `–`, `-` or `to` join a ran
     below|under|at most|<=|≤|< NUM                         -> max
     |x| below NUM                                          -> abs_max
     above NUM by step N | above NUM within N steps         -> reach (window from "K-step mean")
+    rising by at least NUM by eval@N | by step N           -> rise from the clause before's step
 A leading "stays"/"remains" is allowed. Step cells: `0`, `step 0`, `all`, `every step`,
 `any`, `-`, empty, `A–B`, `steps A–B`, `from A`, `K-step mean` (reach only).
 """
@@ -23,8 +34,11 @@ from dataclasses import dataclass, field
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 DASH = r"\s*(?:–|—|-|to)\s*"
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
-_SECTION = re.compile(r"what to expect", re.I)
+_SECTION = re.compile(r"what to expect|what a healthy run looks like", re.I)
 _METRIC = re.compile(r"^`?([A-Za-z0-9_.@/-]+)`?$")
+_PROSE_METRIC = re.compile(r"^(?:step (\d+) )?`([A-Za-z0-9_.@/-]+/[A-Za-z0-9_.@/-]+)`$", re.I)
+_BULLET = re.compile(r"^\s*[-*]\s+`([A-Za-z0-9_.@/-]+)`\s+(.*)$")
+_FRONT_TITLE = re.compile(r"^title:\s*(.+?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -58,28 +72,60 @@ def _is_rule(line: str) -> bool:
     return bool(re.fullmatch(r"\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?", line.strip()))
 
 
-def find_table(lines: list[str]) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    """The header and (line number, cells) rows of the first table under a heading that
-    says "What to expect"."""
-    level = None
+def _section(lines: list[str]) -> tuple[int, int]:
+    """The line range under the first heading that says "What to expect" (or "What a
+    healthy run looks like"), up to the next heading of its level or above."""
+    level, start = None, 0
     for i, line in enumerate(lines):
         m = _HEADING.match(line)
         if m and level is not None and len(m.group(1)) <= level:
-            break
-        if m and _SECTION.search(m.group(2)):
-            level = len(m.group(1))
-            continue
-        if level is None or not line.lstrip().startswith("|"):
-            continue
-        if i + 1 < len(lines) and _is_rule(lines[i + 1]):
+            return start, i
+        if m and level is None and _SECTION.search(m.group(2)):
+            level, start = len(m.group(1)), i + 1
+    if level is None:
+        raise RecipeDocError(
+            "found no '## What to expect' heading (nor 'What a healthy run looks like')"
+        )
+    return start, len(lines)
+
+
+def find_table(lines: list[str]) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """The header and (line number, cells) rows of the first table of the section, or of
+    its bullet list as (metric, expected) rows."""
+    start, end = _section(lines)
+    for i in range(start, end):
+        if lines[i].lstrip().startswith("|") and i + 1 < end and _is_rule(lines[i + 1]):
             rows = []
-            for j in range(i + 2, len(lines)):
+            for j in range(i + 2, end):
                 if not lines[j].lstrip().startswith("|"):
                     break
                 rows.append((j + 1, _cells(lines[j])))
-            return [c.lower() for c in _cells(line)], rows
-    where = "a '## What to expect' heading" if level is None else "a table under 'What to expect'"
-    raise RecipeDocError(f"found no {where}")
+            return [c.lower() for c in _cells(lines[i])], rows
+    bullets = _bullets(lines, start, end)
+    if bullets:
+        return ["metric", "expected"], bullets
+    raise RecipeDocError("found no table or list under 'What to expect'")
+
+
+def _bullets(lines: list[str], start: int, end: int) -> list[tuple[int, list[str]]]:
+    """Each list item (continuation lines joined) as [metric cell, rest]; an item that
+    does not open with a backticked metric keeps its text as the metric cell, refused
+    when read."""
+    items: list[tuple[int, str]] = []
+    for i in range(start, end):
+        line = lines[i]
+        if re.match(r"^\s*[-*]\s+", line):
+            items.append((i + 1, line.strip()))
+        elif items and line.startswith((" ", "\t")) and line.strip():
+            n, text = items[-1]
+            items[-1] = (n, f"{text} {line.strip()}")
+        elif not line.strip() and items:
+            continue
+    out = []
+    for n, text in items:
+        m = _BULLET.match(text)
+        out.append((n, [f"`{m.group(1)}`", m.group(2)] if m else [text[1:].strip(), ""]))
+    return out
 
 
 def _column(header: list[str], *names: str) -> int | None:
@@ -162,39 +208,156 @@ def _slug(metric: str) -> str:
 
 
 def _suffix(steps: str, check: str) -> str:
-    if check.startswith("{reach"):
-        return "reach"
+    for kind in ("reach", "rise"):
+        if check.startswith("{" + kind):
+            return kind
     if m := re.fullmatch(r"\[(\d+)\]", steps):
         return f"step{m.group(1)}"
     return steps if steps in ("all", "first", "last") else "steps"
 
 
-def read_row(cells: list[str], cols: dict[str, int | None], about: float) -> tuple[str, str, str]:
-    """(metric, steps, check) of one table row, or Unreadable."""
+def _metric_of(text: str) -> tuple[str, int | None]:
+    """The metric a cell names, and the step of a leading "Step N"."""
+    if m := _METRIC.match(text):
+        return m.group(1), None
+    if m := _PROSE_METRIC.match(text.strip()):
+        return m.group(2), int(m.group(1)) if m.group(1) else None
+    raise Unreadable(f"{text!r} names no logged metric (a name like `train/grad_norm`)")
+
+
+_CLAUSE_STEP = re.compile(r"\s+(at|from|after)\s+(step|rollout|eval@)\s*(\d+)\s*$", re.I)
+_EVERY_STEP = re.compile(r"(?:flat|stays flat|no drift|throughout)?(?: over training)?", re.I)
+_RISE = re.compile(
+    rf"ris(?:ing|es|e) by (?:at least |>= ?|≥ ?)?({NUM}) by (?:step (\d+)|eval@(\d+))", re.I
+)
+_MEASURED = re.compile(rf"(?:the )?(?:measured|validated) runs? went ({NUM}) to {NUM}", re.I)
+_UNITS = re.compile(r"\s*\b(?:nats?|tokens?)\b", re.I)
+
+
+def _eval_step(n: int, eval_every: int | None) -> int:
+    if eval_every is None:
+        raise Unreadable(
+            f"'eval@{n}' is the {n}th evaluation: pass --eval-every ROLLOUTS (miles logs "
+            "eval/step = the rollout id)"
+        )
+    return n * eval_every
+
+
+def _clauses(text: str) -> list[tuple[str, list[float]]]:
+    """The clauses of a cell, each with the decimal numbers its parentheses cite."""
+    out = []
+    for part in re.split(r"[;,](?![^(]*\))", text):
+        notes = re.findall(r"\(([^)]*)\)", part)
+        cited = [float(x) for note in notes for x in re.findall(r"\d*\.\d+", note)]
+        clause = _UNITS.sub("", re.sub(r"\s*\([^)]*\)", "", part)).strip()
+        if clause:
+            out.append((clause, cited))
+    return out
+
+
+def _bounds(check: str) -> tuple[float, float] | None:
+    if m := re.fullmatch(rf"\{{between: \[({NUM}), ({NUM})\]\}}", check):
+        return float(m.group(1)), float(m.group(2))
+    if m := re.fullmatch(rf"\{{approx: \{{value: ({NUM}), (rel|abs): ({NUM})\}}\}}", check):
+        v, tol = float(m.group(1)), float(m.group(3))
+        half = abs(v) * tol if m.group(2) == "rel" else tol
+        return v - half, v + half
+    return None
+
+
+def _widened(check: str, cited: list[float]) -> str:
+    """The doc's own validated values meet the doc: "~0.02 (0.0246 / 0.0247 in the two
+    validated runs)" holds 0.0247 although 0.0247 is 23% above 0.02."""
+    bounds = _bounds(check)
+    if bounds is None or not cited or all(bounds[0] <= c <= bounds[1] for c in cited):
+        return check
+    lo, hi = min(bounds[0], *cited), max(bounds[1], *cited)
+    return f"{{between: [{_f(round(lo, 12))}, {_f(round(hi, 12))}]}}"
+
+
+def read_clause(
+    text: str, steps: str, window: int | None, since: int, about: float, eval_every: int | None
+) -> tuple[str, str] | None:
+    """(steps, check) of one clause of an expected cell; None for "flat over training"
+    (which says what `all` steps says); `since` is where a `rise` is measured from."""
+    if _EVERY_STEP.fullmatch(text):
+        return None
+    if m := _CLAUSE_STEP.search(text):
+        n = int(m.group(3))
+        n = _eval_step(n, eval_every) if m.group(2).lower() == "eval@" else n
+        word = m.group(1).lower()
+        steps = f"[{n}]" if word == "at" else f"{{from: {n + (word == 'after')}}}"
+        text = text[: m.start()]
+    if m := _RISE.fullmatch(text.strip()):
+        by = int(m.group(2)) if m.group(2) else _eval_step(int(m.group(3)), eval_every)
+        rise = f"{{from_step: {since}, by_step: {by}, min: {_f(_n(m.group(1)))}}}"
+        return "all", f"{{rise: {rise}}}"
+    text = re.sub(r"^(?:rising|rises|then|falling|falls)\s+", "", text.strip(), flags=re.I)
+    check, deadline = parse_expected(text, about)
+    if deadline is not None:  # `check` is the reach value
+        win = f", window: {window}" if window else ""
+        return "all", f"{{reach: {{value: {check}, by_step: {deadline}{win}}}}}"
+    if window is not None:
+        raise Unreadable(f"a {window}-step mean is read only with 'above V by step N'")
+    return steps, check
+
+
+def read_row(
+    cells: list[str], cols: dict[str, int | None], about: float, eval_every: int | None = None
+) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """The (metric, steps, check) of each clause of one row it reads, and why each other
+    clause was not read; Unreadable when it reads none."""
 
     def cell(name: str) -> str:
         i = cols[name]
         return cells[i] if i is not None and i < len(cells) else ""
 
-    m = _METRIC.match(cell("metric"))
-    if m is None:
-        raise Unreadable(f"metric {cell('metric')!r} is not a metric name")
+    metric, at = _metric_of(cell("metric"))
     steps, window = parse_steps(cell("step"))
-    check, deadline = parse_expected(cell("expected"), about)
-    if deadline is not None:  # `check` is the reach value
-        win = f", window: {window}" if window else ""
-        return m.group(1), "all", f"{{reach: {{value: {check}, by_step: {deadline}{win}}}}}"
-    if window is not None:
-        raise Unreadable(f"a {window}-step mean is read only with 'above V by step N'")
-    return m.group(1), steps, check
+    steps = f"[{at}]" if at is not None else steps
+    rules: list[tuple[str, str, str]] = []
+    refused: list[str] = []
+    since = at or 0
+    for clause, cited in _clauses(cell("expected")):
+        if m := _MEASURED.fullmatch(clause):  # where the measured run started meets the doc
+            at_since = [i for i, r in enumerate(rules) if r[1] == f"[{since}]"]
+            for i in at_since:
+                rules[i] = (metric, rules[i][1], _widened(rules[i][2], [_n(m.group(1))]))
+            if at_since:
+                continue
+        try:
+            got = read_clause(clause, steps, window, since, about, eval_every)
+        except Unreadable as exc:
+            refused.append(str(exc))
+            continue
+        if got is not None:
+            rules.append((metric, got[0], _widened(got[1], cited)))
+            if m := re.fullmatch(r"\[(\d+)\]", got[0]):
+                since = int(m.group(1))
+    if not rules:
+        raise Unreadable("; ".join(refused) or f"no expectation for {metric}")
+    return rules, refused
 
 
-def import_recipe(text: str, about: float = 0.2) -> Recipe:
+def _front_title(lines: list[str]) -> str | None:
+    if not lines or lines[0].strip() != "---":
+        return None
+    for line in lines[1:]:
+        if line.strip() == "---":
+            return None
+        if m := _FRONT_TITLE.match(line):
+            return m.group(1).strip("'\"")
+    return None
+
+
+def import_recipe(text: str, about: float = 0.2, eval_every: int | None = None) -> Recipe:
     lines = text.splitlines()
-    title = next((m.group(2) for line in lines if (m := _HEADING.match(line))), "recipe")
+    title = _front_title(lines) or next(
+        (m.group(2) for line in lines if (m := _HEADING.match(line))), "recipe"
+    )
     header, rows = find_table(lines)
     cols = {
-        "metric": _column(header, "metric"),
+        "metric": _column(header, "metric", "signal"),
         "step": _column(header, "step", "when"),
         "expected": _column(header, "expect", "value", "target", "range"),
     }
@@ -206,15 +369,17 @@ def import_recipe(text: str, about: float = 0.2) -> Recipe:
     for line, cells in rows:
         raw = lines[line - 1].strip()
         try:
-            metric, steps, check = read_row(cells, cols, about)
+            rules, refused = read_row(cells, cols, about, eval_every)
         except Unreadable as exc:
             out.not_read.append((line, raw, str(exc)))
             continue
-        rule_id = f"{_slug(metric)}-{_suffix(steps, check)}"
-        seen[rule_id] = seen.get(rule_id, 0) + 1
-        if seen[rule_id] > 1:
-            rule_id += f"-{seen[rule_id]}"
-        out.rules.append(Imported(rule_id, metric, steps, check, line, raw))
+        out.not_read += [(line, raw, why) for why in refused]
+        for metric, steps, check in rules:
+            rule_id = f"{_slug(metric)}-{_suffix(steps, check)}"
+            seen[rule_id] = seen.get(rule_id, 0) + 1
+            if seen[rule_id] > 1:
+                rule_id += f"-{seen[rule_id]}"
+            out.rules.append(Imported(rule_id, metric, steps, check, line, raw))
     return out
 
 

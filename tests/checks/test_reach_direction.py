@@ -36,12 +36,12 @@ def test_a_window_mean_is_not_a_difference_of_running_sums(tmp_path):
     a cumulative sum, so after a 1e16 a 0.7 came out 0.0 (the sum's ulp is 2) and a loss
     that never got below 0.5 passed `reach ... direction: down` -- a silent pass; going up,
     a -1.0 read as 0.0 passed `value: -0.5`. Each window is summed from its own points."""
-    down = _reach(tmp_path, "value: 0.5, by_step: 10, direction: down")
+    down = _reach(tmp_path, "value: 0.5, by_step: 1, direction: down")
     r = judge(down, run_of(series("m", [1e16, 0.7])))
     assert r.status is Status.FAIL and r.value == 0.7, r.message
-    up = _reach(tmp_path, "value: -0.5, by_step: 10")
+    up = _reach(tmp_path, "value: -0.5, by_step: 1")
     assert judge(up, run_of(series("m", [-1e16, -1.0]))).status is Status.FAIL
-    two = _reach(tmp_path, "value: 0.5, by_step: 10, window: 2, direction: down")
+    two = _reach(tmp_path, "value: 0.5, by_step: 3, window: 2, direction: down")
     r = judge(two, run_of(series("m", [1e16, 0.7, 0.5, 0.7])))
     assert r.status is Status.FAIL and r.value == 0.6, r.message
 
@@ -49,7 +49,7 @@ def test_a_window_mean_is_not_a_difference_of_running_sums(tmp_path):
 def test_a_window_mean_of_finite_points_does_not_overflow(tmp_path):
     """Two points of 1.7e308 summed to Inf, and Inf >= 1.79e308 passed; their mean is
     1.7e308, which does not reach it."""
-    top = _reach(tmp_path, "value: 1.7976931348623157e308, by_step: 10, window: 2")
+    top = _reach(tmp_path, "value: 1.7976931348623157e308, by_step: 1, window: 2")
     r = judge(top, run_of(series("m", [1.7e308, 1.7e308])))
     assert r.status is Status.FAIL and r.value == 1.7e308, r.message
 
@@ -66,3 +66,13 @@ def test_reach_judges_alike_whatever_the_polls(tmp_path):
         got = (fed.status, fed.step, fed.value, fed.judged, fed.message)
         assert got == (whole.status, whole.step, whole.value, whole.judged, whole.message)
     assert whole.judged == len(values)
+
+
+def test_a_run_that_ended_before_the_deadline_is_skipped_with_the_reason(tmp_path):
+    """"above 0.75 within 80 steps" makes no claim about a 50-step run: skip, never fail;
+    the same run reaching the bound passes, and one that passed step 80 short of it fails."""
+    up = _reach(tmp_path, "value: 0.75, by_step: 80, window: 5")
+    r = judge(up, run_of(series("m", np.full(50, 0.5))))
+    assert r.status is Status.SKIP and "ended at step 49, before step 80" in r.message
+    assert judge(up, run_of(series("m", np.full(50, 0.8)))).status is Status.PASS
+    assert judge(up, run_of(series("m", np.full(90, 0.5)))).status is Status.FAIL

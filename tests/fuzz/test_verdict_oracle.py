@@ -584,14 +584,13 @@ def reach_oracle(rule: RuleCase, selected: list[tuple[int, float]]) -> Expect:
     """`reach`: the k-point rolling mean of the selected points at steps <= by_step gets
     to v (>= up, <= down) at some point; the first window that does is the PASS step.
     ENGINE READING: fewer than k points by the deadline (or none) is an error, not a fail;
-    a non-finite selected point anywhere, even after by_step, is an error (handled above)."""
+    a non-finite selected point anywhere, even after by_step, is an error (handled above);
+    a run whose last selected point is before by_step and that never got there is a skip."""
     p = rule.params
     pts = [(s, Fraction(x)) for s, x in selected if s <= p["by_step"]]
     k, v = p["window"], Fraction(p["value"])
-    if not pts:
-        return Expect(Status.ERROR, why="no points by by_step")
-    if len(pts) < k:
-        return Expect(Status.ERROR, why="fewer than window points")
+    if not selected:
+        return Expect(Status.ERROR, why="no points")
     ambiguous = False
     for i in range(k - 1, len(pts)):
         window = [x for _, x in pts[i - k + 1 : i + 1]]
@@ -608,6 +607,12 @@ def reach_oracle(rule: RuleCase, selected: list[tuple[int, float]]) -> Expect:
                 why=f"reached at {pts[i][0]}",
             )
     also = frozenset({Status.PASS}) if ambiguous else frozenset()
+    if max(s for s, _ in selected) < p["by_step"]:
+        return Expect(Status.SKIP, also=also, why="the run ended before by_step")
+    if not pts:
+        return Expect(Status.ERROR, why="no points by by_step")
+    if len(pts) < k:
+        return Expect(Status.ERROR, why="fewer than window points")
     return Expect(Status.FAIL, also=also, why="never reached")
 
 

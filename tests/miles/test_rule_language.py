@@ -211,7 +211,7 @@ RISE = "  - {id: r, metric: eval/aime, check: {rise: {from_step: 0, by_step: 9, 
     [
         ([0.30, 0.31, 0.33, 0.36], Status.PASS, 3),  # +0.06 at step 3
         ([0.30] + [0.35] * 9 + [0.50], Status.FAIL, 1),  # +0.2 only after step 9
-        ([0.30, 0.25, 0.20], Status.FAIL, 1),  # fell
+        ([0.30, 0.25, 0.20] + [0.2] * 7, Status.FAIL, 1),  # fell (best: step 1)
     ],
 )
 def test_rise(tmp_path: Path, values, status: Status, step: int) -> None:
@@ -220,6 +220,14 @@ def test_rise(tmp_path: Path, values, status: Status, step: int) -> None:
     assert (result.status, result.step) == (status, step), result.message
     chunked = judge_in_chunks(p, run_of(series("eval/aime", values, step_key="eval/step")), 2)
     assert chunked.status is status
+
+
+def test_a_run_that_ended_before_by_step_is_skipped_not_failed(tmp_path: Path) -> None:
+    p = policy(tmp_path, RISE)
+    result = judge(p, run_of(series("eval/aime", [0.30, 0.31, 0.32], step_key="eval/step")))
+    assert result.status is Status.SKIP and "ended at step 2, before step 9" in result.message
+    risen = judge(p, run_of(series("eval/aime", [0.30, 0.36], step_key="eval/step")))
+    assert risen.status is Status.PASS  # a rise before the end passes however short the run
 
 
 def test_rise_needs_its_starting_value(tmp_path: Path) -> None:
@@ -234,22 +242,28 @@ def test_rise_needs_its_starting_value(tmp_path: Path) -> None:
 
 
 def test_kimi_k3_recipe_rise(tmp_path: Path) -> None:
+    """miles logs eval points at eval/step = the rollout id; the recipe evaluates every 10
+    rollouts, so eval@9 is eval/step 90 (issue 27 G17)."""
     from gatekeeper.engine import evaluate
     from gatekeeper.policy.loader import load_policies
 
     p = load_policies([str(REPO / "policies" / "recipes" / "kimi-k3.yaml")])
     aime = [0.40, 0.41, 0.43, 0.44, 0.45, 0.455, 0.457, 0.458, 0.459, 0.459, 0.52]
-    run = run_of(series("eval/aime", aime, step_key="eval/step"))
-    run.config = {"recipe": "kimi-k3"}
-    (result,) = evaluate(p, run).results
-    assert result.status is Status.FAIL and "rose only 0.059" in result.message
+    steps = [10 * i for i in range(len(aime))]
+
+    def judged(config: dict) -> object:
+        run = run_of(series("eval/aime", aime, steps, step_key="eval/step"))
+        run.config = config
+        (result,) = evaluate(p, run).results
+        return result
+
+    k3 = {"recipe": "kimi-k3", "eval_interval": 10}
+    result = judged(k3)
+    assert result.status is Status.FAIL and "rose only 0.059 < 0.06 by step 90" in result.message
     aime[9] = 0.4601
-    (result,) = evaluate(p, run_of(series("eval/aime", aime, step_key="eval/step"))).results
-    assert result.status is Status.SKIP  # another recipe's run
-    run = run_of(series("eval/aime", aime, step_key="eval/step"))
-    run.config = {"recipe": "kimi-k3"}
-    (result,) = evaluate(p, run).results
-    assert (result.status, result.step) == (Status.PASS, 9)
+    assert judged({"eval_interval": 10}).status is Status.SKIP  # another recipe's run
+    result = judged(k3)
+    assert (result.status, result.step) == (Status.PASS, 90)
 
 
 def test_every_tries_its_sources_in_order(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from gatekeeper.policy.loader import load_policy
-from gatekeeper.toolkit.recipe import Unreadable, parse_expected, parse_steps
+from gatekeeper.toolkit.recipe import Unreadable, import_recipe, parse_expected, parse_steps
 from tests.helpers import REPO, gatekeeper
 
 DATA = REPO / "tests" / "data" / "recipes"
@@ -91,3 +91,41 @@ def test_a_doc_without_the_table_exits_2(tmp_path):
     doc.write_text("# R\n\n## Launch\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
     out = gatekeeper("import-recipe", str(doc), "-o", str(tmp_path / "p.yaml"))
     assert out.returncode == 2 and "What to expect" in out.stderr and str(doc) in out.stderr
+
+
+def test_prose_cells_are_read_clause_by_clause():
+    doc = (
+        "---\ntitle: 'R 1'\n---\n# Heading\n## What to expect\n"
+        "| Signal | Expected |\n|---|---|\n"
+        "| Step 3 `train/gap` | ~0.02 nats (0.0246 / 0.0247 in the two validated runs) |\n"
+        "| `train/kl` | 0.0012-0.0017, flat over training |\n"
+        "| `rollout/r` | ~0.5 at step 0, rising above 0.75 within 80 steps |\n"
+        "| Step time | ~11 min per step |\n"
+    )
+    got = import_recipe(doc)
+    assert got.title == "R 1"
+    assert [(r.metric, r.steps, r.check) for r in got.rules] == [
+        ("train/gap", "[3]", "{between: [0.016, 0.0247]}"),
+        ("train/kl", "all", "{between: [0.0012, 0.0017]}"),
+        ("rollout/r", "[0]", "{approx: {value: 0.5, rel: 0.2}}"),
+        ("rollout/r", "all", "{reach: {value: 0.75, by_step: 80}}"),
+    ]
+    assert [(n, why) for n, _, why in got.not_read] == [
+        (11, "'Step time' names no logged metric (a name like `train/grad_norm`)")
+    ]
+
+
+def test_a_healthy_run_list_and_eval_at_n():
+    doc = (
+        "## What a healthy run looks like\n\n- 11 to 13 minutes per rollout cycle\n"
+        "- `eval/aime` 0.37 to 0.43 at eval@0 (temperature-0 spread), rising\n"
+        "  by at least 0.06 by eval@9; the measured run went 0.367 to 0.467\n"
+    )
+    got = import_recipe(doc, eval_every=10)
+    assert [(r.steps, r.check, r.line) for r in got.rules] == [
+        ("[0]", "{between: [0.367, 0.43]}", 4),
+        ("all", "{rise: {from_step: 0, by_step: 90, min: 0.06}}", 4),
+    ]
+    assert [n for n, _, _ in got.not_read] == [3]
+    unplaced = import_recipe(doc)  # eval@N is no step without the eval interval
+    assert unplaced.rules == [] and "pass --eval-every" in unplaced.not_read[-1][2]
