@@ -4,8 +4,8 @@ one `wandb.log` per trainer step (train/* on train/step), per rollout (rollout/*
 rollout/step) and per evaluation (eval/* on eval/step, which `compute_rollout_step` sets to
 the rollout id), with `config=args.__dict__`, so `hf_checkpoint` and `eval_interval` are in
 the run config. Both the shipped recipe policies and what `gatekeeper import-recipe` makes
-of docs shaped like miles' own (tests/data/recipes/miles/, facts from miles, our wording) must pass a run that meets the doc and fail
-one that does not (issue 27 G15-G17).
+of docs shaped like miles' own (tests/data/recipes/miles/: miles' facts, our wording) must
+pass a run that meets the doc and fail one that does not (issue 27 G15-G17).
 """
 
 from __future__ import annotations
