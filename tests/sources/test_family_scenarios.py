@@ -8,9 +8,9 @@ poll), then `gatekeeper check` of the run it wrote. Both verdicts — exit code 
 rule that did not pass, with its status and step — must equal the scenario's expected
 one, stated in SCENARIOS, so the two cannot agree on a wrong answer.
 
-Prometheus is not here: its steps are scrape indices of a server's clock, so a run, a
-resume and an epoch axis do not exist in it, and where a NaN lands depends on scrape
-timing; its NaN at a step, whole and live, is tests/sources/test_prometheus.py.
+Prometheus is not here: a run, a resume and an epoch axis do not exist in it (its steps
+are sample indices of a server's scrapes), and where a NaN lands depends on scrape timing;
+a NaN read by `check` and by live polls is in tests/sources/test_prometheus.py.
 """
 
 from __future__ import annotations
