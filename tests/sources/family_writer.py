@@ -17,7 +17,9 @@ Each family through its real library, the versions pinned in the shared venv:
 - tensorboard: torch's `torch.utils.tensorboard.SummaryWriter` (torch 2.13) in TARGET, the
   run directory; a resumed run is a second writer there (a second event file);
 - mlflow: the fluent client (mlflow 3.17) on the store URI TARGET, `start_run(run_id=ID)` on
-  --resume (as `MLFLOW_RUN_ID` does), the new run's id written to --id-file.
+  --resume (as `MLFLOW_RUN_ID` does), the new run's id written to --id-file;
+- prometheus: a prometheus_client 0.26 exporter on port TARGET (`train/loss` only, as the
+  gauge `train_loss`), for a server to scrape.
 """
 
 from __future__ import annotations
@@ -98,8 +100,36 @@ def write_mlflow(args: argparse.Namespace) -> None:
             time.sleep(args.delay)
 
 
+def write_prometheus(args: argparse.Namespace) -> None:
+    """A prometheus_client exporter on port TARGET holding each value --delay seconds once
+    a server has scraped it twice (a server's first scrape of a new target comes late)."""
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    registry = CollectorRegistry()  # the gauge alone, no process/GC collectors
+    gauge = Gauge("train_loss", "loss", registry=registry)
+    scrapes = Gauge("scrapes", "collect calls", registry=registry)
+    scrapes.set_function(_count)  # called once per scrape
+    start_http_server(int(args.target), addr="127.0.0.1", registry=registry)
+    gauge.set(1.0)
+    deadline = time.monotonic() + 60
+    while _SCRAPED[0] < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for metric, value, _ in points(args):
+        if metric == "train/loss":
+            gauge.set(value)
+            time.sleep(args.delay)
+
+
+_SCRAPED = [0]
+
+
+def _count() -> float:
+    _SCRAPED[0] += 1
+    return float(_SCRAPED[0])
+
+
 WRITERS = {"jsonl": write_jsonl, "wandb": write_wandb, "tensorboard": write_tensorboard,
-           "mlflow": write_mlflow}
+           "mlflow": write_mlflow, "prometheus": write_prometheus}
 
 
 def main() -> None:

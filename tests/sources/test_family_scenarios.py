@@ -8,15 +8,17 @@ poll), then `gatekeeper check` of the run it wrote. Both verdicts — exit code 
 rule that did not pass, with its status and step — must equal the scenario's expected
 one, stated in SCENARIOS, so the two cannot agree on a wrong answer.
 
-Prometheus is not here: a run, a resume and an epoch axis do not exist in it (its steps
-are sample indices of a server's scrapes), and where a NaN lands depends on scrape timing;
-a NaN read by `check` and by live polls is in tests/sources/test_prometheus.py.
+Prometheus (Debian's 2.42 server scraping a prometheus_client exporter) has the
+non-finite scenario only (test_prometheus_non_finite_whole_and_live): a run, a resume and
+an epoch axis do not exist in it. Its steps are sample indices, so where the NaN lands
+depends on scrape timing: there the step must be the same in both, the rest is stated.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -25,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import gatekeeper, write_policy
+from tests.daemon.harness import free_port
+from tests.helpers import gatekeeper, wait_ready, write_policy
 from tests.wandb.conftest import sdk_env
 
 pytest.importorskip("torch.utils.tensorboard")
@@ -255,3 +258,40 @@ def test_check_and_run_give_the_scenarios_verdict(
     by_run, by_check = _case(family, sc, tmp_path)
     assert by_check == sc.expected, ("check", by_check)
     assert by_run == sc.expected, ("run", by_run)
+
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus: apt-get install "
+                    "-y prometheus")
+def test_prometheus_non_finite_whole_and_live(tmp_path: Path) -> None:
+    """`run` of an exporter that goes NaN, +Inf, -Inf, then `check` of the same window."""
+    sc = next(s for s in SCENARIOS if s.name == "non-finite")
+    exporter, port = free_port(), free_port()
+    config = {"scrape_configs": [{"job_name": "trainer", "scrape_interval": "200ms",
+                                  "static_configs": [{"targets": [f"127.0.0.1:{exporter}"]}]}]}
+    (tmp_path / "prometheus.yml").write_text(json.dumps(config))
+    server = subprocess.Popen(
+        [str(PROMETHEUS), f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/-/ready", server, 60, "prometheus did not start")
+        spec = f'prom+http://127.0.0.1:{port}?selector={{job="trainer"}}&start={time.time():.0f}'
+        policy = write_policy(tmp_path / "p.yaml", sc.policy.replace("train/loss", "train_loss"))
+        verdicts = []
+        for command, args in (("run", ("--json", str(tmp_path / "run.json"), *FAST, "--",
+                                       sys.executable, WRITER, "prometheus", str(exporter),
+                                       "--delay", "0.4", *sc.cmd)),
+                              ("check", ("--json", str(tmp_path / "check.json")))):
+            proc = gatekeeper(command, *((spec,) if command == "check" else ("--source", spec)),
+                              "-p", str(policy), *args)
+            verdicts.append(_verdict(proc, tmp_path / f"{command}.json"))
+    finally:
+        server.terminate()
+        server.wait(10)
+    (code, [(rule, status, step)]), by_check = verdicts
+    assert (code, rule, status) == (1, "loss-bounded", "error") and isinstance(step, int)
+    assert by_check == verdicts[0]  # the same sample, whole and poll by poll
