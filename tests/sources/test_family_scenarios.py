@@ -78,7 +78,8 @@ SCENARIOS = [
     # NaN at 5, +Inf at 6, -Inf at 7: an ERROR at the first non-finite step
     Scenario("non-finite", None, ("--stop", "20", "--nonfinite-at", "5"),
              (1, [("loss-bounded", "error", 5)])),
-    # loss per step 0..99, val/loss per epoch at steps 0..9 (same axis): a healthy run
+    # loss per step 0..99, val/loss per epoch at steps 0..9 (same axis; wandb: its declared
+    # `epoch` axis): a healthy run
     Scenario("per-epoch", None, ("--stop", "100", "--epochs-of", "10"), (0, []),
              policy=LOSS + VAL_LAST),
 ]
