@@ -229,16 +229,12 @@ def _case(family: type[Family], sc: Scenario, tmp: Path) -> tuple[Verdict, Verdi
     return by_run, _verdict(proc, whole)
 
 
-ITEM4 = "issue 26 item 4 (a per-epoch metric judged stale against the per-step end), fixed "\
-    "on branch engine2"
-ITEM5 = "issue 26 item 5 (live MLflow reads a metric only when its latest point changes, so "\
-    "a resume below the old max step is never read: run exits 0), fixed on branch mlive"
-JSONL_RERUN = "found here, not yet filed: `run --source FILE` judges the older run in FILE at "\
+JSONL_RERUN = (
+    "issue 26 item 2 for JSONL, open: `run --source FILE` judges the older run in FILE at "
     "0.0 s (FAIL at step 3) and stops CMD before its re-run truncates the file"
+)
 # the known false verdicts of main, each (scenario, family): reason
-KNOWN = {("later-run", "jsonl"): JSONL_RERUN, ("resumed", "mlflow"): ITEM5,
-         ("per-epoch", "jsonl"): ITEM4,
-         ("per-epoch", "tensorboard"): ITEM4, ("per-epoch", "mlflow"): ITEM4}
+KNOWN = {("later-run", "jsonl"): JSONL_RERUN}
 
 
 def _cases() -> list:
