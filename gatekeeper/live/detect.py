@@ -18,6 +18,7 @@ from gatekeeper.model import Run
 from gatekeeper.sources import family_of, open_live_source
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.jsonl import LiveJsonlSource
+from gatekeeper.sources.jsonl.live import held_files
 from gatekeeper.sources.mlflow.scheme import names_file_store
 from gatekeeper.sources.tensorboard.logdir import (
     event_files,
@@ -64,7 +65,7 @@ def open_follow_source(
         return source
     if for_command and os.path.basename(os.path.normpath(path)) == "latest-run":
         spec = os.path.dirname(os.path.normpath(path))
-    return DetectingSource(spec, say)
+    return DetectingSource(spec, say, for_command=for_command)
 
 
 class DetectingSource(LiveSource):
@@ -73,7 +74,14 @@ class DetectingSource(LiveSource):
 
     kind = "local run (wandb, TensorBoard or JSONL, detected when data appears)"
 
-    def __init__(self, spec: str, say: Callable[[str], None], *, only_tensorboard: bool = False):
+    def __init__(
+        self,
+        spec: str,
+        say: Callable[[str], None],
+        *,
+        only_tensorboard: bool = False,
+        for_command: bool = False,
+    ):
         super().__init__(spec)
         self.path = spec.removeprefix("file://")
         self.say = say
@@ -84,6 +92,8 @@ class DetectingSource(LiveSource):
         self.tb_before = frozenset(runs_in(self.path))
         self.tb_run: str | None = None  # the TensorBoard run followed, once one is
         self.tb_files_before = len(event_files(self.path)) + is_event_file(self.path)
+        # `run`: JSONL records already there are an earlier run until CMD changes them
+        self.jsonl_before = held_files(self.path) if for_command and not only_tensorboard else {}
         self.inner: LiveSource | None = None
         self._announced = False  # the waiting note was printed
         self._following = False  # the followed run was printed
@@ -147,13 +157,13 @@ class DetectingSource(LiveSource):
         elif is_event_file(path) or is_run_dir(path):
             self._follow_tensorboard(path)
         elif os.path.isfile(path):
-            self.inner = LiveJsonlSource(self.spec)
+            self.inner = LiveJsonlSource(self.spec, held=self.jsonl_before)
         elif new_run_dir(path, self.runs_before) is not None:
             self.inner = WandbLocalSource(self.spec, runs_before=self.runs_before)
         elif self._is_wandb_folder():
             return None  # a wandb folder without a new run yet: never read as JSONL
         elif glob.glob(os.path.join(path, "*.jsonl")):
-            self.inner = LiveJsonlSource(self.spec)
+            self.inner = LiveJsonlSource(self.spec, held=self.jsonl_before)
         else:
             self._detect_tensorboard()
         return self.inner
@@ -218,9 +228,33 @@ class DetectingSource(LiveSource):
             )
         elif self.tb_run is not None:
             self._announce_tensorboard(self.tb_run)
-        else:
-            self.say(f"gatekeeper: following JSONL records in {self.path}")
+        elif isinstance(inner, LiveJsonlSource):
+            if not self._announce_jsonl(inner):
+                return
         self._following = True
+
+    def _announce_jsonl(self, inner: LiveJsonlSource) -> bool:
+        """Say which records are followed once some are read; False while none are (the
+        files there hold an earlier run the command has not changed yet)."""
+        if not inner.tails:
+            if inner.held and not self._announced:
+                self._announced = True
+                self.say(
+                    f"gatekeeper: waiting for the command to write {self.path} (its "
+                    f"{len(inner.held)} record file(s) there hold an earlier run, not judged "
+                    "unless the command changes them)"
+                )
+            return False
+        how = {
+            "rewritten": "rewritten by the command after the watch began: its new content "
+            "is the run, read from the start",
+            "appended": "appended to by the command after the watch began (a resume): the "
+            "whole file is the run, its earlier lines read too, as check reads it",
+        }
+        notes = [f"{os.path.basename(p)} {how[c]}" for p, c in sorted(inner.changed.items())]
+        extra = f" ({'; '.join(notes)})" if notes else ""
+        self.say(f"gatekeeper: following JSONL records in {self.path}{extra}")
+        return True
 
     def _announce_tensorboard(self, run: str) -> None:
         if run != self.path:

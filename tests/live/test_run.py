@@ -383,3 +383,62 @@ def test_a_live_run_where_nothing_is_ever_judged_ends_nothing_judged_exit_5(
         sys.executable, WRITER, str(tmp_path / "r.jsonl"), "--steps", "3", "--delay", "0",
     )
     assert proc.returncode == 0 and "allowed: nightly policy on a PR" in proc.stdout
+
+
+FAMILY_WRITER = str(Path(__file__).parents[1] / "sources" / "family_writer.py")
+LOSS_POLICY = """
+version: 1
+name: p
+rules:
+  - {id: loss, metric: train/loss, check: {max: 2.0}}
+"""
+
+
+def _earlier_run(tmp: Path, *args: str) -> Path:
+    """m.jsonl holding a finished earlier run (steps 0..9), and the loss policy."""
+    record = tmp / "m.jsonl"
+    subprocess.run([sys.executable, FAMILY_WRITER, "jsonl", str(record), "--stop", "10", *args],
+                   check=True)
+    return write_policy(tmp / "p.yaml", LOSS_POLICY)
+
+
+def _failing(verdict: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(r["rule"], r["step"]) for r in verdict["results"] if r["status"] == "fail"]
+
+
+def test_run_resuming_into_a_file_judges_it_from_the_append_on_as_check_does(
+    tmp_path: Path,
+) -> None:
+    """The earlier run is healthy; the resume appends steps 10..29 with a bad step 20:
+    nothing is judged before the append, then the whole file is: the verdict check gives."""
+    policy = _earlier_run(tmp_path)
+    record = tmp_path / "m.jsonl"
+    proc = gatekeeper(
+        "run", "-p", str(policy), "--source", str(record), "--json", str(tmp_path / "r.json"),
+        *FAST, "--", sys.executable, FAMILY_WRITER, "jsonl", str(record), "--start", "10",
+        "--stop", "300", "--bad-at", "20", "--resume", "r", "--delay", "0.02",
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "waiting for the command to write" in out
+    assert "appended to by the command after the watch began (a resume)" in out
+    check = gatekeeper("check", str(record), "-p", str(policy), "--json",
+                       str(tmp_path / "c.json"))
+    by_run = json.loads((tmp_path / "r.json").read_text())
+    by_check = json.loads((tmp_path / "c.json").read_text())
+    assert check.returncode == 1
+    assert _failing(by_run) == _failing(by_check)
+    assert [step for _, step in _failing(by_run)] == [20]
+    # the earlier run's end marker is not the resumed run's end: CMD is stopped at step 20
+    assert by_run["stopped"]["step"] == 20 and by_run["stopped"]["last_step"] < 299
+
+
+def test_watch_judges_a_file_already_there_at_once(tmp_path: Path) -> None:
+    """`watch` (no command) follows what is there: the earlier run's bad step 3 fails it."""
+    policy = _earlier_run(tmp_path, "--bad-at", "3")
+    proc = gatekeeper("watch", str(tmp_path / "m.jsonl"), "-p", str(policy), *FAST,
+                      "--json", str(tmp_path / "w.json"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "waiting for the command" not in proc.stdout + proc.stderr
+    verdict = json.loads((tmp_path / "w.json").read_text())
+    assert [step for _, step in _failing(verdict)] == [3]

@@ -229,12 +229,8 @@ def _case(family: type[Family], sc: Scenario, tmp: Path) -> tuple[Verdict, Verdi
     return by_run, _verdict(proc, whole)
 
 
-JSONL_RERUN = (
-    "issue 26 item 2 for JSONL, open: `run --source FILE` judges the older run in FILE at "
-    "0.0 s (FAIL at step 3) and stops CMD before its re-run truncates the file"
-)
 # the known false verdicts of main, each (scenario, family): reason
-KNOWN = {("later-run", "jsonl"): JSONL_RERUN}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _cases() -> list:

@@ -19,6 +19,12 @@ contiguous steps), so a poll stays O(its new points).
 A source that does not exist yet, and a partially written last line, are not errors:
 the poll returns nothing new. The run has ended when every file seen has written its
 end marker (`{"event": "end", "state": "finished"}`).
+
+`held` (`run` only): record files that already had content when the watch began hold an
+earlier run until the command changes them, as wandb and TensorBoard follow only a run
+started after the watch began. Once changed, a file is read from its start: rewritten
+(truncated, replaced) its new content is the run; only grown (a resume appending) the
+whole file is, as `check` reads it.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class _Tail:
     line: int = 0
     emitted: dict[str, int] = field(default_factory=dict)
     ended: RunState | None = None
+    # lines of an earlier run this one resumed (appended to): their end marker is not its end
+    earlier_lines: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +73,7 @@ class _Tail:
             "line": self.line,
             "emitted": dict(self.emitted),
             "ended": self.ended.value if self.ended else None,
+            "earlier_lines": self.earlier_lines,
         }
 
     @classmethod
@@ -79,7 +88,59 @@ class _Tail:
             line=int(data.get("line", 0)),
             emitted={str(k): int(v) for k, v in dict(data.get("emitted", {})).items()},
             ended=RunState(ended) if ended else None,
+            earlier_lines=int(data.get("earlier_lines", 0)),
         )
+
+
+@dataclass(frozen=True)
+class Held:
+    """A record file as it was when the watch began: not read until it changes."""
+
+    ino: int
+    dev: int
+    size: int
+    mtime_ns: int
+    sig: str  # hex of the _SIG_BYTES before `size`
+
+    @classmethod
+    def of(cls, path: str) -> Held | None:
+        """The file now, or None when it is absent or empty (nothing earlier to hold)."""
+        try:
+            with open_regular(path) as fh:
+                st = os.fstat(fh.fileno())
+                return cls(st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns,
+                           _signature(fh, st.st_size)) if st.st_size else None
+        except OSError:
+            return None  # unreadable: the watch reports it when it reads the file
+
+    def change(self, path: str) -> str | None:
+        """None while `path` is as held; else "rewritten" or "appended"."""
+        try:
+            with open_regular(path) as fh:
+                st = os.fstat(fh.fileno())
+                same = (st.st_ino, st.st_dev) == (self.ino, self.dev)
+                if same and (st.st_size, st.st_mtime_ns) == (self.size, self.mtime_ns):
+                    return None
+                grown = same and st.st_size >= self.size
+                return "appended" if grown and _signature(fh, self.size) == self.sig else (
+                    "rewritten")
+        except FileNotFoundError:
+            return None  # between a writer's unlink and rename: the next poll sees it
+        except OSError:
+            return "rewritten"  # read now, so the watch reports why it cannot be
+
+
+def held_files(path: str) -> dict[str, Held]:
+    """The record files at `path` (a file, or a directory's `*.jsonl`) with content now."""
+    if os.path.isdir(path):
+        try:
+            names = [n for n in os.listdir(path) if n.endswith(".jsonl") and n[0] != "."]
+        except OSError:
+            return {}
+        paths = [os.path.join(path, n) for n in names]
+    else:
+        paths = [path]
+    return {p: h for p in paths if (h := Held.of(p)) is not None}
 
 
 def _no_steps() -> np.ndarray:
@@ -197,8 +258,15 @@ class LiveJsonlSource(LiveSource):
 
     kind = "jsonl"
 
-    def __init__(self, spec: str, step_aliases: dict[str, str] | None = None):
+    def __init__(
+        self,
+        spec: str,
+        step_aliases: dict[str, str] | None = None,
+        held: dict[str, Held] | None = None,
+    ):
         super().__init__(spec)
+        self.held = dict(held or {})  # files of an earlier run, until the command changes them
+        self.changed: dict[str, str] = {}  # held file -> "rewritten" or "appended"
         self._whole = JsonlSource(spec, step_aliases)  # reused for `read()` and metadata
         self.path = self._whole.path
         self.step_aliases = step_aliases
@@ -225,6 +293,14 @@ class LiveJsonlSource(LiveSource):
         records, emitted = set(self.record_metrics), set(self.step_keys)
         chunks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         for path in self._files():
+            if path in self.held:
+                change = self.held[path].change(path)
+                if change is None:
+                    continue  # still the earlier run's content: not this run's
+                held = self.held.pop(path)
+                self.changed[path] = change
+                if change == "appended":
+                    self.tails[path] = _Tail(path, earlier_lines=_lines_in(path, held.size))
             tail = self.tails.get(path)
             if tail is None:
                 tail = self.tails[path] = _Tail(path)
@@ -405,7 +481,7 @@ class LiveJsonlSource(LiveSource):
         for metric, reason in parser.metric_errors.items():
             self.metric_errors.setdefault(metric, reason)
         for event in parser.events:
-            if event.get("event") == "end":
+            if event.get("event") == "end" and event.get("line", 0) > tail.earlier_lines:
                 tail.ended = end_state(event.get("state"))
 
     @staticmethod
@@ -488,6 +564,15 @@ def _last_bytes(before: bytes, lines: list[bytes]) -> bytes:
         if len(out) >= _SIG_BYTES:
             return out[-_SIG_BYTES:]
     return (before + out)[-_SIG_BYTES:]
+
+
+def _lines_in(path: str, size: int) -> int:
+    """The lines in the first `size` bytes of `path` (0 if it cannot be read now)."""
+    try:
+        with open_regular(path) as fh:
+            return fh.read(size).count(b"\n")
+    except OSError:
+        return 0
 
 
 def _signature(fh: IO[bytes], offset: int) -> str:
