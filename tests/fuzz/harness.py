@@ -41,11 +41,19 @@ def run_cli(argv: list[str]) -> tuple[int, str, str, float]:
     return rc, out.getvalue(), err.getvalue(), time.perf_counter() - start
 
 
-def check_outcome(case: Case, path: Path, rc: int, err: str, seconds: float) -> None:
-    """The assertions every fuzz case must pass; the message says how to reproduce."""
+def check_outcome(
+    case: Case, path: Path, rc: int, err: str, seconds: float, out: str = ""
+) -> None:
+    """The assertions every fuzz case must pass; the message says how to reproduce.
+
+    Exit 5 (nothing judged, e.g. every rule skipped on a short run) is a verdict too, but
+    only with the verdict line saying so: `out` is the command's stdout.
+    """
     where = f"{case.name} ({path})"
     assert seconds < TIME_BOUND, f"{where}: took {seconds:.1f} s"
-    assert rc in (0, 1, 2), f"{where}: exit {rc}: {err}"
+    if rc == 5:
+        assert out.startswith("gate NOTHING JUDGED"), f"{where}: exit 5 without a reason: {out!r}"
+    assert rc in (0, 1, 2, 5), f"{where}: exit {rc}: {err}"
     if rc == 2:
         assert err.endswith("\n") and err.count("\n") == 1, f"{where}: not one line: {err!r}"
         assert err.startswith("gatekeeper: error: "), f"{where}: {err!r}"

@@ -68,8 +68,8 @@ def test_jsonl_byte_mutants(workdir: Path) -> None:
 def _check_policy(workdir: Path, case: gen.Case) -> None:
     path = workdir / f"{case.name}.yaml"
     path.write_bytes(case.data)
-    rc, _, err, seconds = run_cli(["check", str(workdir / "run.jsonl"), "-p", str(path), "-q"])
-    check_outcome(case, path, rc, err, seconds)
+    rc, out, err, seconds = run_cli(["check", str(workdir / "run.jsonl"), "-p", str(path), "-q"])
+    check_outcome(case, path, rc, err, seconds, out)
     path.unlink()
 
 

@@ -355,7 +355,9 @@ COMMANDS = [
         "gatekeeper.sources.jsonl.reader.JsonlParser.parse_lines",
     ),
     (
-        ["run", "-p", "{policy}", "--source", "{run}", "--", sys.executable, "-c", "pass"],
+        # CMD writes the run: a file that held content before CMD started is an earlier run
+        ["run", "-p", "{policy}", "--source", "{dir}/new.jsonl", "--", sys.executable, "-c",
+         "import shutil; shutil.copy('{run}', '{dir}/new.jsonl')"],
         "gatekeeper.sources.jsonl.reader.JsonlParser.parse_lines",
     ),
     (["serve", "-c", "{policy}", "--check-config"], "gatekeeper.daemon.config.load_config"),

@@ -79,9 +79,9 @@ def test_finalize_turns_pending_into_error_like_check(pol: Path, tmp_path: Path)
                 echo=None)
     obs = gate.observe_rows(rows)  # one batch; each metric on its own axis, as in JSONL
     assert obs.points == 8 and obs.status is GateStatus.PENDING
-    final = gate.finalize()
+    final = gate.finalize()  # the run ended at step 3, before reach's by_step 5: a SKIP, as check
     assert {r.rule: r.status for r in final.results} == {
-        "kl-step0": Status.ERROR, "loss-finite": Status.PASS, "reward-reaches": Status.FAIL}
+        "kl-step0": Status.ERROR, "loss-finite": Status.PASS, "reward-reaches": Status.SKIP}
     assert gate.finalize() is final and gate.verdict() is final
     with pytest.raises(UsageError, match="finalized"):
         gate.observe(5, {"train/loss": 1.0})
