@@ -11,7 +11,8 @@ from tests.helpers import REPO, gatekeeper, write_policy, write_record
 MILES = str(REPO / "policies" / "miles" / "ci-consistency.yaml")
 # a miles record carries no config; the pack requires the keys its variants read
 DEFAULTS = [
-    "--config", "train_backend=megatron", "--config", "lora_rank=0", "--config", "multi_latent_attention=false",
+    "--config", "train_backend=megatron",
+    "--config", "lora_rank=0", "--config", "multi_latent_attention=false",
     "--config", "num_steps_per_rollout=1", "--config", "use_rollout_routing_replay=false",
 ]
 
