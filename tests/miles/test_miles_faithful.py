@@ -20,12 +20,16 @@ miles' CI capture), mirroring radixark/miles 31f1ca961a94cb860cec3b2dea34ec332bf
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dataclasses import dataclass
+import numpy as np
 
 from gatekeeper import gate
+from gatekeeper.engine import Evaluation
+from gatekeeper.model import Run, Series
 from gatekeeper.policy.overrides import parse_override
 from gatekeeper.sources import RunOverrides
 from gatekeeper.verdict import Status, Verdict
@@ -266,3 +270,28 @@ def test_nvfp4_w4a16_recipe_and_the_override_that_replaces_the_kl_bypass(
         unchecked, gate.load(with_override, [parse_override(BYPASS)])
     ))["recipe-nvfp4-w4a16/r3-checker-ran"]
     assert missing.status is Status.ERROR and "ci/r3_mismatch_fraction" in missing.message
+
+
+def test_a_bound_from_config_follows_the_config_live_and_through_a_saved_state() -> None:
+    """The daemon feeds polls and saves the evaluation between them: the bound is bound at
+    each verdict from the config it sees then, and a restored evaluation judges the same."""
+    policies = gate.load([str(REPO / "policies" / "miles" / "metric-checker.yaml")], [])
+    reach = "gsm8k-reaches-threshold"
+
+    def verdict(ev: Evaluation, threshold: Any) -> Any:
+        config = {"ci_metric_checker_key": "eval/gsm8k", "ci_metric_checker_threshold": threshold}
+        run = Run(name="r", source="s", config=config)
+        return {r.rule: r for r in ev.verdict(run, final=True).results}[reach]
+
+    ev = Evaluation(policies)
+    ev.feed({"eval/gsm8k": Series("eval/gsm8k", np.array([0, 10]), np.array([0.5, 0.6]),
+                                  "eval/step")})
+    assert verdict(ev, 0.55).status is Status.PASS
+    low = verdict(ev, 0.71)  # the config changed: bound again, not the first value kept
+    assert low.status is Status.FAIL and low.expected == "max: x >= 0.71"
+    assert verdict(ev, None).status is Status.ERROR
+    saved = json.loads(json.dumps(ev.to_state()))
+    again = Evaluation.from_state(policies, saved)
+    again.feed({"eval/gsm8k": Series("eval/gsm8k", np.array([20]), np.array([0.72]),
+                                     "eval/step")})
+    assert verdict(again, 0.71).status is Status.PASS
