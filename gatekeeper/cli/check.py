@@ -117,10 +117,10 @@ def run_check(opts: CheckOptions, policies: list[PolicySpec]) -> int:
         run or opts.source, policies, None if run is not None else opts.run,
         history=opts.history, references=references,
     )
-    if opts.notify is not None:
-        from gatekeeper.cli.notify import stamp_job
+    if opts.notify is not None and (opts.notify.job_name or opts.notify.job_url):
+        from gatekeeper.notify.ci import JobInfo, stamp  # the CI job, for `notify` to read
 
-        stamp_job(opts.notify, verdict)
+        stamp(verdict, JobInfo(opts.notify.job_name, opts.notify.job_url))
     # files first: a closed stdout (`| head -1`) must not cost a report
     gate.write_files(verdict, opts.report)
     write_plot_reports(verdict, opts.plots, run, opts.source, opts.run)

@@ -121,8 +121,8 @@ def _notify(args: argparse.Namespace, verdict: Verdict) -> NotifyOptions | None:
     if not hasattr(args, "notify"):
         return None
     from gatekeeper.cli.args import notify_options
-    from gatekeeper.cli.notify import stamp_job
+    from gatekeeper.notify.ci import JobInfo, stamp
 
     opts = notify_options(args)
-    stamp_job(opts, verdict)
+    stamp(verdict, JobInfo(opts.job_name, opts.job_url))
     return opts

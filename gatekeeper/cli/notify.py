@@ -39,13 +39,6 @@ def cmd_notify(args: argparse.Namespace) -> int:
     return 0
 
 
-def stamp_job(opts: NotifyOptions, verdict: Verdict) -> None:
-    """`check`/`run`: keep this CI job's label and link in the verdict (and its report)."""
-    from gatekeeper.notify.ci import JobInfo, stamp
-
-    stamp(verdict, JobInfo(opts.job_name, opts.job_url))
-
-
 def post(opts: NotifyOptions, verdicts: list[tuple[str, Verdict]], *, strict: bool) -> None:
     """Post the card to every target and say what happened. A post that fails is exit 2
     for `notify` (`strict`); for `check`/`run` a warning on stderr: the gate's verdict

@@ -25,13 +25,14 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gatekeeper.errors import GatekeeperError, UsageError, one_line
-from gatekeeper.notify.channel import Channel, ChannelHooks
 from gatekeeper.notify.grouping import alert_payload, group_alerts
-from gatekeeper.notify.settings import NotifierSettings
 from gatekeeper.verdict import GateStatus, Mode, RuleResult, Severity, Status, Verdict
+
+if TYPE_CHECKING:  # pydantic and httpx: imported only to post (`deliver`)
+    from gatekeeper.notify.settings import NotifierSettings
 
 JOB_KEY = "ci_job"  # where a verdict's run summary keeps its job's label and link
 RETRY_FOR = 60.0  # a CI step retries a failing post this long, not the daemon's hour
@@ -122,6 +123,7 @@ def deliver(settings: NotifierSettings, alerts: list[dict[str, Any]]) -> Deliver
     if not alerts:
         return Delivery(0, 0, "nothing")
     from gatekeeper.notify import build_notifier
+    from gatekeeper.notify.channel import Channel, ChannelHooks
 
     notifier = build_notifier(settings)  # ConfigError when the URL's variable is unset
     outcomes: dict[int, tuple[str, str]] = {}
