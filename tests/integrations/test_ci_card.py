@@ -162,3 +162,14 @@ def test_run_notify_posts_the_card_of_the_command_it_watched(tmp_path):
     (group,) = hook.bodies[0]["groups"]
     assert group["rule"] == "kl-zero" and group["alerts"][0]["run"] == "e2e"
     assert json.loads((tmp_path / "v.json").read_text())["run"]["ci_job"]["name"] == "e2e"
+
+
+def test_a_receiver_that_fails_once_gets_the_card_on_the_retry(tmp_path):
+    """The daemon's Channel delivers: a 503 is retried (backoff), still one card."""
+    reports = a_ci_run(tmp_path)
+    flaky = Recorder(script=lambda n: (503, {}, b"busy") if n == 0 else None)
+    res = gatekeeper("notify", *reports, "--notify", "webhook:HOOK", env={"HOOK": flaky.url})
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert flaky.requests == 2 and len(flaky.bodies) == 1
+    assert [g["rule"] for g in flaky.bodies[0]["groups"]] == ["kl-zero", "loss-max"]
+    assert "attempt 1 failed: webhook: server error 503" in res.stderr
