@@ -22,6 +22,7 @@ fixing yet (also strict xfails, named in the report).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import subprocess
 import sys
@@ -348,7 +349,9 @@ def miles_of(case: Case) -> Failure | None:
 
 
 def _touches(result: dict[str, Any], keys: tuple[str, ...]) -> bool:
-    return any(k in (result.get("metric") or "") for k in keys)
+    """Whether a rule's metric (a name, an expr's names, or a name pattern) is one of `keys`."""
+    names = (result.get("metric") or "").replace("(", " ").replace(")", " ").split()
+    return any(fnmatch.fnmatchcase(k, name) for k in keys for name in names)
 
 
 def _gating_bad(j: Judged) -> list[dict[str, Any]]:
