@@ -275,7 +275,7 @@ class RuleTracker:
             inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
             absent = [m for m in inputs if m not in available]
             uncaptured = [m for m in absent if capture is not None and m not in capture.keys]
-            if uncaptured:  # no run of this source could log it: not judged, counted apart
+            if capture is not None and uncaptured:  # no run of this source could log it
                 why = wording.not_captured(uncaptured, capture)
                 return Outcome(Status.SKIP, why, not_judged=wording.not_captured_by(capture))
             if absent:
