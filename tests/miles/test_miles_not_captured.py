@@ -10,6 +10,7 @@ JUnit; the same rules on the run's wandb log (the real SDK) are judged.
 from __future__ import annotations
 
 import json
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,18 @@ def test_a_record_with_a_key_outside_the_whitelist_is_not_taken_for_one(tmp_path
     assert verdict["counts"]["not_judged"] == 0, out.stdout
     entropy = _rows(verdict)["miles-logprob-checker/entropy-open-band"]
     assert "not logged by this run" in entropy["message"]
+
+
+def test_run_miles_ends_with_the_same_count(tmp_path: Path) -> None:
+    """`gatekeeper run --miles` follows the per-process files as they are rewritten; the
+    live tail knows the CI record as `check` does, so the final line says the same."""
+    fake = str(Path(__file__).with_name("fake_miles.py"))
+    out = gatekeeper(
+        "run", "--miles", "--source", str(tmp_path / "records"), "-p", PACK,
+        *Variant().config_flags(), "--interval", "0.1", "-q",
+        "--json", str(tmp_path / "v.json"), "--", sys.executable, fake, "6", "0.01",
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    assert verdict["not_judged"] == {REASON: len(NOT_CAPTURED)}
+    assert f"{len(NOT_CAPTURED)} rules not judged: {REASON}" in out.stdout.splitlines()[-1]
