@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import xmlschema
 
 from tests.helpers import REPO, gatekeeper, write_record
 from tests.miles.capture import TARGET_METRIC_KEYS, Variant, capture_run, merge_attempt
 
 PACK = str(REPO / "policies" / "miles")
+JUNIT_SCHEMA = xmlschema.XMLSchema(str(REPO / "tests" / "data" / "junit-4.xsd"))
 REASON = "not captured by the CI record"
 # The pack's if_logged rules on metrics the record never keeps, for the default variant
 # (the R3 log-prob variant is skipped by its `when`, not by the record).
@@ -46,6 +48,7 @@ def _check(tmp_path: Path, source: Path, *extra: str) -> tuple[Any, dict[str, An
         "--json", str(tmp_path / "v.json"), "--junit", str(tmp_path / "v.xml"),
     )
     verdict = json.loads((tmp_path / "v.json").read_text())
+    JUNIT_SCHEMA.validate(str(tmp_path / "v.xml"))  # the count is a property readers accept
     return out, verdict, ET.parse(tmp_path / "v.xml").getroot()
 
 
