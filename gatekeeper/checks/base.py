@@ -36,6 +36,9 @@ class Outcome:
     value: float | None = None
     violations: int = 0
     judged: int = 0
+    # a skip because the source cannot carry the metric at all: why (the verdict counts
+    # these apart, so a skip that no run of this source could avoid never looks judged)
+    not_judged: str | None = None
 
 
 @dataclass(frozen=True)

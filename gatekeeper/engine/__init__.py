@@ -222,4 +222,5 @@ def _result(
         violations=out.violations,
         judged=out.judged,
         **_plot(tracker, overlay),
+        not_judged=out.not_judged,
     )

@@ -285,9 +285,14 @@ class RuleTracker:
         if rule.expr is None and rule.metric in summary:
             return self._judge_summary(summary[rule.metric], ctx)
         available = list(getattr(ctx.run, "series", {}) or {})
+        capture = getattr(ctx.run, "capture", None)
         if rule.if_logged:
             inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
             absent = [m for m in inputs if m not in available]
+            uncaptured = [m for m in absent if capture is not None and m not in capture.keys]
+            if capture is not None and uncaptured:  # no run of this source could log it
+                why = wording.not_captured(uncaptured, capture)
+                return Outcome(Status.SKIP, why, not_judged=wording.not_captured_by(capture))
             if absent:
                 return Outcome(Status.SKIP, wording.not_logged(absent))
         if rule.expr is not None:
@@ -296,6 +301,8 @@ class RuleTracker:
             return Outcome(Status.ERROR, missing_inputs(rule.expr, available))
         if rule.metric in available:  # named by the source (a wandb key, an empty series)
             return Outcome(Status.ERROR, wording.no_points_logged(rule.metric))
+        if capture is not None and rule.metric not in capture.keys:
+            return Outcome(Status.ERROR, wording.not_captured_required(rule.metric, capture))
         return Outcome(Status.ERROR, wording.not_in_run(rule.metric, available))
 
     def _judge_summary(self, value: float, ctx: EvalContext) -> Outcome:

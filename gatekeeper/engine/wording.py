@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gatekeeper.fmt import fmt
+from gatekeeper.model import Capture
 from gatekeeper.policy.schema import Steps
 from gatekeeper.policy.spec import RuleSpec
 
@@ -149,6 +150,25 @@ def waiting(metric: str) -> str:
 
 def not_logged(absent: list[str]) -> str:
     return f"metric {', '.join(absent)} not logged by this run (if_logged)"
+
+
+def not_captured_by(capture: Capture) -> str:
+    """The reason a source cannot judge a rule, as the verdict line counts it."""
+    return f"not captured by {capture.name}"
+
+
+def not_captured(absent: list[str], capture: Capture) -> str:
+    return (
+        f"metric {', '.join(absent)} {not_captured_by(capture)} (if_logged); "
+        f"judge it on {capture.instead}"
+    )
+
+
+def not_captured_required(metric: str, capture: Capture) -> str:
+    return (
+        f"metric {metric} is not in the run: it is {not_captured_by(capture)} (which "
+        f"keeps {len(capture.keys)} keys); judge it on {capture.instead}"
+    )
 
 
 def no_points_logged(metric: str) -> str:
