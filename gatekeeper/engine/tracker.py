@@ -196,7 +196,12 @@ class RuleTracker:
 
     def bind_bound(self, run: Run) -> Outcome | None:
         """Read a bound the rule takes from the run's config (`check: {min: config.k}`,
-        reduced rules only, so no point was judged before): ERROR when the run lacks it."""
+        reduced rules only, so no point was judged before): ERROR when the run lacks it.
+        Not read where the source can never carry the metric: that rule is not judged."""
+        capture, rule = run.capture, self.rule
+        inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
+        if capture is not None and any(m not in capture.keys for m in inputs):
+            return None
         check = config_bound(self.declared, run)
         if isinstance(check, str):
             return Outcome(Status.ERROR, check)
@@ -286,23 +291,20 @@ class RuleTracker:
             return self._judge_summary(summary[rule.metric], ctx)
         available = list(getattr(ctx.run, "series", {}) or {})
         capture = getattr(ctx.run, "capture", None)
-        if rule.if_logged:
-            inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
-            absent = [m for m in inputs if m not in available]
-            uncaptured = [m for m in absent if capture is not None and m not in capture.keys]
-            if capture is not None and uncaptured:  # no run of this source could log it
-                why = wording.not_captured(uncaptured, capture)
-                return Outcome(Status.SKIP, why, not_judged=wording.not_captured_by(capture))
-            if absent:
-                return Outcome(Status.SKIP, wording.not_logged(absent))
+        inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
+        absent = [m for m in inputs if m not in available]
+        uncaptured = [m for m in absent if capture is not None and m not in capture.keys]
+        if capture is not None and uncaptured:  # no run of this source could log it
+            why = wording.not_captured(uncaptured, capture, rule.if_logged)
+            return Outcome(Status.SKIP, why, not_judged=wording.not_captured_by(capture))
+        if rule.if_logged and absent:
+            return Outcome(Status.SKIP, wording.not_logged(absent))
         if rule.expr is not None:
             from gatekeeper.expr import missing_inputs
 
             return Outcome(Status.ERROR, missing_inputs(rule.expr, available))
         if rule.metric in available:  # named by the source (a wandb key, an empty series)
             return Outcome(Status.ERROR, wording.no_points_logged(rule.metric))
-        if capture is not None and rule.metric not in capture.keys:
-            return Outcome(Status.ERROR, wording.not_captured_required(rule.metric, capture))
         return Outcome(Status.ERROR, wording.not_in_run(rule.metric, available))
 
     def _judge_summary(self, value: float, ctx: EvalContext) -> Outcome:

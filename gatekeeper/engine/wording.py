@@ -157,17 +157,13 @@ def not_captured_by(capture: Capture) -> str:
     return f"not captured by {capture.name}"
 
 
-def not_captured(absent: list[str], capture: Capture) -> str:
+def not_captured(absent: list[str], capture: Capture, if_logged: bool) -> str:
+    """A rule the source can never judge, optional (`if_logged`) or required alike: a skip
+    the verdict line counts, never an error that fails every healthy run of the source."""
+    marked = " (if_logged)" if if_logged else ""
     return (
-        f"metric {', '.join(absent)} {not_captured_by(capture)} (if_logged); "
+        f"metric {', '.join(absent)} {not_captured_by(capture)}{marked}; "
         f"judge it on {capture.instead}"
-    )
-
-
-def not_captured_required(metric: str, capture: Capture) -> str:
-    return (
-        f"metric {metric} is not in the run: it is {not_captured_by(capture)} (which "
-        f"keeps {len(capture.keys)} keys); judge it on {capture.instead}"
     )
 
 
