@@ -49,6 +49,13 @@ def no_period(keys: tuple[str, ...]) -> str:
     return f"the run's config sets none of {', '.join(keys)}, and steps every has no default"
 
 
+def period_after_dropped(period: int, dropped: int) -> str:
+    return (
+        f"the run's config gave the period of steps every ({period}) after {dropped} points "
+        "had been counted without it"
+    )
+
+
 def _has(axis: str, lo: int | None, hi: int | None) -> str:
     return f"{axis} has {lo}..{hi}"
 

@@ -1,0 +1,133 @@
+"""Benchmark: a watched run's saved judging state and a poll's CPU, by the run's length.
+
+One run per length (1k, 10k, 100k steps) x 10 train/* metrics, written as a JSONL file
+the way a trainer appends it, watched by the daemon's own `RunWatcher` on a real SQLite
+`StateStore` with the shipped policies (policies/miles + policies/rl-health.yaml, the
+same set bench_daemon.py serves). The first poll reads the whole run; then each steady
+poll appends 10 steps and is polled, judged and committed. Per length it reports:
+  state    bytes of the run's saved judging state (the `runs.state` row)
+  per rule the rules whose saved state is largest (where the bytes go)
+  poll     CPU seconds per steady poll (fetch + judge + commit), median of --polls
+Target (issue 28): state and poll cost at 1k, 10k and 100k steps within 1.2x.
+Usage: python bench/bench_fleet_state.py [--lengths 1000,10000,100000] [--polls 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+
+from gatekeeper.daemon.service import fingerprint  # noqa: E402
+from gatekeeper.daemon.state import StateStore  # noqa: E402
+from gatekeeper.daemon.watch import RunWatcher, Watched  # noqa: E402
+from gatekeeper.policy.loader import load_policies  # noqa: E402
+from gatekeeper.sources import open_live_source  # noqa: E402
+
+METRICS = [
+    "train/ppo_kl",
+    "train/pg_clipfrac",
+    "train/kl_loss",
+    "train/loss",
+    "train/grad_norm",
+    "train/train_rollout_logprob_abs_diff",
+    "train/entropy",
+    "train/lr",
+    "train/reward",
+    "train/response_len",
+]
+POLICIES = [
+    os.path.join(REPO, "policies", "miles"),
+    os.path.join(REPO, "policies", "rl-health.yaml"),
+]
+
+
+def rows(start: int, stop: int) -> str:
+    """Per-step JSONL rows, values varying a little (not one repeated number)."""
+    out = []
+    for step in range(start, stop):
+        v = 1e-3 * (1 + (step * 7919 % 97) / 97)
+        out.append(json.dumps({"train/step": step, **{m: v for m in METRICS}}))
+    return "\n".join(out) + "\n"
+
+
+def cpu() -> float:
+    return time.process_time()  # this process's CPU, every thread, to the nanosecond
+
+
+def measure(tmp: str, steps: int, polls: int) -> dict[str, object]:
+    path = os.path.join(tmp, f"run-{steps}.jsonl")
+    with open(path, "w") as fh:
+        for lo in range(0, steps, 10_000):
+            fh.write(rows(lo, min(steps, lo + 10_000)))
+    policies = load_policies(POLICIES)
+    store = StateStore(os.path.join(tmp, f"state-{steps}.db"))
+    watched = Watched(
+        target="bench", policies=policies, fingerprint=fingerprint(policies), tags=(),
+        interval=10, debounce=1, channels=[], open_source=open_live_source,
+    )
+    watcher = RunWatcher(path, watched, store)
+    now = time.time()
+    watcher.apply(watcher.fetch(), now)  # the whole run so far
+    costs = []
+    for i in range(polls):
+        with open(path, "a") as fh:
+            fh.write(rows(steps + 10 * i, steps + 10 * (i + 1)))
+        c0 = cpu()
+        watcher.apply(watcher.fetch(), now + i + 1)
+        costs.append(cpu() - c0)
+    (state,) = sqlite3.connect(store.path).execute("SELECT state FROM runs").fetchone()
+    store.close()
+    rules = json.loads(state)["evaluation"]["rules"]
+    sizes = sorted(((len(json.dumps(r["tracker"])), r["key"]) for r in rules), reverse=True)
+    return {
+        "steps": steps,
+        "rules": len(rules),
+        "state_bytes": len(state),
+        "poll_cpu_ms": 1000 * statistics.median(costs),
+        "largest": [(str(k), n) for n, k in sizes[:5]],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", default="1000,10000,100000")
+    ap.add_argument("--polls", type=int, default=30)
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="gk-bench-fleet-state-")
+    results = []
+    try:
+        for n in (int(x) for x in args.lengths.split(",")):
+            r = measure(tmp, n, args.polls)
+            results.append(r)
+            print(
+                f"{n:>7} steps: state {r['state_bytes']:>10,} B  poll {r['poll_cpu_ms']:7.2f} ms "
+                f"CPU ({r['rules']} rules); largest: "
+                + ", ".join(f"{k} {b:,} B" for k, b in r["largest"][:3])  # type: ignore[index]
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    states = [float(r["state_bytes"]) for r in results]  # type: ignore[arg-type]
+    costs = [float(r["poll_cpu_ms"]) for r in results]  # type: ignore[arg-type]
+    print(
+        f"state max/min {max(states) / min(states):.2f}x, poll CPU max/min "
+        f"{max(costs) / min(costs):.2f}x (target <= 1.2x each)"
+    )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

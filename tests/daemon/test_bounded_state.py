@@ -1,0 +1,139 @@
+"""The daemon's saved judging state is bounded by the rules' windows, not by the run's
+length (issue 28), and its verdict is still `check`'s on the same data.
+
+Each test follows a real JSONL file (and its `.meta.json` sidecar) written the way a
+trainer writes them, with the daemon's own `RunWatcher` on a real SQLite state file and
+the shipped policies, and compares with `check` (`session.judge_whole` on the whole file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from gatekeeper.daemon.service import fingerprint
+from gatekeeper.daemon.state import StateStore
+from gatekeeper.daemon.watch import RunWatcher, Watched
+from gatekeeper.policy.loader import load_policies
+from gatekeeper.session import judge_whole
+from gatekeeper.sources import open_live_source, open_source
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = [str(ROOT / "policies" / "miles"), str(ROOT / "policies" / "rl-health.yaml")]
+METRICS = (
+    "train/ppo_kl",
+    "train/pg_clipfrac",
+    "train/grad_norm",
+    "train/loss",
+    "train/train_rollout_logprob_abs_diff",
+)
+# ci-consistency's keys but the period (num_steps_per_rollout): its `every` rules wait
+CONFIG = {"lora_rank": 0, "multi_latent_attention": False, "use_rollout_routing_replay": False}
+
+
+def _append(
+    path: Path, start: int, stop: int, bad: dict[tuple[str, int], float] | None = None
+) -> None:
+    """Rows of every metric at each step; `bad` (metric, step) -> the value there."""
+    with open(path, "a") as fh:
+        for step in range(start, stop):
+            v = 1e-12 * (1 + step % 7)
+            row = {m: (bad or {}).get((m, step), v) for m in METRICS}
+            fh.write(json.dumps({"train/step": step, **row}) + "\n")
+
+
+def _sidecar(path: Path, config: dict[str, Any]) -> None:
+    meta = path.with_name(path.name[: -len(".jsonl")] + ".meta.json")
+    meta.write_text(json.dumps({"name": "r", "config": config}))
+
+
+def _watcher(tmp: Path, path: Path) -> RunWatcher:
+    policies = load_policies(SHIPPED)
+    watched = Watched(
+        target="t", policies=policies, fingerprint=fingerprint(policies), tags=(),
+        interval=1, debounce=1, channels=[], open_source=open_live_source,
+    )
+    store = StateStore(str(tmp / "state.db"))
+    return RunWatcher(str(path), watched, store, record=store.load_runs().get(str(path)))
+
+
+def _saved(tmp: Path) -> str:
+    (state,) = sqlite3.connect(tmp / "state.db").execute("SELECT state FROM runs").fetchone()
+    return str(state)
+
+
+def _results(results: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    return sorted((r["policy"], r["rule"], r["status"], r["message"]) for r in results)
+
+
+def _check(path: Path) -> list[tuple[str, str, str, str]]:
+    _, verdict = judge_whole(load_policies(SHIPPED), open_source(str(path)).read())
+    return _results(verdict.to_dict()["results"])
+
+
+def _end(path: Path) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"event": "end", "state": "finished"}) + "\n")
+
+
+def test_the_saved_state_does_not_grow_with_the_run(tmp_path: Path) -> None:
+    """history, isclose and a `steps: {every: config.k}` whose key the run lacks kept every
+    point (229 KB at 1,000 steps, 19 MB at 100,000); now 300 and 3,000 steps save the same
+    size within 1.2x, and the ended run's verdict is check's, a NaN and a violation in it."""
+    path = tmp_path / "r.jsonl"
+    _sidecar(path, CONFIG)
+    watcher = _watcher(tmp_path, path)
+    sizes = {}
+    for start in range(0, 3000, 100):
+        bad = {("train/ppo_kl", 1234): 5e-3, ("train/loss", 2345): float("nan")}
+        _append(path, start, start + 100, bad)
+        watcher.apply(watcher.fetch(), float(start))
+        if start + 100 in (300, 3000):
+            sizes[start + 100] = len(_saved(tmp_path))
+    assert sizes[3000] <= 1.2 * sizes[300], sizes
+    _end(path)
+    watcher.apply(watcher.fetch(), 9999.0)
+    assert watcher.verdict is not None and watcher.ended
+    daemon = _results(watcher.verdict["results"])
+    assert daemon == _check(path)
+    statuses = {(p, r): s for p, r, s, _ in daemon}
+    assert statuses[("miles-ci-consistency", "ppo-kl-rollout-start")] == "error"  # key unset
+    assert statuses[("miles-history", "grad-norm")] == "skip"  # no baseline store
+    assert statuses[("rl-health", "loss-finite")] == "error"  # the NaN at 2345
+    assert statuses[("rl-health", "pg-clipfrac-high")] == "pass"
+
+
+def test_a_period_learned_late_re_reads_the_run_and_judges_as_check(tmp_path: Path) -> None:
+    """The period of ci-consistency's `every` rules comes in the sidecar after 500 steps:
+    the points counted without it cannot be selected, so the run is read again from its
+    start (once), and the verdict is check's: FAIL at the even step that violates (period
+    2), not the odd one. Restarting on the saved state changes nothing."""
+    path = tmp_path / "r.jsonl"
+    _sidecar(path, CONFIG)
+    bad = {("train/ppo_kl", 101): 1e-3, ("train/ppo_kl", 202): 1e-3}
+    watcher = _watcher(tmp_path, path)
+    for start in range(0, 500, 100):
+        _append(path, start, start + 100, bad)
+        watcher.apply(watcher.fetch(), float(start))
+    assert watcher.status == "error"  # num_steps_per_rollout unset
+    _sidecar(path, {**CONFIG, "num_steps_per_rollout": 2})
+    _append(path, 500, 600)
+    assert watcher.apply(watcher.fetch(), 600.0) == []  # nothing committed: re-read next
+    assert watcher.points == 0 and watcher.cursor is None
+    watcher.apply(watcher.fetch(), 601.0)
+    assert watcher.points == 600 * len(METRICS)
+    watcher.store.close()
+    again = _watcher(tmp_path, path)  # a restart: the saved state, not a re-read
+    assert again.session is not None and again.cursor is not None
+    _append(path, 600, 700)
+    _end(path)
+    again.apply(again.fetch(), 700.0)
+    assert again.verdict is not None
+    daemon = _results(again.verdict["results"])
+    assert daemon == _check(path)
+    fail = [m for p, r, s, m in daemon if r == "ppo-kl-rollout-start" and s == "fail"]
+    assert fail and "step 202" in fail[0], daemon
+    assert os.path.getsize(tmp_path / "state.db") > 0
