@@ -133,7 +133,7 @@ class Daemon:
         records = self.store.load_runs()
         restore_states(records, [w for w, _ in targets], config.state)
         self.registry = CollectorRegistry()
-        self.metrics = DaemonMetrics(self.registry, self._views)
+        self.metrics = DaemonMetrics(self.registry, self._views, config.metrics)
         self.channels = {n.name: self._channel(n) for n in config.notifiers}
         self.metrics.prime(self.channels)
         self.scheduler = PollScheduler(
