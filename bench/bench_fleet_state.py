@@ -8,8 +8,13 @@ poll appends 10 steps and is polled, judged and committed. Per length it reports
   state    bytes of the run's saved judging state (the `runs.state` row)
   per rule the rules whose saved state is largest (where the bytes go)
   poll     CPU seconds per steady poll (fetch + judge + commit), median of --polls
-Target (issue 28): state and poll cost at 1k, 10k and 100k steps within 1.2x.
+Then /metrics at --runs runs (the shipped policies' 45 rules in 10 policies, 10 metrics
+each, statuses as the shipped policies give a healthy run): bytes and seconds to render,
+by default and with every opt-in (metrics.rules, metrics.values).
+Targets (issue 28): state and poll cost at 1k, 10k and 100k steps within 1.2x;
+/metrics under 1 MB and 0.1 s at 1,000 runs.
 Usage: python bench/bench_fleet_state.py [--lengths 1000,10000,100000] [--polls 30]
+       [--runs 1000]
 """
 
 from __future__ import annotations
@@ -28,6 +33,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
+from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+
+from gatekeeper.daemon.exporter import (  # noqa: E402
+    DaemonMetrics,
+    MetricsSettings,
+    MetricView,
+    RuleView,
+    RunView,
+)
 from gatekeeper.daemon.service import fingerprint  # noqa: E402
 from gatekeeper.daemon.state import StateStore  # noqa: E402
 from gatekeeper.daemon.watch import RunWatcher, Watched  # noqa: E402
@@ -73,8 +87,14 @@ def measure(tmp: str, steps: int, polls: int) -> dict[str, object]:
     policies = load_policies(POLICIES)
     store = StateStore(os.path.join(tmp, f"state-{steps}.db"))
     watched = Watched(
-        target="bench", policies=policies, fingerprint=fingerprint(policies), tags=(),
-        interval=10, debounce=1, channels=[], open_source=open_live_source,
+        target="bench",
+        policies=policies,
+        fingerprint=fingerprint(policies),
+        tags=(),
+        interval=10,
+        debounce=1,
+        channels=[],
+        open_source=open_live_source,
     )
     watcher = RunWatcher(path, watched, store)
     now = time.time()
@@ -99,10 +119,27 @@ def measure(tmp: str, steps: int, polls: int) -> dict[str, object]:
     }
 
 
+def exposition(
+    n_runs: int, rules: tuple[RuleView, ...], settings: MetricsSettings
+) -> tuple[int, float]:
+    """(bytes, seconds) of one /metrics render at `n_runs` runs (best of 5)."""
+    metrics = tuple(MetricView(m, 100_000, 0.001) for m in METRICS)
+    runs = [RunView(f"run-{i:04d}", "pass", 1.7e9, rules, metrics=metrics) for i in range(n_runs)]
+    registry = CollectorRegistry()
+    DaemonMetrics(registry, lambda: runs, settings)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        text = generate_latest(registry)
+        best = min(best, time.perf_counter() - t0)
+    return len(text), best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="1000,10000,100000")
     ap.add_argument("--polls", type=int, default=30)
+    ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="gk-bench-fleet-state-")
@@ -124,6 +161,18 @@ def main() -> None:
         f"state max/min {max(states) / min(states):.2f}x, poll CPU max/min "
         f"{max(costs) / min(costs):.2f}x (target <= 1.2x each)"
     )
+    rules = tuple(
+        RuleView(p.name, r.id, r.severity.value, "pass")
+        for p in load_policies(POLICIES)
+        for r in p.rules
+    )
+    for label, settings in (
+        ("default", MetricsSettings()),
+        ("rules+values", MetricsSettings(rules=True, values=True)),
+    ):
+        size, secs = exposition(args.runs, rules, settings)
+        print(f"/metrics at {args.runs} runs, {label}: {size:,} B in {secs * 1000:.0f} ms")
+        results.append({"metrics": label, "runs": args.runs, "bytes": size, "seconds": secs})
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)
