@@ -9,7 +9,11 @@ import json
 import time
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest
+import httpx
+from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from gatekeeper.daemon.exporter import STATUS_CODES, DaemonMetrics, RuleView, RunView
@@ -100,10 +104,37 @@ def test_a_thousand_runs_expose_under_a_megabyte(tmp_path: Path) -> None:
         for i in range(45)
     )
     runs = [RunView(f"run-{n:04d}", "fail", 1.7e9, rules) for n in range(1000)]
-    registry = CollectorRegistry()
-    DaemonMetrics(registry, lambda: runs)
-    text = generate_latest(registry)
+    metrics = DaemonMetrics(CollectorRegistry(), lambda: runs)
+    text, _ = metrics.exposition()
     assert len(text) < 1_000_000, len(text)
     families = {f.name: f for f in text_string_to_metric_families(text.decode())}
     assert len(families["gatekeeper_policy_status"].samples) == 10_000
     assert families["gatekeeper_policy_status"].samples[0].value == STATUS_CODES["fail"]
+    assert "gatekeeper_rule_status_code" not in families
+
+
+def test_openmetrics_and_gzip_are_answered_as_prometheus_client_answers_them(
+    tmp_path: Path,
+) -> None:
+    """Prometheus asks for OpenMetrics first: the state families come before its `# EOF`
+    and parse with prometheus_client's OpenMetrics parser; gzip when asked; `name[]=`
+    picks families."""
+    config = write_config(tmp_path)
+    (tmp_path / "runs" / "r.jsonl").write_text(_row(0, 0.001))
+    daemon = DaemonProcess(config).start()
+    try:
+        key = ("gatekeeper_policy_status", (("policy", "kl"), ("run", "r")))
+        _wait_for(daemon, key, STATUS_CODES["pass"])
+        accept = "application/openmetrics-text; version=1.0.0"
+        headers = {"Accept": accept, "Accept-Encoding": "gzip"}
+        got = httpx.get(f"http://127.0.0.1:{daemon.port}/metrics", headers=headers)
+        assert got.headers["content-encoding"] == "gzip"
+        assert got.headers["content-type"].startswith("application/openmetrics-text")
+        assert got.text.endswith("# EOF\n")
+        families = {f.name: f for f in openmetrics_families(got.text)}
+        assert families["gatekeeper_run_status"].samples[0].value == STATUS_CODES["pass"]
+        assert "gatekeeper_polls" in families
+        only = daemon.get("/metrics?name[]=gatekeeper_run_status").text
+        assert [f.name for f in text_string_to_metric_families(only)] == ["gatekeeper_run_status"]
+    finally:
+        assert daemon.stop() == 0
