@@ -198,7 +198,7 @@ class RuleTracker:
 
     def _judge(self, steps: np.ndarray, values: np.ndarray, finite: bool | None) -> None:
         if self.reduction is not None:
-            reduction.add(self.reduction, steps, values, finite)
+            reduction.add(self.reduction, steps, values, finite, self.rule.reduce)
         else:
             judgement.feed(self.judgement, self.rule, steps, values, finite, self.blind)
 

@@ -17,8 +17,9 @@ from typing import Any
 from gatekeeper.daemon.service import fingerprint
 from gatekeeper.daemon.state import StateStore
 from gatekeeper.daemon.watch import RunWatcher, Watched
+from gatekeeper.model import Series
 from gatekeeper.policy.loader import load_policies
-from gatekeeper.session import judge_whole
+from gatekeeper.session import JudgingSession, judge_whole
 from gatekeeper.sources import open_live_source, open_source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,3 +138,47 @@ def test_a_period_learned_late_re_reads_the_run_and_judges_as_check(tmp_path: Pa
     fail = [m for p, r, s, m in daemon if r == "ppo-kl-rollout-start" and s == "fail"]
     assert fail and "step 202" in fail[0], daemon
     assert os.path.getsize(tmp_path / "state.db") > 0
+
+
+REDUCING = """\
+version: 1
+name: red
+rules:
+  - {id: top, metric: m, reduce: max, check: {min: 0.71}}
+  - {id: low, metric: m, reduce: min, check: {min: 0.0}}
+  - {id: end, metric: m, reduce: last, check: {max: 0.9}}
+  - {id: mid, metric: m, steps: {from: 0, to: 40}, reduce: median, check: {max: 0.9}}
+"""
+
+
+def test_min_max_last_reductions_keep_one_value_and_judge_as_check(tmp_path: Path) -> None:
+    """`reduce: max` over every eval (miles' gsm8k threshold) kept each value; min, max
+    and last now keep their running value: the saved state does not grow, and the verdict
+    poll by poll is check's on the same points, with and without a NaN among them."""
+    (tmp_path / "red.yaml").write_text(REDUCING)
+    policies = load_policies([str(tmp_path / "red.yaml")])
+    for nan_at in (None, 70):
+        path = tmp_path / f"r-{nan_at}.jsonl"
+        points = [
+            (s, float("nan") if s == nan_at else 0.5 + 0.4 * ((s * 37) % 11) / 11)
+            for s in range(200)
+        ]
+        path.write_text("".join(json.dumps({"step": s, "m": v}) + "\n" for s, v in points))
+        run = open_source(str(path)).read()
+        session = JudgingSession(policies, live=True, bounded=True)
+        sizes = []
+        for start in range(0, 200, 10):
+            chunk = points[start : start + 10]
+            new = Series.from_lists("m", [s for s, _ in chunk], [v for _, v in chunk])
+            session.feed({"m": new}, run)
+            session.verdict(final=False)
+            sizes.append(len(json.dumps(session.to_state())))
+        assert sizes[-1] <= 1.2 * sizes[5], sizes  # the median's range ends at step 40
+        got = session.verdict(final=True).to_dict()["results"]
+        _, whole = judge_whole(policies, open_source(str(path)).read())  # check, fresh
+        assert _results(got) == _results(whole.to_dict()["results"])
+        statuses = {r["rule"]: r["status"] for r in got}
+        if nan_at is None:
+            assert statuses == {"top": "pass", "low": "pass", "end": "pass", "mid": "pass"}
+        else:
+            assert statuses == {"top": "error", "low": "error", "end": "error", "mid": "pass"}
