@@ -7,7 +7,8 @@ same set bench_daemon.py serves). The first poll reads the whole run; then each 
 poll appends 10 steps and is polled, judged and committed. Per length it reports:
   state    bytes of the run's saved judging state (the `runs.state` row)
   per rule the rules whose saved state is largest (where the bytes go)
-  poll     CPU seconds per steady poll (fetch + judge + commit), median of --polls
+  poll     CPU seconds per steady poll (fetch + judge + commit), median of --polls,
+           the lengths' polls interleaved
 Then /metrics at --runs runs (the shipped policies' 45 rules in 10 policies, 10 metrics
 each, statuses as the shipped policies give a healthy run): bytes and seconds to render,
 by default and with every opt-in (metrics.rules, metrics.values).
@@ -78,44 +79,62 @@ def cpu() -> float:
     return time.process_time()  # this process's CPU, every thread, to the nanosecond
 
 
-def measure(tmp: str, steps: int, polls: int) -> dict[str, object]:
-    path = os.path.join(tmp, f"run-{steps}.jsonl")
-    with open(path, "w") as fh:
-        for lo in range(0, steps, 10_000):
-            fh.write(rows(lo, min(steps, lo + 10_000)))
-    policies = load_policies(POLICIES)
-    store = StateStore(os.path.join(tmp, f"state-{steps}.db"))
-    watched = Watched(
-        target="bench",
-        policies=policies,
-        fingerprint=fingerprint(policies),
-        tags=(),
-        interval=10,
-        debounce=1,
-        channels=[],
-        open_source=open_live_source,
-    )
-    watcher = RunWatcher(path, watched, store)
-    now = time.time()
-    watcher.apply(watcher.fetch(), now)  # the whole run so far
-    costs = []
-    for i in range(polls):
-        with open(path, "a") as fh:
-            fh.write(rows(steps + 10 * i, steps + 10 * (i + 1)))
+class Watch:
+    """One run of `steps` steps, watched: the first poll has read it whole."""
+
+    def __init__(self, tmp: str, steps: int):
+        self.steps, self.polls, self.costs = steps, 0, []
+        self.path = os.path.join(tmp, f"run-{steps}.jsonl")
+        with open(self.path, "w") as fh:
+            for lo in range(0, steps, 10_000):
+                fh.write(rows(lo, min(steps, lo + 10_000)))
+        policies = load_policies(POLICIES)
+        self.store = StateStore(os.path.join(tmp, f"state-{steps}.db"))
+        watched = Watched(
+            target="bench",
+            policies=policies,
+            fingerprint=fingerprint(policies),
+            tags=(),
+            interval=10,
+            debounce=1,
+            channels=[],
+            open_source=open_live_source,
+        )
+        self.watcher = RunWatcher(self.path, watched, self.store)
+        self.watcher.apply(self.watcher.fetch(), 0.0)  # the whole run so far
+
+    def poll(self) -> None:
+        """Append 10 steps, then poll, judge and commit them (timed)."""
+        first = self.steps + 10 * self.polls
+        with open(self.path, "a") as fh:
+            fh.write(rows(first, first + 10))
+        self.polls += 1
         c0 = cpu()
-        watcher.apply(watcher.fetch(), now + i + 1)
-        costs.append(cpu() - c0)
-    (state,) = sqlite3.connect(store.path).execute("SELECT state FROM runs").fetchone()
-    store.close()
-    rules = json.loads(state)["evaluation"]["rules"]
-    sizes = sorted(((len(json.dumps(r["tracker"])), r["key"]) for r in rules), reverse=True)
-    return {
-        "steps": steps,
-        "rules": len(rules),
-        "state_bytes": len(state),
-        "poll_cpu_ms": 1000 * statistics.median(costs),
-        "largest": [(str(k), n) for n, k in sizes[:5]],
-    }
+        self.watcher.apply(self.watcher.fetch(), float(self.polls))
+        self.costs.append(cpu() - c0)
+
+    def figures(self) -> dict[str, object]:
+        (state,) = sqlite3.connect(self.store.path).execute("SELECT state FROM runs").fetchone()
+        self.store.close()
+        rules = json.loads(state)["evaluation"]["rules"]
+        sizes = sorted(((len(json.dumps(r["tracker"])), r["key"]) for r in rules), reverse=True)
+        return {
+            "steps": self.steps,
+            "rules": len(rules),
+            "state_bytes": len(state),
+            "poll_cpu_ms": 1000 * statistics.median(self.costs),
+            "largest": [(str(k), n) for n, k in sizes[:5]],
+        }
+
+
+def measure(tmp: str, lengths: list[int], polls: int) -> list[dict[str, object]]:
+    """Per length, its figures; the polls interleaved (one of each length in turn), so a
+    change of the machine's load falls on every length alike."""
+    watches = [Watch(tmp, n) for n in lengths]
+    for _ in range(polls):
+        for w in watches:
+            w.poll()
+    return [w.figures() for w in watches]
 
 
 def exposition(
@@ -150,9 +169,9 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="gk-bench-fleet-state-")
     results = []
     try:
-        for n in (int(x) for x in args.lengths.split(",")):
-            r = measure(tmp, n, args.polls)
+        for r in measure(tmp, [int(x) for x in args.lengths.split(",")], args.polls):
             results.append(r)
+            n = r["steps"]
             print(
                 f"{n:>7} steps: state {r['state_bytes']:>10,} B  poll {r['poll_cpu_ms']:7.2f} ms "
                 f"CPU ({r['rules']} rules); largest: "
