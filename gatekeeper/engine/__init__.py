@@ -121,8 +121,10 @@ class Evaluation:
                 tracker.feed(new[0], new[1], aligner.step_key or "step")
 
     def reread(self) -> str | None:
-        """Why the run must be judged again from its start (a bounded evaluation learned
-        a period after counting points it would select), or None."""
+        """Why the run must be judged again from its start, or None: a bounded evaluation
+        learned a period after counting points it would select, or (any evaluation) the
+        run's config changed a period after points were judged by it. The daemon re-reads
+        the run; `watch` keeps judging by the first period."""
         for tracker in self.trackers:
             if tracker.selection.reread is not None:
                 return f"rule {tracker.rule.key}: {tracker.selection.reread}"

@@ -187,24 +187,35 @@ def _select_every(
 
 def bind(state: Selection, sel: Steps, run: Run) -> list[Chunk]:
     """Learn the period of `steps: {every: config.k}` from the run's config; the points
-    that waited for it and are selected by it, in the order they were fed."""
-    if sel.kind != "every" or not sel.period_from or state.period is not None:
+    that waited for it and are selected by it, in the order they were fed. A config that
+    later gives another period (or none) sets `reread`: the points judged by the old one
+    are not those the new one selects."""
+    if sel.kind != "every" or not sel.period_from:
         return []
-    period = period_from_config(sel.period_from, run)
+    period = _period(sel, run)
+    if state.period is not None:
+        if period != state.period and state.seen:
+            state.reread = wording.period_changed(state.period, period)
+        if period == state.period or state.seen:
+            return []
+        state.period = None  # nothing fed yet: bound again below
     if isinstance(period, str):
         state.period_error = period
         return []
-    if period is None:
-        if sel.count is None:
-            state.period_error = wording.no_period(sel.period_from)
-            return []
-        period = sel.count
     state.period, state.period_error = period, None  # an error of an earlier config is past
     if state.dropped:
         state.reread = wording.period_after_dropped(period, state.dropped)
     waiting, state.unbound = state.unbound, []
     chunks = (_select_every(state, sel, steps, values) for steps, values in waiting)
     return [c for c in chunks if c is not None]
+
+
+def _period(sel: Steps, run: Run) -> int | str:
+    """The period the run's config gives, else the default; why none, as text."""
+    period = period_from_config(sel.period_from, run)
+    if period is None:
+        return sel.count if sel.count is not None else wording.no_period(sel.period_from)
+    return period
 
 
 def park(state: Selection, sel: Steps) -> None:

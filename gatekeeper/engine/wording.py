@@ -56,6 +56,11 @@ def period_after_dropped(period: int, dropped: int) -> str:
     )
 
 
+def period_changed(old: int, new: int | str) -> str:
+    now = f"to {new}" if isinstance(new, int) else f"to none ({new})"
+    return f"the run's config changed the period of steps every from {old} {now}"
+
+
 def _has(axis: str, lo: int | None, hi: int | None) -> str:
     return f"{axis} has {lo}..{hi}"
 

@@ -140,6 +140,32 @@ def test_a_period_learned_late_re_reads_the_run_and_judges_as_check(tmp_path: Pa
     assert os.path.getsize(tmp_path / "state.db") > 0
 
 
+def test_a_period_the_config_changes_re_reads_the_run_and_judges_as_check(
+    tmp_path: Path,
+) -> None:
+    """The sidecar says num_steps_per_rollout 2, then 3: points judged by the period 2
+    are not those 3 selects, so the run is read again and judged by 3, as check judges the
+    run with the config it ends with (the violation at step 202 is not selected by 3, the
+    one at 303 is)."""
+    path = tmp_path / "r.jsonl"
+    _sidecar(path, {**CONFIG, "num_steps_per_rollout": 2})
+    bad = {("train/ppo_kl", 202): 1e-3, ("train/ppo_kl", 303): 1e-3}
+    watcher = _watcher(tmp_path, path)
+    _append(path, 0, 400, bad)
+    watcher.apply(watcher.fetch(), 1.0)
+    assert watcher.status == "fail"
+    _sidecar(path, {**CONFIG, "num_steps_per_rollout": 3})
+    _append(path, 400, 410)
+    assert watcher.apply(watcher.fetch(), 2.0) == [] and watcher.cursor is None
+    _end(path)
+    watcher.apply(watcher.fetch(), 3.0)
+    assert watcher.verdict is not None
+    daemon = _results(watcher.verdict["results"])
+    assert daemon == _check(path)
+    fail = [m for p, r, s, m in daemon if r == "ppo-kl-rollout-start" and s == "fail"]
+    assert fail and "step 303" in fail[0], daemon
+
+
 REDUCING = """\
 version: 1
 name: red
