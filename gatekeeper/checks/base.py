@@ -99,6 +99,12 @@ class MaskCheck(Check):
 class AggregateCheck(Check):
     """A check judged over the whole selected sequence, fed incrementally."""
 
+    # The EvalContext field ("history", "references") the check judges its points
+    # against, if any. Without it `outcome` reads no point but the first (a SKIP or an
+    # ERROR saying it is missing), so an evaluation whose verdicts never give it (the
+    # daemon's) feeds the check its first point only.
+    reads: ClassVar[str | None] = None
+
     def start(self) -> Any:
         """Fresh state for one rule on one run."""
         raise NotImplementedError

@@ -50,6 +50,18 @@ def no_period(keys: tuple[str, ...]) -> str:
     return f"the run's config sets none of {', '.join(keys)}, and steps every has no default"
 
 
+def period_after_dropped(period: int, dropped: int) -> str:
+    return (
+        f"the run's config gave the period of steps every ({period}) after {dropped} points "
+        "had been counted without it"
+    )
+
+
+def period_changed(old: int, new: int | str) -> str:
+    now = f"to {new}" if isinstance(new, int) else f"to none ({new})"
+    return f"the run's config changed the period of steps every from {old} {now}"
+
+
 def _has(axis: str, lo: int | None, hi: int | None) -> str:
     return f"{axis} has {lo}..{hi}"
 
