@@ -24,13 +24,15 @@ if TYPE_CHECKING:
 class ReportOptions:
     """What `Gate.finalize()` (and `gatekeeper check`) writes: `json_path`, `junit_path`
     (files, written atomically), `github` (auto: annotations and step summary when
-    GITHUB_ACTIONS=true; always; never), `quiet` (no console table), `show_skipped`."""
+    GITHUB_ACTIONS=true; always; never), `quiet` (no console table), `show_skipped`,
+    `color` (the table's: auto, always, never; see `gatekeeper.report.color`)."""
 
     json_path: str | None = None
     junit_path: str | None = None
     github: str = "auto"  # auto: when GITHUB_ACTIONS=true | always | never
     quiet: bool = False
     show_skipped: bool = True
+    color: str = "auto"  # auto: NO_COLOR, FORCE_COLOR, then a terminal | always | never
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -119,7 +121,7 @@ def print_reports(verdict: Verdict, opts: ReportOptions, stream: TextIO | None =
     if not opts.quiet:
         from gatekeeper.report import console
 
-        console.render(verdict, stream, show_skipped=opts.show_skipped)
+        console.render(verdict, stream, show_skipped=opts.show_skipped, color=opts.color)
     if github_enabled(opts.github):
         from gatekeeper.report import github
 

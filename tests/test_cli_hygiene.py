@@ -68,3 +68,57 @@ def test_changelog_has_an_unreleased_section_in_keep_a_changelog_form():
     assert text.startswith("# Changelog\n") and "keepachangelog.com" in text
     unreleased = text.split("## [Unreleased]", 1)[1]
     assert re.search(r"^### (Added|Changed|Fixed)$", unreleased, re.M)
+
+
+ESC = "\x1b["
+BROKEN = ("check", "examples/runs/broken-kl", "-p", "policies")
+
+
+def _on_a_pty(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """The CLI with its stdout on a pseudo-terminal (as an interactive shell runs it):
+    its exit code and what the terminal received."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("NO_COLOR", "FORCE_COLOR") and not k.startswith("GITHUB_")}
+    full.update({"COLUMNS": "200", **(env or {})})
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", *args], cwd=REPO, env=full,
+                            stdout=slave, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(timeout=120), b"".join(chunks).decode()
+
+
+def test_color_auto_on_a_terminal_and_plain_in_a_pipe():
+    code, tty = _on_a_pty(*BROKEN)
+    assert code == 1 and ESC in tty and "gate FAILED" in tty
+    piped = gatekeeper(*BROKEN)
+    assert piped.returncode == 1 and ESC not in piped.stdout and "gate FAILED" in piped.stdout
+
+
+def test_no_color_and_force_color_and_the_flag_winning_over_both():
+    code, tty = _on_a_pty(*BROKEN, env={"NO_COLOR": "1"})
+    assert code == 1 and ESC not in tty and "gate FAILED" in tty
+    forced = gatekeeper(*BROKEN, env={"FORCE_COLOR": "1"})
+    assert ESC + "1;31mgate FAILED" in forced.stdout  # bold red verdict, into a pipe
+    both = gatekeeper(*BROKEN, env={"NO_COLOR": "1", "FORCE_COLOR": "1"})
+    assert ESC not in both.stdout  # NO_COLOR is read first, as pytest does
+    always = gatekeeper(*BROKEN, "--color", "always", env={"NO_COLOR": "1", "TERM": "dumb"})
+    assert ESC in always.stdout
+    code, never = _on_a_pty(*BROKEN, "--color", "never", env={"FORCE_COLOR": "1"})
+    assert code == 1 and ESC not in never and "gate FAILED" in never
+    bad = gatekeeper(*BROKEN, "--color", "sometimes")
+    assert bad.returncode == 2 and "check: argument --color: invalid choice" in bad.stderr

@@ -148,6 +148,11 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hide-skipped", action="store_true", help="leave skipped rules out of the table"
     )
+    p.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto",
+        help="colour the console report (auto: not when NO_COLOR is set, always when "
+        "FORCE_COLOR is, else on a terminal)",
+    )
 
 
 def report_options(args: argparse.Namespace) -> ReportOptions:
@@ -159,6 +164,7 @@ def report_options(args: argparse.Namespace) -> ReportOptions:
         github=args.github,
         quiet=args.quiet,
         show_skipped=not args.hide_skipped,
+        color=args.color,
     )
 
 
