@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 # at the top, so building its parser stays cheap.
 BUILTIN_COMMANDS = (
     "check", "validate", "checks", "serve", "history", "watch", "run", "test", "export",
-    "suggest", "import-recipe", "lint", "report", "sources",
+    "suggest", "import-recipe", "lint", "report", "sources", "completion",
 )
-_NOT_COMMANDS = ("main", "args")  # this package's other modules: the entry point, options
+# this package's other modules: the entry point, options, completion scripts
+_NOT_COMMANDS = ("main", "args", "shellcomplete")
 
 
 def _register_of(name: str) -> Callable[[Any], None]:
