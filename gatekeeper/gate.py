@@ -24,13 +24,15 @@ if TYPE_CHECKING:
 class ReportOptions:
     """What `Gate.finalize()` (and `gatekeeper check`) writes: `json_path`, `junit_path`
     (files, written atomically), `github` (auto: annotations and step summary when
-    GITHUB_ACTIONS=true; always; never), `quiet` (no console table), `show_skipped`,
-    `color` (the table's: auto, always, never; see `gatekeeper.report.color`)."""
+    GITHUB_ACTIONS=true; always; never), `quiet` (no console table: the default for a
+    library call; `quiet=False` prints it on stdout, as `gatekeeper check` does unless
+    `-q`), `show_skipped`, `color` (the table's: auto, always, never; see
+    `gatekeeper.report.color`)."""
 
     json_path: str | None = None
     junit_path: str | None = None
     github: str = "auto"  # auto: when GITHUB_ACTIONS=true | always | never
-    quiet: bool = False
+    quiet: bool = True  # a library call prints no table unless asked; the CLI sets it
     show_skipped: bool = True
     color: str = "auto"  # auto: NO_COLOR, FORCE_COLOR, then a terminal | always | never
     extra: dict[str, str] = field(default_factory=dict)

@@ -92,9 +92,10 @@ class Gate:
     - `axis`: the step axis of metrics that name none (`observe(step, ...)`); rows may
       carry their own (`train/step`, `rollout/step`), as in JSONL.
     - `on_fail`: "stop" (default), "raise" or "report"; see `OnFail`.
-    - `reports`: what `finalize()` writes (console table, JSON, JUnit, GitHub), as
-      `check` does; `echo`: where status changes are printed as they happen (True:
-      standard error, a stream, or False/None: off).
+    - `reports`: what `finalize()` writes (JSON, JUnit, GitHub), as `check` does; the
+      console table only when asked (`ReportOptions(quiet=False)`); `echo`: where
+      status changes are printed as they happen (True: standard error, a stream, or
+      False/None: off).
     """
 
     def __init__(
@@ -199,9 +200,11 @@ class Gate:
         write: bool = True,
     ) -> Verdict:
         """Judge the run as ended (pending becomes error, exactly as `check` judges the
-        same points) and write the reports. `stopped`: the run was cut short because the
-        gate failed (default: it failed and on_fail is not "report"); the reports then
-        say at which step and why. Idempotent: later calls return the same verdict."""
+        same points) and write the reports (`write=False`: none; nothing is printed on
+        stdout unless the reports ask for the table or GitHub annotations). `stopped`:
+        the run was cut short because the gate failed (default: it failed and on_fail is
+        not "report"); the reports then say at which step and why. Idempotent: later
+        calls return the same verdict."""
         with self._lock:
             if self._final is not None:
                 return self._final
