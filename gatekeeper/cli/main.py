@@ -34,8 +34,8 @@ BUILTIN_COMMANDS = (
     "check", "validate", "checks", "serve", "history", "watch", "run", "test", "export",
     "suggest", "import-recipe", "lint", "report", "sources", "completion",
 )
-# this package's other modules: the entry point, options, completion scripts
-_NOT_COMMANDS = ("main", "args", "shellcomplete")
+# this package's other modules: the entry point, options, completion scripts, config files
+_NOT_COMMANDS = ("main", "args", "shellcomplete", "projectconfig", "configschema")
 
 
 def _register_of(name: str) -> Callable[[Any], None]:
