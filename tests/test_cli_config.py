@@ -145,3 +145,28 @@ def test_a_bad_config_is_exit_2_naming_file_line_and_the_fix(repo, name, text, l
     assert out.returncode == 2 and out.stdout == "", out.stdout
     error = out.stderr.splitlines()[-1]
     assert error.startswith(f"gatekeeper: error: {line}"), error
+
+
+def test_the_configs_docs_config_md_shows_are_read_as_it_says(tmp_path):
+    """Each TOML and YAML example of docs/config.md, saved where it says (pyproject.toml,
+    gatekeeper.yaml) in a repository holding the shipped policies, gates the healthy
+    example run without -p (the overrides fragment, which sets no policies, with -p)."""
+    import os
+    import re
+
+    from tests.helpers import REPO
+
+    text = (REPO / "docs" / "config.md").read_text()
+    blocks = re.findall(r"```(toml|yaml)\n(.*?)```", text, re.S)
+    assert len(blocks) == 3
+    for i, (lang, body) in enumerate(blocks):
+        root = tmp_path / f"repo{i}"
+        root.mkdir()
+        os.symlink(REPO / "policies", root / "policies")
+        name = "pyproject.toml" if lang == "toml" else "gatekeeper.yaml"
+        (root / name).write_text(body)
+        flags = () if "policies" in body else ("-p", "policies")
+        out = gatekeeper("check", str(REPO / "examples" / "runs" / "healthy"), "-q", *flags,
+                         cwd=root, env={"GATEKEEPER_CONFIG": ""})
+        assert out.returncode == 0, (body, out.stdout + out.stderr)
+        assert out.stderr.startswith(f"gatekeeper: config {name}"), out.stderr

@@ -32,7 +32,9 @@ ENV = "GATEKEEPER_CONFIG"
 YAML_NAME = "gatekeeper.yaml"
 TOML_TABLE = ("tool", "gatekeeper")
 # a pyproject.toml that may hold the table; any other is passed over unparsed
-_MAY_HOLD = re.compile(r"^\s*\[\s*tool\s*(\.\s*gatekeeper\b|\])|^\s*tool\s*\.\s*gatekeeper\b", re.M)
+_MAY_HOLD = re.compile(
+    r"^\s*\[\[?\s*tool\s*(\.\s*gatekeeper\b|\])|^\s*tool\s*\.\s*gatekeeper\b", re.M
+)
 
 
 def discover(cwd: str | None = None) -> ProjectConfig | None:
