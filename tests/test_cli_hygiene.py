@@ -40,7 +40,7 @@ def test_one_error_prefix_naming_the_command():
     (was: "gatekeeper: error: gatekeeper check: ...")."""
     cases = {
         ("check",): "gatekeeper: error: check: the following arguments are required: "
-                    "SOURCE, -p/--policy; see 'gatekeeper check --help'",
+                    "SOURCE; see 'gatekeeper check --help'",
         ("check", "r.jsonl", "-p"): "gatekeeper: error: check: argument -p/--policy: "
                                     "expected one argument; see 'gatekeeper check --help'",
         ("check", "r.jsonl", "-p", "x", "--bogus"):
@@ -122,3 +122,13 @@ def test_no_color_and_force_color_and_the_flag_winning_over_both():
     assert code == 1 and ESC not in never and "gate FAILED" in never
     bad = gatekeeper(*BROKEN, "--color", "sometimes")
     assert bad.returncode == 2 and "check: argument --color: invalid choice" in bad.stderr
+
+
+def test_mistyped_subcommand_or_choice_suggests_the_nearest():
+    sub = gatekeeper("history", "recrod")
+    assert sub.returncode == 2 and "did you mean 'record'?" in sub.stderr, sub.stderr
+    assert sub.stderr.startswith("gatekeeper: error: history: ") and sub.stderr.count("\n") == 1
+    value = gatekeeper("check", "r.jsonl", "--github", "alwys")
+    assert value.returncode == 2 and "did you mean 'always'?" in value.stderr, value.stderr
+    far = gatekeeper("check", "r.jsonl", "--github", "zzz")
+    assert far.returncode == 2 and "did you mean" not in far.stderr

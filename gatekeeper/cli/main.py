@@ -120,9 +120,24 @@ def usage_message(prog: str, message: str) -> str:
     the command is named after it (`check: ...`), never "gatekeeper" a second time, and
     the line ends saying where the command's options are listed."""
     command = prog.removeprefix("gatekeeper").strip()
+    message += _did_you_mean(message)
     if not command:
         return f"{message}; see 'gatekeeper --help'"
     return f"{command}: {message}; see 'gatekeeper {command} --help'"
+
+
+def _did_you_mean(message: str) -> str:
+    """For argparse's "invalid choice: 'X' (choose from ...)" (a subcommand such as
+    `history recrod`, a `--github` value), the nearest choices by spelling."""
+    import difflib
+    import re
+
+    m = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+    if not m:
+        return ""
+    choices = [c.strip(" '") for c in m.group(2).split(",")]
+    close = difflib.get_close_matches(m.group(1), choices, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def unknown_command(word: str, known: Sequence[str]) -> str:
