@@ -105,6 +105,9 @@ def test_environment_variable_names_the_file(repo, tmp_path):
     assert out.stderr == f"gatekeeper: config {ci}\n"
     missing = _check(repo, env={"GATEKEEPER_CONFIG": str(tmp_path / "nope.toml")})
     assert missing.returncode == 2 and "GATEKEEPER_CONFIG=" in missing.stderr
+    (tmp_path / "ci" / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    bare = _check(repo, env={"GATEKEEPER_CONFIG": str(tmp_path / "ci" / "pyproject.toml")})
+    assert bare.returncode == 2 and "has no [tool.gatekeeper] table; add one" in bare.stderr
 
 
 BAD = [
@@ -130,6 +133,8 @@ BAD = [
      "overrides = [\"p/nope=off:why\"]\n",
      "pyproject.toml:3: override 'p/nope=off:why': policy p has no rule 'nope' "
      "(rules: kl, loss)"),
+    ("pyproject.toml", "[project]\nname = \"x\"\n\n[tool]\ngatekeeper = 1\n",
+     "pyproject.toml:5: tool.gatekeeper must be a table; write [tool.gatekeeper]"),
     ("gatekeeper.yaml", "policies: [policies]\nreports:\n  json: v.json\n  colour: never\n",
      "gatekeeper.yaml:4: reports.colour: unknown key; the keys here are json, junit, html, "
      "github, color; see docs/config.md"),

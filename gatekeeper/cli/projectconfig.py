@@ -76,8 +76,9 @@ def _read_yaml(path: str, shown: str, required: bool) -> ProjectConfig | None:
     try:
         tree = read_yaml(path)
         data = to_plain(tree, shown)
-    except PolicyError as exc:
-        raise ConfigError(str(exc).replace("policy", "config")) from None
+    except PolicyError as exc:  # the reader speaks of policies: this file is a config
+        text = str(exc).replace("cannot read policy:", "cannot read config:")
+        raise ConfigError(text.replace("policy file is larger", "config file is larger")) from None
     if isinstance(data, dict) and "targets" in data and not required:
         return None  # `gatekeeper serve -c gatekeeper.yaml`'s config, not this one
     if not isinstance(data, dict):
@@ -107,24 +108,35 @@ def _read_toml(path: str, shown: str, required: bool) -> ProjectConfig | None:
         line = f"{m.group(1)}:" if m else ""
         why = one_line(str(exc).split(" (at line")[0])
         raise ConfigError(f"{shown}:{line} not valid TOML: {why}") from None
-    table: Any = doc.get("tool", {}).get("gatekeeper") if isinstance(doc.get("tool"), dict) \
-        else None
-    header: tuple[str, ...] = TOML_TABLE
-    if table is None:
-        if not required or os.path.basename(path) == "pyproject.toml":
-            if required:
-                raise ConfigError(f"{shown}: has no [tool.gatekeeper] table; add one "
-                                  "(docs/config.md) or point GATEKEEPER_CONFIG elsewhere")
-            return None
-        table, header = doc, ()
+    found = _toml_table(doc, path, shown, required)
+    if found is None:
+        return None
+    table, header = found
     if not isinstance(table, dict):
-        raise ConfigError(f"{shown}:{_toml_line(text, header, ())}: tool.gatekeeper must be "
-                          "a table: [tool.gatekeeper]")
+        at = _toml_line(text, header, ()) or _toml_line(text, ("tool",), ("gatekeeper",))
+        raise ConfigError(f"{shown}:{at or 1}: tool.gatekeeper must be a table; write "
+                          "[tool.gatekeeper] and its keys below it (docs/config.md)")
     from gatekeeper.cli.configschema import build
 
     return build(table, f"{shown} [tool.gatekeeper]" if header else shown,
                   os.path.dirname(os.path.abspath(path)),
                   lambda loc: _toml_line(text, header, loc), prefix=header, file=shown)
+
+
+def _toml_table(doc: dict[str, Any], path: str, shown: str,
+                required: bool) -> tuple[Any, tuple[str, ...]] | None:
+    """The settings of a TOML document and where they are: `[tool.gatekeeper]`; else, in
+    a file GATEKEEPER_CONFIG names that is no pyproject.toml, the whole document; else
+    None (a pyproject.toml passed over) or, when it was named, an error."""
+    tool = doc.get("tool")
+    if isinstance(tool, dict) and "gatekeeper" in tool:
+        return tool["gatekeeper"], TOML_TABLE
+    if not required:
+        return None
+    if os.path.basename(path) == "pyproject.toml":
+        raise ConfigError(f"{shown}: has no [tool.gatekeeper] table; add one "
+                          "(docs/config.md) or point GATEKEEPER_CONFIG elsewhere")
+    return doc, ()
 
 
 def _toml_line(text: str, header: tuple[str, ...], loc: tuple[Any, ...]) -> int | None:
