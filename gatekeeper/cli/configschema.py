@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -15,7 +15,7 @@ from gatekeeper.errors import ConfigError, one_line, quote
 from gatekeeper.yamlfile import display_path, dotted
 
 Mode = Literal["auto", "always", "never"]
-NonEmpty = Field(min_length=1)
+Text = Annotated[str, Field(min_length=1)]  # an empty path would name the directory itself
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class ProjectConfig:
 class _Override(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rule: str = Field(min_length=3, pattern=r"^[^/=]+/[^/=]+$")  # POLICY/RULE
-    action: str = NonEmpty  # off | warn | fail | CHECK=VALUE
-    reason: str = NonEmpty
+    action: Text  # off | warn | fail | CHECK=VALUE
+    reason: Text
 
 
 class _Reports(BaseModel):
@@ -46,13 +46,15 @@ class _Reports(BaseModel):
 
 class _Schema(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    policies: list[str] = Field(default_factory=list)
+    policies: list[Text] = Field(default_factory=list)
     overrides: list[Any] = Field(default_factory=list)  # a string or an _Override each
     reports: _Reports | None = None
 
 
 def build(data: dict[str, Any], shown: str, base: str, line_for: Any,
-           prefix: tuple[str, ...] = (), file: str | None = None) -> ProjectConfig:
+          prefix: tuple[str, ...] = (), file: str | None = None) -> ProjectConfig:
+    """A file's settings (`data`, its table at `prefix`) validated, paths resolved against
+    `base`; `line_for(loc)` is the line of a location in the table, for errors."""
     file = file or shown
     try:
         cfg = _Schema.model_validate(data)
