@@ -72,9 +72,19 @@ def test_a_bad_policy_raises_the_clis_exit_2_error(tmp_path):
     assert out.stdout.startswith("2 ") and "bad.yaml:6: rules[0].check.abs_max" in out.stdout
 
 
-def test_check_is_exported_and_documented():
+def test_check_is_exported_typed_and_documented():
+    """Exported lazily; the type stub beside the package names every lazy name (what a
+    type checker sees of `gatekeeper.check` is gate.check's signature); documented."""
+    import ast
+    import re
+
     import gatekeeper
     from gatekeeper import gate
 
     assert "check" in gatekeeper.__all__ and gatekeeper.check is gate.check
-    assert "## `gatekeeper.check`" in (REPO / "docs" / "api.md").read_text()
+    stub = (REPO / "gatekeeper" / "__init__.pyi").read_text()
+    stubbed = {a.asname for node in ast.parse(stub).body if isinstance(node, ast.ImportFrom)
+               for a in node.names}
+    assert stubbed == set(gatekeeper._LAZY) and "check" in stubbed
+    assert 'gatekeeper = ["py.typed", "__init__.pyi"]' in (REPO / "pyproject.toml").read_text()
+    assert re.search(r"^## `gatekeeper\.check`$", (REPO / "docs" / "api.md").read_text(), re.M)
