@@ -67,8 +67,9 @@ class _Parser:
             return lambda t: not inner(t)
         if word == "(":
             inner = self.either()
-            if self.take() != ")":
+            if self.peek() != ")":
                 self.fail("a '(' is not closed")
+            self.take()
             return inner
         if word in ("and", "or", ")"):
             self.fail(f"{word!r} where a name should be")
