@@ -228,11 +228,18 @@ class Daemon:
         if self._closed:
             return
         self._closed = True
+        log.info("stopping: polls end, then the channels and the HTTP server")
         self.http.stop()
         self.scheduler.stop()
         for ch in self.channels.values():
             ch.stop()
+        left = {ch.name: ch.waiting() for ch in self.channels.values() if ch.waiting()}
         self.store.close()
+        kept = ", ".join(f"{n} on {name}" for name, n in left.items())
+        if kept:
+            log.info("stopped; undelivered alerts stay pending for the next start: %s", kept)
+        else:
+            log.info("stopped; no alert left undelivered")
 
     def serve(self) -> None:
         """Run until SIGTERM or SIGINT."""
