@@ -6,7 +6,8 @@ on any line of that rule (from its `- id:` line to the line before the next rule
     - id: kl-tight  # gatekeeper: noqa GK004 -- the loose twin pages, this one gates
 
 The reason after `--` is required: a suppression without one silences nothing and is
-itself a finding (GK100), as is one naming a code that does not exist (GK101). No codes
+itself a finding (GK100), as is one naming a code that does not exist (GK101) and one
+above the first rule of its file, which belongs to no rule (GK102). No codes
 (`# gatekeeper: noqa -- reason`) silences every finding on the rule.
 """
 
@@ -30,6 +31,7 @@ CODES = {
     "GK007": "not-logged",
     "GK100": "noqa-without-reason",
     "GK101": "noqa-unknown-code",
+    "GK102": "noqa-outside-rule",
 }
 CODE_OF = {kind: code for code, kind in CODES.items()}
 _NOQA = re.compile(r"#\s*gatekeeper:\s*noqa\b(?P<rest>.*)$", re.IGNORECASE)
@@ -108,7 +110,12 @@ def apply_suppressions(
             where = f"{path}:{sup.line}"
             i = bisect.bisect_right(lines, sup.line) - 1
             problems += _bad(sup, where)
-            if i >= 0 and sup.reason and not _unknown(sup):
+            if i < 0:
+                problems.append(Finding(where, "noqa", CODES["GK102"], (
+                    "this suppression is above the file's first rule and belongs to none; "
+                    "put it on a line of the rule it is for"
+                )))
+            elif sup.reason and not _unknown(sup):
                 owner.setdefault(f"{path}:{lines[i]}", []).append(sup)
     kept, silenced = [], 0
     for f in found:

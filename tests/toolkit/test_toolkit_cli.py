@@ -114,7 +114,7 @@ def test_lint_codes_suppressions_need_a_reason_and_select_ignore(tmp_path):
         f"{policy}:9: GK100 noqa: [noqa-without-reason] a suppression needs a reason: "
         "`# gatekeeper: noqa CODE -- why`; without one it silences nothing",
         f"{policy}:12: GK101 noqa: [noqa-unknown-code] GK999: no such rule code "
-        "(codes: GK001, GK002, GK003, GK004, GK005, GK006, GK007, GK100, GK101); "
+        "(codes: GK001, GK002, GK003, GK004, GK005, GK006, GK007, GK100, GK101, GK102); "
         "this suppression silences nothing",
         f"{policy}:13: GK001 q/any-share: [never-fails] at most 100% of points >= 1: "
         "every share is within that",
@@ -128,6 +128,12 @@ def test_lint_codes_suppressions_need_a_reason_and_select_ignore(tmp_path):
     assert out.returncode == 1
     out = gatekeeper("lint", str(policy), "--ignore", "GK0,GK1")
     assert out.returncode == 0 and out.stdout.startswith("ok: 0 finding(s)"), out.stdout
+    # a suppression above every rule belongs to none: a finding, not a silent no-op
+    top = write_policy(tmp_path / "top.yaml", LINT.replace("name: q", "name: q  # gatekeeper: "
+                                                           "noqa GK001 -- meant for any-share"))
+    out = gatekeeper("lint", str(top))
+    assert f"{top}:2: GK102 noqa: [noqa-outside-rule]" in out.stdout, out.stdout
+    assert "GK001 q/any-share" in out.stdout
     out = gatekeeper("lint", str(policy), "--select", "GK9")
     assert out.returncode == 2 and "GK9 is no rule code or prefix" in out.stderr
 
