@@ -48,17 +48,18 @@ def _show(value: Any) -> str:
     return orjson.dumps(value).decode() if not isinstance(value, str) else value
 
 
-def test_facts(cmd: list[str], cwd: str) -> Found:
+def read_test_file(cmd: list[str], cwd: str) -> Found:
     """The history identity and `ci_gate` of the miles test file CMD runs (the first
     `*.py` argument that is a file under `cwd`, as miles' harness runs tests from its
     checkout), or a note saying why there is none."""
     from gatekeeper.history.miles import cuda_suite, declared_gates
 
     found = Found()
-    script = next((t for t in cmd if t.endswith(".py") and os.path.isfile(t)), None)
+    paths = (os.path.join(cwd, t) for t in cmd if t.endswith(".py"))
+    script = next((p for p in paths if os.path.isfile(p)), None)
     if script is None or os.path.basename(script) in TRAIN_SCRIPTS:
         return found
-    test_path = os.path.relpath(os.path.abspath(script), cwd).replace(os.sep, "/")
+    test_path = os.path.relpath(script, cwd).replace(os.sep, "/")
     if test_path.startswith("../"):
         found.notes.append(f"{script} is outside the working directory: no test identity")
         return found
@@ -135,7 +136,7 @@ class MilesConfig:
         self, record_dir: str, cmd: list[str], given: Collection[str], say: Callable[[str], None]
     ):
         self.record_dir, self.given, self.say = record_dir, sorted(given), say
-        self.test = test_facts(cmd, os.getcwd())
+        self.test = read_test_file(cmd, os.getcwd())
         self.before = _record_files(record_dir)  # an earlier run's files are not a start
         self.settled = False
         self.waiting_said = False
