@@ -9,8 +9,9 @@ Two places say it, as miles knows it:
   calls (gatekeeper/history/miles.py reads them), giving the history identity
   (`test_path`, `backend`, `suite`) and `ci_gate`.
 
-Until the trainer is found, nothing is judged (the pack's variants need its config):
-the first of the trainer appearing, a record file changing, or CMD exiting settles it.
+Until the trainer is found and its first record is there, nothing is judged (the
+pack's variants need its config): the first of the trainer appearing, a record file
+changing, or CMD exiting settles the config.
 A record only changes once the trainer runs, so a trainer that is a descendant is seen
 by then; a key found nowhere is left out, and the pack's `requires_config` ERROR names
 the flag to pass. `--config` still wins over anything found here.
@@ -64,10 +65,11 @@ def read_test_file(cmd: list[str], cwd: str) -> Found:
         found.notes.append(f"{script} is outside the working directory: no test identity")
         return found
     suite = cuda_suite(script)
-    if suite:
-        found.config.update(test_path=test_path, backend="cuda", suite=suite)
-    else:
-        found.notes.append(f"{test_path} has no one register_cuda_ci(suite=...): no identity")
+    if not suite:  # miles' history gate runs for registered CUDA tests only
+        found.notes.append(f"{test_path} has no one register_cuda_ci(suite=...): no history "
+                           "identity or ci_gate read from it")
+        return found
+    found.config.update(test_path=test_path, backend="cuda", suite=suite)
     try:
         declared = declared_gates(script)
     except ConfigError as exc:
@@ -138,32 +140,42 @@ class MilesConfig:
         self.record_dir, self.given, self.say = record_dir, sorted(given), say
         self.test = read_test_file(cmd, os.getcwd())
         self.before = _record_files(record_dir)  # an earlier run's files are not a start
-        self.settled = False
+        self.settled = False  # the config is written (or known not to be found)
+        self.released = False  # the gate judges from now on
         self.waiting_said = False
 
     def hold(self, child: ChildGroup) -> bool:
-        """True while the gate should wait for the trainer (call once per poll)."""
-        if self.settled:
+        """True while the gate should wait (call once per poll): until the trainer's
+        config is settled and the first record is there (before it there is nothing to
+        judge, and the variants' keys would read as missing)."""
+        if self.released:
             return False
-        if not child.descendants.available:
-            return self._settle(None, "no /proc here: CMD's processes cannot be read")
         changed = _record_files(self.record_dir) != self.before  # before looking: no race
-        trainer = find_trainer(child)
-        if trainer is not None:
-            return self._settle(trainer, None)
-        if changed:
-            return self._settle(None, "records appeared before a miles trainer (a "
-                                "train.py with --rollout-batch-size) was seen among CMD's "
-                                "processes")
-        if child.exited():
-            return self._settle(None, "CMD exited before a miles trainer was seen")
+        if not self.settled:
+            self._look(child, changed)
+        if self.settled and (changed or child.exited()):
+            self.released = True
+            return False
         if not self.waiting_said:
-            self.say("gatekeeper: waiting for the miles trainer among CMD's processes to read "
-                     "its config; nothing is judged before")
+            self.say("gatekeeper: waiting for the miles trainer among CMD's processes (to "
+                     "read its config) and its first record; nothing is judged before")
             self.waiting_said = True
         return True
 
-    def _settle(self, trainer: tuple[int, TrainerArgs] | None, why: str | None) -> bool:
+    def _look(self, child: ChildGroup, changed: bool) -> None:
+        if not child.descendants.available:
+            self._settle(None, "no /proc here: CMD's processes cannot be read")
+            return
+        trainer = find_trainer(child)
+        if trainer is not None:
+            self._settle(trainer, None)
+        elif changed:
+            self._settle(None, "records appeared before a miles trainer (a train.py with "
+                         "--rollout-batch-size) was seen among CMD's processes")
+        elif child.exited():
+            self._settle(None, "CMD exited before a miles trainer was seen")
+
+    def _settle(self, trainer: tuple[int, TrainerArgs] | None, why: str | None) -> None:
         self.settled = True
         found = _trainer_found(*trainer) if trainer is not None else Found(notes=[str(why)])
         config = {**self.test.config, **found.config}
@@ -174,7 +186,6 @@ class MilesConfig:
         if config:
             parts.append(f"written to {self._write(config)}")
         self.say("gatekeeper: config " + "; ".join(parts))
-        return False
 
     def _write(self, config: dict[str, Any]) -> str:
         """Merge into the directory's sidecar (keys found here replace an earlier run's;

@@ -90,7 +90,9 @@ import sys
 sys.path.insert(0, {repo!r})
 from tests.miles.fake_e2e import register_ci_gate, register_cuda_ci  # noqa: E402
 
-register_cuda_ci(est_time=1100, suite={suite!r}, labels=["megatron", "weight-update", "short", "mooncake"])
+register_cuda_ci(
+    est_time=1100, suite={suite!r}, labels=["megatron", "weight-update", "short", "mooncake"]
+)
 
 {gates}
 
@@ -111,6 +113,7 @@ sys.exit(train(sys.argv[1:]))
 
 def write_checkout(root: Path) -> Path:
     """A miles checkout holding the test file and `train.py`; returns the test file."""
+    root = root.resolve()
     test_file = root / TEST_PATH
     test_file.parent.mkdir(parents=True, exist_ok=True)
     train_py = root / "train.py"
@@ -157,7 +160,9 @@ def train(flags: list[str]) -> int:
     bad = os.environ.get("FAKE_MILES_BAD_STEP")
     delay = float(os.environ.get("FAKE_MILES_STEP_DELAY", "0.05"))
     record_dir = Path(os.environ["MILES_CI_GATE_RECORD_DIR"])
-    time.sleep(0.3)  # loading the model: the records come later than the process
+    # loading the model (minutes in miles): the trainer runs a while before its first
+    # record, longer than `run`'s default 1 s poll, so `run` sees it as it would miles'
+    time.sleep(2.0)
     procs = {"trainer": CiCapture(record_dir, os.getpid()),
              "rollout": CiCapture(record_dir, os.getpid() + 1)}
     variant = Variant(num_steps_per_rollout=steps, use_kl_loss=args.use_kl_loss)
