@@ -129,3 +129,24 @@ def test_without_a_trainer_the_error_names_the_flags(tmp_path: Path) -> None:
     assert "fake_miles.py has no one register_cuda_ci" in proc.stdout
     assert "--config num_steps_per_rollout=..." in proc.stdout
     assert not (tmp_path / "records" / "run.json").exists()
+
+
+def test_config_flags_win_and_a_hand_written_sidecar_is_kept(checkout: Path) -> None:
+    """`--config` wins over the trainer's command line (and the line says so); a run.json
+    already in the directory keeps its name and other keys, the trainer's keys merged in."""
+    records = checkout / "out" / "records"
+    records.mkdir(parents=True)
+    (records / "run.json").write_text('{"name": "qwen3-nightly", "config": {"owner": "rl"}}')
+    run = documented()[0]
+    at = run.index("--")
+    proc = gatekeeper(*run[:at], "--config", "lora_rank=16", "--json", "v.json", *run[at:],
+                      cwd=checkout, env=_env(checkout))
+    assert proc.returncode == 0, _out(proc)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("gatekeeper: config"))
+    assert "lora_rank=0" in line and "from --config (wins): lora_rank" in line
+    results = {r["rule"]: r for r in json.loads((checkout / "v.json").read_text())["results"]}
+    assert results["ppo-kl-rollout-start-lora"]["status"] == "pass"  # the LoRA variant
+    assert results["ppo-kl-rollout-start"]["status"] == "skip"
+    meta = json.loads((records / "run.json").read_text())
+    assert meta["name"] == "qwen3-nightly" and meta["config"]["owner"] == "rl"
+    assert meta["config"]["lora_rank"] == 0 and meta["config"]["suite"] == SUITE
