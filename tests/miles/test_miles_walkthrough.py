@@ -114,6 +114,14 @@ def test_a_mid_rollout_value_is_not_a_rollout_start(checkout: Path) -> None:
     wrong = gatekeeper(*check, "--config", "num_steps_per_rollout=1", cwd=checkout,
                        env=_env(checkout))
     assert wrong.returncode == 1 and "train/step=1" in wrong.stdout, _out(wrong)
+    # the bare-record example of docs/miles.md's Config section: 2 steps per rollout
+    (checkout / "out" / "records" / "run.json").unlink()
+    bare = gatekeeper(*check, "--config", "lora_rank=0", "--config", "multi_latent_attention=false",
+                      "--config", "num_steps_per_rollout=2",
+                      "--config", "use_rollout_routing_replay=false", cwd=checkout,
+                      env=_env(checkout))
+    assert bare.returncode == 0, _out(bare)
+    assert "--config num_steps_per_rollout=2" in DOC.read_text()
 
 
 def test_without_a_trainer_the_error_names_the_flags(tmp_path: Path) -> None:
