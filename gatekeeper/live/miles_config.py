@@ -177,7 +177,10 @@ class MilesConfig:
 
     def _settle(self, trainer: tuple[int, TrainerArgs] | None, why: str | None) -> None:
         self.settled = True
-        found = _trainer_found(*trainer) if trainer is not None else Found(notes=[str(why)])
+        if trainer is not None:
+            found = _trainer_found(*trainer)
+        else:
+            found = Found(origin=[f"not read from a miles trainer ({why})"])
         config = {**self.test.config, **found.config}
         parts = [*found.origin, *self.test.origin]
         if self.given:
@@ -188,8 +191,9 @@ class MilesConfig:
         self.say("gatekeeper: config " + "; ".join(parts))
 
     def _write(self, config: dict[str, Any]) -> str:
-        """Merge into the directory's sidecar (keys found here replace an earlier run's;
-        a name or other keys written by hand are kept), atomically."""
+        """Merge into the directory's sidecar, atomically: keys found here replace an
+        earlier run's, a name or other keys written by hand are kept, a run state is
+        dropped (it was an earlier run's)."""
         path = os.path.join(self.record_dir, SIDECAR)
         meta = read_sidecar(path) if os.path.exists(path) else {}
         meta.pop("state", None)  # a state is the run's to report, not an earlier one's
