@@ -86,8 +86,10 @@ def main() -> None:
         "tags": ["e2e", "megatron"],
         "config": {
             "hf_checkpoint": "/root/models/DeepSeek-V4.1-bf16",
-            "backend": "megatron",
-            # what the miles pack reads to pick its check_kl variant (requires_config)
+            # what the miles pack reads to pick its check_kl variant (requires_config);
+            # start_rollout_id 0: a fresh run, as miles logs it (a resume logs null)
+            "train_backend": "megatron",
+            "start_rollout_id": 0,
             "lora_rank": 0,
             "multi_latent_attention": False,
             "num_steps_per_rollout": STEPS_PER_ROLLOUT,

@@ -11,6 +11,7 @@ from tests.helpers import REPO, gatekeeper, write_policy, write_record
 MILES = str(REPO / "policies" / "miles" / "ci-consistency.yaml")
 # a miles record carries no config; the pack requires the keys its variants read
 DEFAULTS = [
+    "--config", "train_backend=megatron",
     "--config", "lora_rank=0", "--config", "multi_latent_attention=false",
     "--config", "num_steps_per_rollout=1", "--config", "use_rollout_routing_replay=false",
 ]
@@ -35,7 +36,7 @@ def test_the_signed_check_bug_fails_the_gate(broken, tmp_path):
     (kl,) = [r for r in report["results"] if r["rule"] == "ppo-kl-rollout-start"]
     assert kl["status"] == "fail" and kl["step"] == 0 and kl["value"] == -0.3
     assert kl["expected"] == "|x| < 1e-09"
-    assert kl["source"].endswith("ci-consistency.yaml:27")
+    assert kl["source"].endswith("ci-consistency.yaml:49")
     assert set(kl) >= {"policy", "rule", "status", "metric", "step", "value", "expected", "message", "source"}
 
 
@@ -110,7 +111,7 @@ def test_github_annotations_point_at_policy_lines(broken, tmp_path):
     out = gatekeeper("check", str(broken), "-p", MILES, *DEFAULTS, env=env)
     assert out.returncode == 1
     (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("::error")]
-    assert "file=" in line and "ci-consistency.yaml,line=27," in line
+    assert "file=" in line and "ci-consistency.yaml,line=49," in line
     assert "| `miles-ci-consistency/ppo-kl-rollout-start` | fail |" in summary.read_text()
 
 

@@ -230,3 +230,80 @@ def print_summary(verdict: Verdict, quiet: bool) -> None:
     line = summary(verdict)
     if line and not quiet:
         print(line)
+
+
+@dataclass(frozen=True)
+class NotifyOptions:
+    """`--notify KIND:URL_ENV[:SECRET_ENV]` (repeatable), `--notify-on`, and the CI job a
+    verdict belongs to (`--job`, `--job-url`; GitHub's defaults)."""
+
+    targets: tuple[Any, ...]  # NotifierSettings, one per --notify
+    statuses: frozenset[str]
+    job_name: str | None
+    job_url: str | None
+
+
+def notify_target(item: str) -> Any:
+    """`--notify KIND:URL_ENV[:SECRET_ENV]` as the NotifierSettings of its kind, checked
+    while the arguments are parsed (before a `run` starts CMD)."""
+    from gatekeeper.notify import NotifierSettings, notifier_kind
+    from gatekeeper.notify.ci import RETRY_FOR
+
+    kind, _, rest = item.partition(":")
+    url_env, _, secret_env = rest.partition(":")
+    if not kind or not url_env:
+        raise argparse.ArgumentTypeError(
+            f"{item!r}: expected KIND:URL_ENV[:SECRET_ENV], e.g. lark:LARK_WEBHOOK_URL:LARK_SECRET"
+        )
+    try:
+        model = notifier_kind(kind).settings_model or NotifierSettings
+        return model(name=kind, kind=kind, url_env=url_env, secret_env=secret_env or None,
+                     retry_for=RETRY_FOR)
+    except ValueError as exc:  # an unknown kind; a value pydantic refuses
+        errs = getattr(exc, "errors", None)
+        why = str(exc) if errs is None else "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errs())
+        raise argparse.ArgumentTypeError(f"{item!r}: {why}") from None
+
+
+def notify_statuses(text: str) -> frozenset[str]:
+    statuses = frozenset(s.strip() for s in text.split(","))
+    if not statuses <= {"fail", "error", "warn"}:
+        raise argparse.ArgumentTypeError(f"{text!r}: a list of fail, error, warn")
+    return statuses
+
+
+def add_notify_args(p: argparse.ArgumentParser, *, job: bool = True) -> None:
+    p.add_argument(
+        "--notify", action="append", default=[], type=notify_target,
+        metavar="KIND:URL_ENV[:SECRET_ENV]",
+        help="post a card of the failing rules (grouped as the daemon groups them) to a "
+        "lark, slack or webhook receiver whose URL is in environment variable URL_ENV "
+        "(never given or shown itself); SECRET_ENV: a Lark signing secret (repeatable)",
+    )
+    p.add_argument(
+        "--notify-on", default=frozenset({"fail", "error"}), type=notify_statuses,
+        metavar="STATUSES",
+        help="rule statuses that go on the card: fail, error, warn (default fail,error)",
+    )
+    if job:
+        p.add_argument(
+            "--job", dest="job_name", metavar="NAME",
+            help="this CI job's label on a card, kept in the JSON report (default $GITHUB_JOB)",
+        )
+        p.add_argument(
+            "--job-url", metavar="URL",
+            help="link to this CI job's page, kept in the JSON report (default: the GitHub "
+            "run's page; a job's own page is .../actions/runs/RUN/job/${{ job.check_run_id }})",
+        )
+
+
+def notify_options(args: argparse.Namespace) -> NotifyOptions:
+    from gatekeeper.notify.ci import github_job
+
+    default = github_job(os.environ)
+    return NotifyOptions(
+        targets=tuple(args.notify), statuses=args.notify_on,
+        job_name=getattr(args, "job_name", None) or default.name,
+        job_url=getattr(args, "job_url", None) or default.url,
+    )

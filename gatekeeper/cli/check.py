@@ -7,14 +7,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gatekeeper.cli.args import (
+    NotifyOptions,
     PlotOptions,
     PolicyOptions,
     add_annotate_arg,
     add_history_args,
+    add_notify_args,
     add_policy_args,
     add_report_args,
     add_run_args,
     history_options,
+    notify_options,
     plot_options,
     policy_options,
     print_summary,
@@ -42,6 +45,7 @@ class CheckOptions:
     history: HistoryOptions | None
     references: dict[str, str]
     annotate: bool
+    notify: NotifyOptions | None = None  # --notify, and the CI job the verdict belongs to
 
 
 def register(sub: Any) -> None:
@@ -60,6 +64,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--record", action="store_true", help="record the run in the --history store afterwards"
     )
+    add_notify_args(p)
     p.set_defaults(func=cmd_check, owns_startup=True)
 
 
@@ -94,6 +99,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         report=report_options(args),
         plots=plot_options(args),
         annotate=bool(args.annotate),
+        notify=notify_options(args),
     )
     return run_check(opts, policies)
 
@@ -111,6 +117,10 @@ def run_check(opts: CheckOptions, policies: list[PolicySpec]) -> int:
         run or opts.source, policies, None if run is not None else opts.run,
         history=opts.history, references=references,
     )
+    if opts.notify is not None and (opts.notify.job_name or opts.notify.job_url):
+        from gatekeeper.notify.ci import JobInfo, stamp  # the CI job, for `notify` to read
+
+        stamp(verdict, JobInfo(opts.notify.job_name, opts.notify.job_url))
     # files first: a closed stdout (`| head -1`) must not cost a report
     gate.write_files(verdict, opts.report)
     write_plot_reports(verdict, opts.plots, run, opts.source, opts.run)
@@ -122,4 +132,8 @@ def run_check(opts: CheckOptions, policies: list[PolicySpec]) -> int:
         print(annotate(opts.source, verdict, report_link(opts.report.json_path)))
     if opts.report.quiet:
         print(summary_line(verdict))
+    if opts.notify is not None and opts.notify.targets:
+        from gatekeeper.cli.notify import post
+
+        post(opts.notify, [(opts.source, verdict)], strict=False)
     return verdict.exit_code

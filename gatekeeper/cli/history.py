@@ -86,7 +86,23 @@ def cmd_import(args: argparse.Namespace) -> int:
             f"{store.display}: imported {got.runs} miles run(s) ({got.trusted} trusted, "
             f"{got.values} value(s)); {got.skipped} already present"
         )
+        if got.revoked:
+            print(
+                f"  trust revoked in miles since the last import: {len(got.revoked)} run(s) "
+                f"now untrusted here too: {_ids(got.revoked)}"
+            )
+        if got.kept_untrusted:
+            print(
+                f"  untrusted here, still trusted in miles: {len(got.kept_untrusted)} run(s) "
+                f"kept untrusted (gatekeeper never re-trusts; revoke them in miles too if the "
+                f"reason holds there): {_ids(got.kept_untrusted)}"
+            )
     return 0
+
+
+def _ids(run_ids: tuple[str, ...], shown: int = 5) -> str:
+    more = len(run_ids) - shown
+    return ", ".join(run_ids[:shown]) + (f" (+{more} more)" if more > 0 else "")
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -132,7 +148,9 @@ def register(sub: Any) -> None:
     m.set_defaults(func=cmd_mark_untrusted)
 
     i = hsub.add_parser(
-        "import", help="copy a miles metric-history database (SQLite or PostgreSQL/Neon) in"
+        "import",
+        help="copy a miles metric-history database (SQLite or PostgreSQL/Neon) in; run again "
+        "to add new runs and sync trust miles revoked since",
     )
     i.add_argument("miles", metavar="MILES_URL", help="the miles store: a SQLite path or postgresql://")
     i.add_argument("--history", metavar="URL", help="target store (default: $GATEKEEPER_HISTORY)")

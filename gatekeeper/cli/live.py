@@ -17,8 +17,10 @@ from gatekeeper.cli.args import (
 from gatekeeper.errors import UsageError
 
 if TYPE_CHECKING:
+    from gatekeeper.cli.args import NotifyOptions
     from gatekeeper.live.loop import Follower, LoopSettings, Outcome
     from gatekeeper.live.process import ChildGroup
+    from gatekeeper.verdict import Verdict
 
 # The default poll interval, kept here so that building the parser does not import the
 # live loop; tests/test_startup.py checks it equals live.loop.DEFAULT_INTERVAL.
@@ -96,6 +98,7 @@ def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> in
     # a store's new run (mlflow) is a run of its own: the reports read that one whole
     args.source = getattr(follower.gate.source, "followed", None) or args.source
     opts = report_options(args)
+    card = _notify(args, outcome.verdict)  # `run --notify`: the job goes into the reports
     # files first: a closed stdout (`| head -1`) must not cost a report
     gate.write_files(outcome.verdict, opts)
     write_plot_reports(outcome.verdict, plot_options(args), None, args.source, run_overrides(args))
@@ -106,4 +109,20 @@ def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> in
         print(annotate(args.source, outcome.verdict, report_link(opts.json_path)))
     if args.quiet:
         print(summary_line(outcome.verdict))
+    if card is not None and card.targets:
+        from gatekeeper.cli.notify import post
+
+        post(card, [(args.source, outcome.verdict)], strict=False)
     return int(outcome.exit_code)
+
+
+def _notify(args: argparse.Namespace, verdict: Verdict) -> NotifyOptions | None:
+    """`run`'s notify options (None for `watch`), the verdict stamped with the CI job."""
+    if not hasattr(args, "notify"):
+        return None
+    from gatekeeper.cli.args import notify_options
+    from gatekeeper.notify.ci import JobInfo, stamp
+
+    opts = notify_options(args)
+    stamp(verdict, JobInfo(opts.job_name, opts.job_url))
+    return opts

@@ -10,7 +10,13 @@ import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gatekeeper.cli.args import add_policy_args, add_report_args, add_run_args, run_overrides
+from gatekeeper.cli.args import (
+    add_notify_args,
+    add_policy_args,
+    add_report_args,
+    add_run_args,
+    run_overrides,
+)
 from gatekeeper.cli.live import add_follow_args, finish, open_follower
 from gatekeeper.errors import UsageError
 from gatekeeper.live.loop import DEFAULT_GRACE
@@ -49,6 +55,7 @@ def register(sub: Any) -> None:
     add_run_args(p)
     add_follow_args(p)
     add_report_args(p)
+    add_notify_args(p)  # the verdict's chat card (gatekeeper/cli/notify.py)
     p.add_argument(
         "cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run"
     )

@@ -50,6 +50,8 @@ class Applicability:
             outcome = _applicability(rule, run, mismatch[rule.policy], unset[rule.policy])
             if outcome is None:
                 outcome = metric_error(rule, run)
+            if outcome is None and rule.check_from is not None:
+                outcome = tracker.bind_bound(run)
             if outcome is None:
                 tracker.bind(run)
             before.append(outcome)
@@ -73,6 +75,7 @@ def _keys_read(policies: list[PolicySpec]) -> tuple[str, ...]:
         keys += [f"config.{k}" for k in policy.requires_config]
         for rule in policy.rules:
             keys += [c.key for c in rule.conditions]
+            keys += [rule.check_from] if rule.check_from else []
             for text in rule.steps.period_from if rule.steps.kind == "every" else ():
                 keys += period_expr(text).metrics
     return tuple(dict.fromkeys(keys))

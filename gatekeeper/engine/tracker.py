@@ -20,6 +20,7 @@ from gatekeeper.engine.judgement import Judgement
 from gatekeeper.engine.reduction import Reduction
 from gatekeeper.engine.selection import ALL_STEPS, Selection
 from gatekeeper.model import Run
+from gatekeeper.policy.binding import config_bound
 from gatekeeper.policy.schema import Reduce
 from gatekeeper.policy.spec import RuleSpec
 from gatekeeper.statedata import StateDataError, decode_fields, encode
@@ -70,10 +71,13 @@ class RuleTracker:
 
     # The daemon keeps a tracker per rule per run (16,000 at 1,000 runs of 16 rules):
     # slots, not a per-instance dict, keep each small.
-    __slots__ = ("rule", "selection", "reduction", "judgement", "plot_params", "_texts", "_memo")
+    __slots__ = (
+        "rule", "declared", "selection", "reduction", "judgement", "plot_params", "_texts", "_memo"
+    )
 
     def __init__(self, rule: RuleSpec):
         self.rule = rule
+        self.declared = rule  # as loaded: `rule` differs once a config-read bound is bound
         self.selection = selection.start(rule.steps)
         self.reduction = Reduction() if rule.reduce is not Reduce.NONE else None
         self.judgement = judgement.start(rule)
@@ -189,6 +193,17 @@ class RuleTracker:
         """Learn what the selection reads from the run's config (steps {every: config.k})."""
         for chunk in selection.bind(self.selection, self.rule.steps, run):
             self._judge(*chunk)
+
+    def bind_bound(self, run: Run) -> Outcome | None:
+        """Read a bound the rule takes from the run's config (`check: {min: config.k}`,
+        reduced rules only, so no point was judged before): ERROR when the run lacks it."""
+        check = config_bound(self.declared, run)
+        if isinstance(check, str):
+            return Outcome(Status.ERROR, check)
+        if check != self.rule.check:
+            self.rule = replace(self.declared, check=check)
+            self._texts, self.plot_params, self._memo = None, None, None
+        return None
 
     def _judge(self, steps: np.ndarray, values: np.ndarray, finite: bool | None) -> None:
         if self.reduction is not None:

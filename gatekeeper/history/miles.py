@@ -7,7 +7,9 @@ Mirrors radixark/miles at 31f1ca961a94cb860cec3b2dea34ec332bfa8f76:
   `<MILES_CI_GATE_RECORD_DIR>/<sanitized test path>-<sha1(test path)[:10]>/attempt-<n>/`
   and merges them into `attempt-<n>.merged.jsonl` (tests/ci/ci_utils.py), so the test
   path is recoverable from a record's path, and the suite from the test file's
-  `register_cuda_ci(suite=...)` (the gate hook only runs for CUDA tests);
+  `register_cuda_ci(suite=...)` (the gate hook only runs for CUDA tests) where the test
+  cannot have run on another stage (see `identity_from_path`: since miles #2702,
+  fa787d5958a9, the suite is the executing stage);
 - its store: `runs(run_id, test_path, backend, suite, commit_sha, ..., created_at,
   trusted)` and `metric_values(run_id, metric_key, steps_key, constraint_key, step,
   value)`, the same columns on SQLite and PostgreSQL/Neon
@@ -39,6 +41,7 @@ _KEY_DIR = re.compile(r"^(?P<name>.+)-(?P<sha>[0-9a-f]{10})$")
 _ATTEMPT = re.compile(r"^attempt-\d+(\.merged\.jsonl)?$")
 _SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "build", "dist"}
 _RUN_COLUMNS = ("run_id", "test_path", "backend", "suite", "commit_sha", "created_at", "trusted")
+_EVERY_RUN = 1 << 62  # `runs()` limit that lists them all
 _VALUE_COLUMNS = ("run_id", "metric_key", "steps_key", "constraint_key", "step", "value")
 
 
@@ -57,7 +60,15 @@ def identity_from_path(source: str, root: str | None = None) -> dict[str, str] |
     """`{test_path, backend, suite}` of a record the miles harness wrote, or None
     when the path is not shaped like one. The test file is found under `root` (the
     repository the harness runs in, default: the working directory) by its record directory
-    name, which ends in a hash of the path, so a match is exact."""
+    name, which ends in a hash of the path, so a match is exact.
+
+    `suite` is the stage the run executed on (miles #2702), which the record does not
+    carry. It is the registered home stage only where the test cannot run elsewhere: its
+    `register_cuda_ci` names no `hardware` (before #2701 nothing dispatched) or one arch
+    (dispatch keeps such a test at home). A test listing several arches may have run on
+    another generation's stage, so `suite` is left out and the caller must be told the
+    stage (`--config suite=STAGE`, `run_suite.py --suite`'s value): a guessed home stage
+    would file Blackwell numbers under the Hopper series."""
     path = os.path.abspath(source)
     if not _ATTEMPT.match(os.path.basename(path)):
         return None
@@ -67,10 +78,14 @@ def identity_from_path(source: str, root: str | None = None) -> dict[str, str] |
     test_path = _find_test(m.group("name"), m.group("sha"), root or os.getcwd())
     if test_path is None:
         return None
-    suite = cuda_suite(os.path.join(root or os.getcwd(), test_path))
-    if not suite:
+    reg = cuda_registration(os.path.join(root or os.getcwd(), test_path))
+    if reg is None:
         return None
-    return {"test_path": test_path, "backend": "cuda", "suite": suite}
+    home, hardware = reg
+    ident = {"test_path": test_path, "backend": "cuda"}
+    if hardware is None or len(set(hardware)) == 1:
+        ident["suite"] = home
+    return ident
 
 
 def _find_test(sanitized: str, sha: str, root: str) -> str | None:
@@ -85,24 +100,32 @@ def _find_test(sanitized: str, sha: str, root: str) -> str | None:
     return None
 
 
-def cuda_suite(test_file: str) -> str | None:
-    """The `suite=` literal of the file's one top-level `register_cuda_ci(...)` call."""
+def cuda_registration(test_file: str) -> tuple[str, list[str] | None] | None:
+    """`(suite, hardware)` literals of the file's one top-level `register_cuda_ci(...)`
+    call (`hardware` None when the call has none); None without exactly one such call."""
     try:
         with open(test_file, encoding="utf-8") as fh:
             tree = ast.parse(fh.read(), filename=test_file)
     except (OSError, SyntaxError, ValueError):
         return None
-    suites = []
+    found: list[tuple[str, list[str] | None]] = []
     for stmt in tree.body:
         call = stmt.value if isinstance(stmt, ast.Expr) else None
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
             continue
         if call.func.id != "register_cuda_ci":
             continue
-        for kw in call.keywords:
-            if kw.arg == "suite" and isinstance(kw.value, ast.Constant):
-                suites.append(str(kw.value.value))
-    return suites[0] if len(suites) == 1 else None
+        kws = {kw.arg: kw.value for kw in call.keywords if kw.arg}
+        suite = kws.get("suite")
+        if not isinstance(suite, ast.Constant):
+            return None
+        try:
+            hw = ast.literal_eval(kws["hardware"]) if "hardware" in kws else None
+        except ValueError:
+            return None
+        arches = [str(a) for a in hw] if isinstance(hw, (list, tuple)) else None
+        found.append((str(suite.value), arches))
+    return found[0] if len(found) == 1 else None
 
 
 def declared_gates(test_file: str) -> list[tuple[str, dict[str, Any]]]:
@@ -140,6 +163,8 @@ class ImportResult:
     values: int
     skipped: int  # already in the store (import is idempotent by run id)
     trusted: int
+    revoked: tuple[str, ...] = ()  # untrusted in miles since an earlier import: now here too
+    kept_untrusted: tuple[str, ...] = ()  # revoked here, still trusted in miles: stay revoked
 
 
 def _connect(url: str) -> tuple[Any, str]:
@@ -256,13 +281,18 @@ def _packed(coords: dict[CoordKey, dict[int, float]]) -> dict[CoordKey, Points]:
 
 
 def import_runs(store: SqlStore, url: str) -> ImportResult:
-    """Copy a miles store's runs into `store`, keeping run ids, trust, commit and order.
-    Runs already there are skipped; a run older than one gatekeeper recorded in the
-    same series is refused (newest-first order is insert order: import first)."""
+    """Copy a miles store's runs into `store`, keeping run ids, trust, commit and order,
+    and sync trust for runs imported before: trust is only ever revoked (miles'
+    `mark_untrusted`, gatekeeper's `history mark-untrusted`; neither re-trusts), so a run
+    is trusted here only while both stores trust it. A run miles untrusted since is
+    revoked here; one revoked here but trusted in miles stays revoked (listed: the miles
+    store is only read). A run older than one gatekeeper recorded in the same series is
+    refused (newest-first order is insert order: import first)."""
     records = read_runs(url)
     for rec in records:
         check_record(rec)
-    fresh = [r for r in records if not store.has_run(r.run_id)]
+    here = {r.run_id: r.trusted for r in store.runs(limit=_EVERY_RUN)}
+    fresh = [r for r in records if r.run_id not in here]
     for rec in fresh:
         newest = store.newest(rec.series)
         if newest is not None and rec.created_at is not None and rec.created_at < newest:
@@ -272,9 +302,15 @@ def import_runs(store: SqlStore, url: str) -> ImportResult:
                 "store before recording that series there"
             )
     store.record_many(fresh)
+    old = [r for r in records if r.run_id in here]
+    revoked = tuple(r.run_id for r in old if here[r.run_id] and not r.trusted)
+    for run_id in revoked:
+        store.mark_untrusted(run_id=run_id)
     return ImportResult(
         runs=len(fresh),
         values=sum(r.n_values for r in fresh),
-        skipped=len(records) - len(fresh),
+        skipped=len(old),
         trusted=sum(r.trusted for r in fresh),
+        revoked=revoked,
+        kept_untrusted=tuple(r.run_id for r in old if r.trusted and not here[r.run_id]),
     )

@@ -36,7 +36,6 @@ _SPEC: dict[str, tuple[str, str, Any]] = {
     "n_samples_per_prompt": ("--n-samples-per-prompt", _INT, 1),
     "global_batch_size": ("--global-batch-size", _INT, None),
     "num_steps_per_rollout": ("--num-steps-per-rollout", _INT, None),
-    "ci_metric_checker_key": ("--ci-metric-checker-key", _TEXT, None),
     "ci_load_grad_norm": ("--ci-load-grad-norm", _TEXT, None),
     "hf_checkpoint": ("--hf-checkpoint", _TEXT, None),
     "eval_interval": ("--eval-interval", _INT, None),

@@ -53,7 +53,7 @@ def read_test_file(cmd: list[str], cwd: str) -> Found:
     """The history identity and `ci_gate` of the miles test file CMD runs (the first
     `*.py` argument that is a file under `cwd`, as miles' harness runs tests from its
     checkout), or a note saying why there is none."""
-    from gatekeeper.history.miles import cuda_suite, declared_gates
+    from gatekeeper.history.miles import cuda_registration
 
     found = Found()
     paths = (os.path.join(cwd, t) for t in cmd if t.endswith(".py"))
@@ -61,29 +61,38 @@ def read_test_file(cmd: list[str], cwd: str) -> Found:
     if script is None or os.path.basename(script) in TRAIN_SCRIPTS:
         return found
     test_path = os.path.relpath(script, cwd).replace(os.sep, "/")
-    if test_path.startswith("../"):
-        found.notes.append(f"{script} is outside the working directory: no test identity")
+    reg = cuda_registration(script)
+    if test_path.startswith("../") or reg is None:  # the gate runs for CUDA tests only
+        found.notes.append(f"{test_path}: no one register_cuda_ci(suite=...) in a test under "
+                           "the working directory: no history identity or ci_gate read")
         return found
-    suite = cuda_suite(script)
-    if not suite:  # miles' history gate runs for registered CUDA tests only
-        found.notes.append(f"{test_path} has no one register_cuda_ci(suite=...): no history "
-                           "identity or ci_gate read from it")
-        return found
-    found.config.update(test_path=test_path, backend="cuda", suite=suite)
+    home, hardware = reg
+    found.config.update(test_path=test_path, backend="cuda")
+    if hardware is None or len(set(hardware)) == 1:  # it cannot have run on another stage
+        found.config["suite"] = home
+    else:
+        found.notes.append(f"suite not read: {test_path} may run on {sorted(set(hardware))}; "
+                           "pass the stage that ran it, --config suite=STAGE")
+    _read_gates(script, test_path, found)
+    shown = " ".join(f"{k}={_show(v)}" for k, v in found.config.items())
+    found.origin.append(f"from {test_path}: {shown}")
+    return found
+
+
+def _read_gates(script: str, test_path: str, found: Found) -> None:
+    """`ci_gate`: the metrics the file declares with `register_ci_gate` (none: [])."""
+    from gatekeeper.history.miles import declared_gates
+
     try:
         declared = declared_gates(script)
     except ConfigError as exc:
         found.notes.append(f"ci_gate not read: {exc}")
-        declared = None
-    if declared is not None and any(written for _, written in declared):
+        return
+    if any(written for _, written in declared):
         found.notes.append(f"ci_gate not read: {test_path} gives register_ci_gate its own "
                            "steps/constraint")
-    elif declared is not None:
-        found.config["ci_gate"] = [metric for metric, _ in declared]
-    if found.config:
-        shown = " ".join(f"{k}={_show(v)}" for k, v in found.config.items())
-        found.origin.append(f"from {test_path}: {shown}")
-    return found
+        return
+    found.config["ci_gate"] = [metric for metric, _ in declared]
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -35,6 +35,41 @@ def period_from_config(sources: tuple[str, ...], run: Run) -> int | str | None:
     return None
 
 
+def config_bound(rule: RuleSpec, run: Run) -> Any:
+    """The rule's check with its bound read from the run's config (`check: {min:
+    config.KEY}`), or why it cannot be (str)."""
+    assert rule.check_from is not None
+    key = rule.check_from.removeprefix("config.")
+    found, value = run.lookup(rule.check_from)
+    if not found or value is None:
+        return (
+            f"run config does not set {key}, which rule {rule.key} reads for its bound; "
+            f"give the run's value, e.g. --config {key}=... (or \"config\" in run.json)"
+        )
+    number = _number(value)
+    if number is None:
+        return f"config {key} is {value!r}; the bound of {rule.key} must be a finite number"
+    try:
+        return type(rule.check).model_validate({"value": number})
+    except ValueError as exc:  # pydantic's ValidationError: e.g. abs_max of a negative
+        first = str(exc).splitlines()[-1].strip()
+        return f"config {key} = {fmt(number)} is no bound for {rule.check.kind}: {first}"
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, also from text (`--config k=0.55` may arrive as text)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, (int, float)) and np.isfinite(value):
+        return float(value)
+    return None
+
+
 def missing_config(policy: PolicySpec, run: Run) -> str | None:
     """Why the policy cannot pick its variants: config keys it reads that the run lacks."""
     missing = [k for k in policy.requires_config if not run.lookup(f"config.{k}")[0]]

@@ -182,7 +182,25 @@ def apply_override(
         changes["steps"] = override.steps
     if override.check is not None:
         changes["check"] = parse_check(override.check, tree, (*where, "check"), shown)
+        changes["check_from"] = config_ref(override.check)
+        if changes["check_from"] is not None and rule.reduce.value == "none":
+            raise PolicyError(
+                f"{dotted((*where, 'check'))}: a bound read from config needs a rule with reduce:",
+                file=shown,
+                line=line_of(tree, (*where, "check")) if tree is not None else None,
+            )
     return replace(rule, **changes)
+
+
+CONFIG_REF = "config."
+
+
+def config_ref(raw: dict[str, Any]) -> str | None:
+    """`config.KEY` when a one-bound check takes its value from the run's config."""
+    ((_, value),) = raw.items()
+    if isinstance(value, str) and value.startswith(CONFIG_REF) and len(value) > len(CONFIG_REF):
+        return value
+    return None
 
 
 def parse_check(raw: dict[str, Any], tree: Any, where: tuple[Any, ...], shown: str) -> Any:
@@ -190,6 +208,8 @@ def parse_check(raw: dict[str, Any], tree: Any, where: tuple[Any, ...], shown: s
     cls = CHECKS.get(kind)
     if cls is None:  # the schema lets only known kinds through: a bug, as before
         raise KeyError(kind)
+    if config_ref(raw) is not None:
+        return _unbound(cls, kind, tree, where, shown)
     try:
         return cls.parse(value)
     except ValidationError as exc:
@@ -197,6 +217,22 @@ def parse_check(raw: dict[str, Any], tree: Any, where: tuple[Any, ...], shown: s
     except ValueError as exc:
         line = line_of(tree, (*where, kind)) if tree is not None else None
         raise PolicyError(f"{dotted((*where, kind))}: {exc}", file=shown, line=line) from None
+
+
+def _unbound(cls: Any, kind: str, tree: Any, where: tuple[Any, ...], shown: str) -> Any:
+    """A one-bound check whose value comes from the run's config: a NaN placeholder until
+    the run is judged (a NaN bound violates every point, so it can never pass by mistake)."""
+    from gatekeeper.checks.bound import Bound
+
+    if not issubclass(cls, Bound):
+        line = line_of(tree, (*where, kind)) if tree is not None else None
+        raise PolicyError(
+            f"{dotted((*where, kind))}: only a one-bound check (min, max, lt, gt, abs_max, "
+            f"abs_lt) takes its value from config, not {kind}",
+            file=shown,
+            line=line,
+        )
+    return cls.model_construct(value=float("nan"))
 
 
 def _rule_spec(
@@ -209,6 +245,15 @@ def _rule_spec(
             f"reduce must be none, got {rule.reduce.value}",
             file=shown,
             line=line_of(tree, (*where, "reduce")),
+        )
+    check_from = config_ref(rule.check)
+    if check_from is not None and rule.reduce.value == "none":
+        raise PolicyError(
+            f"{dotted((*where, 'check'))}: a bound read from config ({check_from}) needs "
+            "reduce: (a reduced rule is judged once the run's config is known; a rule "
+            "judged point by point is judged as its points arrive)",
+            file=shown,
+            line=line_of(tree, (*where, "check")),
         )
     return RuleSpec(
         policy=policy.name,
@@ -225,6 +270,7 @@ def _rule_spec(
         description=rule.description,
         expr=_parse_expr(rule.expr) if rule.expr else None,
         if_logged=rule.if_logged,
+        check_from=check_from,
     )
 
 

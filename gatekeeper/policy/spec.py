@@ -35,6 +35,9 @@ class RuleSpec:
     override: str | None = None  # reason an override gave; shown in every report
     expr: Expr | None = None  # a derived metric; then `metric` is its text
     if_logged: bool = False  # absent metric -> SKIP (not logged by this run), not ERROR
+    # `check: {min: config.KEY}`: the bound is read from the run's config when the run is
+    # judged (binding.config_bound); until then `check` holds a NaN placeholder
+    check_from: str | None = None
 
     @property
     def key(self) -> str:
@@ -42,6 +45,11 @@ class RuleSpec:
 
     def describe_expected(self) -> str:
         bound = self.check.describe()
+        value = getattr(self.check, "value", None)
+        if self.check_from is not None and isinstance(value, float) and value != value:
+            # not bound to a run yet: name the key (`x >= config.k`)
+            x, op = getattr(self.check, "_x", "x"), getattr(self.check, "op", "?")
+            bound = f"{x} {op} {self.check_from}"
         if self.reduce is not Reduce.NONE:
             bound = f"{self.reduce.value}: {bound}"
         if self.for_ > 1:

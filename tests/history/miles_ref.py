@@ -13,7 +13,17 @@ Mirrored from radixark/miles at 31f1ca961a94cb860cec3b2dea34ec332bfa8f76:
   evaluate_gate judges only the file's register_ci_gate specs, a declared metric missing
   from the record is ERROR -- "required metric ... missing from record" -- and a file
   with no spec is vacuously trusted; ci_utils.run_gate_hook never fails CI: shadow).
+- trust revocation: storage/sqlite_store.py `mark_untrusted` (exactly one of run_id /
+  github_run_id / commit_sha; counts rows whose trust changed).
 Only what the tests compare against is mirrored; it is a reference, not a product.
+
+The executing-stage identity is mirrored from miles' PR stack #2700-#2704, at
+fa787d5958a9d065077d2f08b92af6581c369f9f (#2702: `evaluate_gate(..., executing_suite=)`
+keys the run on the stage `run_suite.py --suite` ran, not `register_cuda_ci(suite=)`),
+with the dispatch it guards from 107731c3c8422836378ce4d6a51bfee90e22eaf5 (#2703,
+tests/ci/hardware.py: stage arch/GPU table, `auto_arch`, `target_stage`,
+`dispatch_targets`) and 5433d57fe9f7106aba8002b359d3d8ac9e76508e (#2701: the required
+`register_cuda_ci(hardware=[...])`, home stage on the first supported arch).
 """
 
 # ruff: noqa: E501 - GATE_DEFAULTS and the SQL are kept as miles writes them
@@ -187,8 +197,62 @@ class MilesStore:
         rows = self.conn.execute(BASELINE_SQL, (*identity, *coord, limit)).fetchall()
         return [row[0] for row in rows]
 
+    def mark_untrusted(self, *, run_id: str | None = None, github_run_id: int | None = None,
+                       commit_sha: str | None = None) -> int:
+        given = {k: v for k, v in (("run_id", run_id), ("github_run_id", github_run_id),
+                                   ("commit_sha", commit_sha)) if v is not None}
+        if len(given) != 1:
+            raise ValueError(f"mark_untrusted takes exactly one key, got {sorted(given)}")
+        (column, value), = given.items()
+        with self.conn:
+            cur = self.conn.execute(
+                f"UPDATE runs SET trusted = 0 WHERE {column} = ? AND trusted = 1", (value,))
+            return cur.rowcount
+
     def close(self) -> None:
         self.conn.close()
+
+
+# -- the executing stage (#2701-#2703) -------------------------------------------------------
+ARCH_ORDER = ("hopper", "blackwell")  # auto-dispatch preference
+STAGES: dict[str, tuple[str, int]] = {  # stage -> (arch, GPUs)
+    "stage-b-2-gpu-h200": ("hopper", 2),
+    "stage-c-8-gpu-h100": ("hopper", 8),
+    "stage-c-8-gpu-h200": ("hopper", 8),
+    "stage-c-4-gpu-h200": ("hopper", 4),
+    "stage-c-2-gpu-h200": ("hopper", 2),
+    "stage-c-8-gpu-b200": ("blackwell", 8),
+}
+
+
+def stage_for(home: str, arch: str) -> str | None:
+    """target_stage: the home stage on its own arch, else the narrowest stage of `arch`
+    with at least the home stage's GPUs (ties by name); None when none is wide enough."""
+    if STAGES[home][0] == arch:
+        return home
+    wide = [s for s, (a, n) in STAGES.items() if a == arch and n >= STAGES[home][1]]
+    return min(wide, key=lambda s: (STAGES[s][1], s), default=None)
+
+
+def executing_stages(home: str, hardware: list[str], *, requested: frozenset[str] = frozenset(),
+                     absorb: bool = False) -> set[str]:
+    """dispatch_targets: the stages that run a CUDA registration. Nothing requested: once,
+    on the first supported arch (its home, by the home-stage invariant); a requested arch
+    that is not home's is reached only with `absorb` (an explicit run-on-* label)."""
+    arches = set(hardware) & requested if requested else {
+        next(a for a in ARCH_ORDER if a in hardware)}
+    out = set()
+    for arch in arches:
+        if STAGES[home][0] == arch:
+            out.add(home)
+        elif absorb and (dest := stage_for(home, arch)) is not None:
+            out.add(dest)
+    return out
+
+
+def run_identity(test_path: str, executing_suite: str) -> tuple[str, str, str]:
+    """evaluate_gate's identity since #2702: the suite is the stage that ran."""
+    return (test_path, "cuda", executing_suite)
 
 
 def parse_merged_record(path: str) -> dict[str, list]:

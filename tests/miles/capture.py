@@ -114,9 +114,13 @@ class Variant:
     use_kl_loss: bool = False
     use_rollout_routing_replay: bool = False
     num_steps_per_rollout: int = 1
+    train_backend: str = "megatron"  # --train-backend; check_kl runs in megatron only
+    start_rollout_id: int | None = 0  # as logged at wandb.init: 0 fresh, None resumed
 
     def config(self) -> dict[str, Any]:
         return {
+            "train_backend": self.train_backend,
+            "start_rollout_id": self.start_rollout_id,
             "lora_rank": self.lora_rank,
             "multi_latent_attention": self.multi_latent_attention,
             "use_kl_loss": self.use_kl_loss,
@@ -127,7 +131,8 @@ class Variant:
     def config_flags(self) -> list[str]:
         out = []
         for k, v in self.config().items():
-            out += ["--config", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
+            text = "null" if v is None else str(v).lower() if isinstance(v, bool) else v
+            out += ["--config", f"{k}={text}"]
         return out
 
 

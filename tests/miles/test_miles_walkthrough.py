@@ -32,6 +32,18 @@ def documented() -> list[list[str]]:
     return [shlex.split(ln.replace("$GK", str(REPO)))[1:] for ln in lines]
 
 
+def bare_record_example() -> list[str]:
+    """The Config section's `gatekeeper check RECORD_DIR ...` example, on out/records."""
+    text = DOC.read_text()
+    section = text[text.index("## Config") :]
+    section = section[: section.index("\n## ", 1)]
+    block = re.search(r"```bash\n(gatekeeper check RECORD_DIR .*?)```", section, re.S)
+    assert block is not None and "num_steps_per_rollout=2" in block.group(1)
+    argv = shlex.split(block.group(1).replace("\\\n", " "))[1:]
+    return [{"RECORD_DIR": "out/records", "policies/miles": str(REPO / "policies" / "miles")}
+            .get(a, a) for a in argv]
+
+
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
     """A miles checkout with the stand-in test, and `python3` on PATH as this Python."""
@@ -116,12 +128,8 @@ def test_a_mid_rollout_value_is_not_a_rollout_start(checkout: Path) -> None:
     assert wrong.returncode == 1 and "train/step=1" in wrong.stdout, _out(wrong)
     # the bare-record example of docs/miles.md's Config section: 2 steps per rollout
     (checkout / "out" / "records" / "run.json").unlink()
-    bare = gatekeeper(*check, "--config", "lora_rank=0", "--config", "multi_latent_attention=false",
-                      "--config", "num_steps_per_rollout=2",
-                      "--config", "use_rollout_routing_replay=false", cwd=checkout,
-                      env=_env(checkout))
+    bare = gatekeeper(*bare_record_example(), cwd=checkout, env=_env(checkout))
     assert bare.returncode == 0, _out(bare)
-    assert "--config num_steps_per_rollout=2" in DOC.read_text()
 
 
 def test_without_a_trainer_the_error_names_the_flags(tmp_path: Path) -> None:
@@ -134,7 +142,7 @@ def test_without_a_trainer_the_error_names_the_flags(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1, _out(proc)
     assert "records appeared before a miles trainer" in proc.stdout
-    assert "fake_miles.py has no one register_cuda_ci" in proc.stdout
+    assert "fake_miles.py: no one register_cuda_ci" in proc.stdout
     assert "--config num_steps_per_rollout=..." in proc.stdout
     assert not (tmp_path / "records" / "run.json").exists()
 

@@ -171,7 +171,8 @@ def test_tito_mtp_and_metric_checker_packs(tmp_path: Path) -> None:
 def test_metric_checker_below_threshold_fails_and_applies_only_to_its_tests(
     tmp_path: Path,
 ) -> None:
-    config = {"ci_metric_checker_key": "eval/gsm8k"}
+    # miles logs both args; the bound is the run's ci_metric_checker_threshold
+    config = {"ci_metric_checker_key": "eval/gsm8k", "ci_metric_checker_threshold": 0.71}
     evals = [{"eval/step": i, "eval/gsm8k": x} for i, x in enumerate([0.6, 0.7099])]
     rules = by_rule(gate.check(
         str(wandb_run(tmp_path / "low", Variant(), None, config, evals)), POLICIES

@@ -54,8 +54,7 @@ def _writer(kind: str) -> Any:
 
 
 def _first_session(run: Path, kind: str) -> None:
-    """Steps 0..99; the value at BAD_STEP breaks the gate. The suffix orders the files
-    when both sessions start within one second."""
+    """Steps 0..99; the value at BAD_STEP breaks the gate."""
     w = _writer(kind)(str(run), filename_suffix=".0")
     for step in range(100):
         w.add_scalar("train/loss", 100.0 if step == BAD_STEP else 1.0, step)
@@ -66,6 +65,7 @@ def _resume(run: Path, kind: str, steps: range) -> Any:
     """A writer resumed from a checkpoint at step 50: `purge_step=50`, healthy values,
     on disk (tensorboardX's flush leaves its queue to a thread, which writes every
     flush_secs)."""
+    _next_second(run)
     w = _writer(kind)(str(run), purge_step=50, filename_suffix=".1", flush_secs=0.05)
     for step in steps:
         w.add_scalar("train/loss", 0.5, step)
@@ -75,6 +75,18 @@ def _resume(run: Path, kind: str, steps: range) -> Any:
         assert time.monotonic() < deadline, "the writer did not write its points"
         time.sleep(0.02)
     return w
+
+
+def _next_second(run: Path) -> None:
+    """Wait until the wall clock is past the second in the newest event file's name.
+
+    Both writers name a file `events.out.tfevents.<%010d seconds>.<host>.<pid>.<uid><suffix>`
+    with `uid` a per-process counter: within one second, uid 10 sorts before uid 9, and
+    TensorBoard (and gatekeeper, as it) would read the resume before the first session
+    (seen in CI once the suite had made ten writers). A later second orders them."""
+    newest = max(int(p.name.split(".")[3]) for p in run.glob("events.out.tfevents.*"))
+    while time.time() < newest + 1:
+        time.sleep(0.02)
 
 
 def _resumed_points(run: Path) -> int:

@@ -280,4 +280,5 @@ def test_a_policy_that_requires_config_is_not_exportable_with_the_reason(tmp_pat
         tmp_path, str(policy), "--tests-from", str(policy.with_name("ci-consistency.test.yaml"))
     )
     assert "not exportable: miles-ci-consistency/ppo-kl-rollout-start" in out.stdout
-    assert "the policy requires config (lora_rank, multi_latent_attention" in out.stdout
+    needs = "the policy requires config (train_backend, lora_rank, multi_latent_attention"
+    assert needs in out.stdout
