@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
 from gatekeeper.errors import GatekeeperError, UsageError
 from gatekeeper.model import Run
 from gatekeeper.policy.loader import load_policies
-from gatekeeper.policy.overrides import CliOverride, apply_cli_overrides
+from gatekeeper.policy.overrides import CliOverride, apply_cli_overrides, parse_override
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.session import judge_whole
 from gatekeeper.sources import RunOverrides, open_source
@@ -24,32 +25,68 @@ if TYPE_CHECKING:
 class ReportOptions:
     """What `Gate.finalize()` (and `gatekeeper check`) writes: `json_path`, `junit_path`
     (files, written atomically), `github` (auto: annotations and step summary when
-    GITHUB_ACTIONS=true; always; never), `quiet` (no console table), `show_skipped`."""
+    GITHUB_ACTIONS=true; always; never), `quiet` (no console table: the default for a
+    library call; `quiet=False` prints it on stdout, as `gatekeeper check` does unless
+    `-q`), `show_skipped`, `color` (the table's: auto, always, never; see
+    `gatekeeper.report.color`)."""
 
     json_path: str | None = None
     junit_path: str | None = None
     github: str = "auto"  # auto: when GITHUB_ACTIONS=true | always | never
-    quiet: bool = False
+    quiet: bool = True  # a library call prints no table unless asked; the CLI sets it
     show_skipped: bool = True
+    color: str = "auto"  # auto: NO_COLOR, FORCE_COLOR, then a terminal | always | never
     extra: dict[str, str] = field(default_factory=dict)
+
+
+# Policies as a library call takes them: a file or directory, several, or loaded specs.
+PolicyInput = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Sequence[PolicySpec]
 
 
 def load(policy_paths: list[str], overrides: list[CliOverride]) -> list[PolicySpec]:
     return apply_cli_overrides(load_policies(policy_paths), overrides)
 
 
+def resolve_policies(policies: PolicyInput, overrides: Sequence[str] = ()) -> list[PolicySpec]:
+    """Policy paths (as `-p`) loaded, or loaded `PolicySpec`s as they are, with
+    `POLICY/RULE=ACTION:REASON` overrides (as `--override`) applied."""
+    if isinstance(policies, (str, os.PathLike)):
+        policies = [policies]
+    items = list(policies)
+    if items and all(isinstance(p, PolicySpec) for p in items):
+        specs = [p for p in items if isinstance(p, PolicySpec)]
+    elif any(isinstance(p, PolicySpec) for p in items):
+        raise UsageError("policies: give paths or loaded PolicySpec objects, not both")
+    else:
+        specs = load_policies([os.fspath(p) for p in items])  # type: ignore[arg-type]
+    return apply_cli_overrides(specs, [parse_override(o) for o in overrides])
+
+
 def check(
-    source: str | Run,
-    policies: list[PolicySpec],
+    source: str | os.PathLike[str] | Run,
+    policies: PolicyInput,
     run_overrides: RunOverrides | None = None,
     history: HistoryOptions | None = None,
     references: dict[str, Run] | None = None,
+    *,
+    overrides: Sequence[str] = (),
 ) -> Verdict:
-    """Read a finished run whole and judge it (missing data is ERROR, never a pass).
-    With `history`, drift rules read their baselines from the store (and record the run).
-    `references` (name -> an earlier run) are what `isclose` rules compare against.
-    `source` may be a Run already read (the plotting reports need its series too)."""
-    run = source if isinstance(source, Run) else read_run(source, policies)
+    """Judge a finished run, as `gatekeeper check SOURCE -p POLICY` does; the Verdict
+    (`verdict.status`, `verdict.exit_code`: the CLI's 0/1/5, `verdict.results`).
+
+    - `source`: anything `check` reads (a JSONL file, a run directory, `wandb://…`, a
+      TensorBoard log dir, `mlflow://…`), or a `Run` already read.
+    - `policies`: policy files/directories (as `-p`) or loaded `PolicySpec`s;
+      `overrides`: `POLICY/RULE=ACTION:REASON` strings, as `--override`.
+    - `run_overrides`: name, tags, config, allowed states (as `--name`, `--config`…).
+    - `history`: drift rules read their baselines from this store (and record the run).
+    - `references`: name -> an earlier run, what `isclose` rules compare against.
+
+    Missing data is an ERROR, never a pass. Nothing is printed and no file written: pass
+    the verdict to `write_reports` for that. A policy or source that cannot be read
+    raises a `GatekeeperError` (the CLI's exit 2)."""
+    policies = resolve_policies(policies, overrides)
+    run = source if isinstance(source, Run) else read_run(os.fspath(source), policies)
     if run_overrides is not None:
         run = run_overrides.apply(run)
     if history is not None:
@@ -119,7 +156,7 @@ def print_reports(verdict: Verdict, opts: ReportOptions, stream: TextIO | None =
     if not opts.quiet:
         from gatekeeper.report import console
 
-        console.render(verdict, stream, show_skipped=opts.show_skipped)
+        console.render(verdict, stream, show_skipped=opts.show_skipped, color=opts.color)
     if github_enabled(opts.github):
         from gatekeeper.report import github
 
@@ -127,6 +164,6 @@ def print_reports(verdict: Verdict, opts: ReportOptions, stream: TextIO | None =
 
 
 __all__ = [
-    "GatekeeperError", "ReportOptions", "check", "load", "print_reports", "write_files",
-    "write_reports",
+    "GatekeeperError", "PolicyInput", "ReportOptions", "check", "load", "print_reports",
+    "resolve_policies", "write_files", "write_reports",
 ]

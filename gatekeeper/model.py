@@ -108,6 +108,18 @@ def _unsorted(steps: np.ndarray) -> bool:
     return steps.size > 1 and bool(np.any(steps[1:] < steps[:-1]))
 
 
+@dataclass(frozen=True)
+class Capture:
+    """What a source that keeps only some metrics can carry at all (miles' CI record keeps
+    7 keys of every log dict): a rule on a metric outside `keys` cannot be judged there,
+    which is not the run "not logging" it. `name` and `instead` word the reports: `metric
+    X not captured by {name}`, `judge it on {instead}`."""
+
+    name: str
+    keys: frozenset[str]
+    instead: str
+
+
 @dataclass
 class Run:
     """A training run: metadata plus its series by metric name."""
@@ -135,6 +147,8 @@ class Run:
     # Step-less values (wandb's summary): metric -> value, judged by rules on metrics
     # that have no history points.
     summary_values: dict[str, float] = field(default_factory=dict)
+    # the metrics the source can carry, when it keeps only some (None: any it was given)
+    capture: Capture | None = None
 
     def lookup(self, dotted: str) -> tuple[bool, Any]:
         """Resolve `name`, `tags`, `state`, `id` or a dotted `config.a.b` key: (found, value)."""

@@ -74,8 +74,12 @@ class JudgingSession:
         overrides: RunOverrides | None = None,
         tags: Iterable[str] = (),
         evaluation: Evaluation | None = None,
+        bounded: bool = False,
     ):
-        self.evaluation = evaluation if evaluation is not None else Evaluation(policies)
+        """`bounded`: a new evaluation is `Evaluation(bounded=True)` (the daemon's)."""
+        self.evaluation = (
+            evaluation if evaluation is not None else Evaluation(policies, bounded=bounded)
+        )
         self.live = live
         self.overrides = overrides
         self.tags = tuple(tags)
@@ -107,7 +111,7 @@ class JudgingSession:
         again (`Poll.reset`), so the points fed before are forgotten; what was said about
         the rules (`changes`) is kept, so a rule that now passes is reported as a change."""
         if reset:
-            self.evaluation = Evaluation(self.policies)
+            self.evaluation = Evaluation(self.policies, bounded=self.evaluation.bounded)
             self.progress = Progress()
             self.arrivals = {}
         self.evaluation.feed(series)

@@ -72,6 +72,9 @@ class RuleResult:
     span: tuple[int, int] | None = None
     violating_steps: tuple[int, ...] = ()
     overlay: dict[str, list[float]] | None = None  # e.g. history's corridor per step
+    # a skip because the source cannot carry the rule's metric at all (a miles CI record
+    # keeps 7 keys): the reason, counted on the verdict line apart from other skips
+    not_judged: str | None = None
 
     @classmethod
     def of(cls, **values: Any) -> RuleResult:
@@ -200,6 +203,15 @@ class Verdict:
             out[r.status.value] += 1
         return out
 
+    def not_judged(self) -> dict[str, int]:
+        """Skips the source could not avoid, by reason: `{"not captured by the CI record":
+        8}` (rules on metrics a miles CI record never keeps). Part of the `skip` count."""
+        out: dict[str, int] = {}
+        for r in self.results:
+            if r.status is Status.SKIP and r.not_judged:
+                out[r.not_judged] = out.get(r.not_judged, 0) + 1
+        return out
+
     def failing(self) -> list[RuleResult]:
         return [r for r in self.results if r.gating]
 
@@ -208,7 +220,8 @@ class Verdict:
             "status": self.status.value,
             "final": self.final,
             "run": self.run,
-            "counts": self.counts(),
+            "counts": {**self.counts(), "not_judged": sum(self.not_judged().values())},
+            "not_judged": self.not_judged(),
             "stopped": self.stopped,
             "nothing_judged_allowed": self.nothing_allowed,
             "results": [r.to_dict() for r in self.results],

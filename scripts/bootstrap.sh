@@ -44,6 +44,9 @@ if [ "$want_test" = 1 ]; then
   # playwright; no browser is ever downloaded).
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   command -v npm >/dev/null 2>&1 || need+=(npm)
+  # `gatekeeper completion zsh|fish` is checked in the shells themselves.
+  command -v zsh >/dev/null 2>&1 || need+=(zsh)
+  command -v fish >/dev/null 2>&1 || need+=(fish)
   if [ ${#need[@]} -gt 0 ]; then
     echo "==> installing system packages for the tests: ${need[*]}"
     SUDO=""

@@ -119,8 +119,9 @@ def test_a_threshold_check_imports_only_the_check_kinds_its_policy_names(tmp_pat
                                                 "mlflow", "httpx"))] == []
     assert "google.protobuf" not in modules
     commands = [m for m in modules if m.startswith("gatekeeper.cli.")]
+    # (projectconfig: the project config is looked for; its schema only where one is found)
     assert commands == ["gatekeeper.cli.args", "gatekeeper.cli.check", "gatekeeper.cli.main",
-                        "gatekeeper.cli.report"]
+                        "gatekeeper.cli.projectconfig", "gatekeeper.cli.report"]
 
 
 def test_numpy_is_imported_with_one_blas_thread_and_the_environment_is_left_as_it_was(

@@ -36,6 +36,9 @@ class Outcome:
     value: float | None = None
     violations: int = 0
     judged: int = 0
+    # a skip because the source cannot carry the metric at all: why (the verdict counts
+    # these apart, so a skip that no run of this source could avoid never looks judged)
+    not_judged: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,12 @@ class MaskCheck(Check):
 
 class AggregateCheck(Check):
     """A check judged over the whole selected sequence, fed incrementally."""
+
+    # The EvalContext field ("history", "references") the check judges its points
+    # against, if any. Without it `outcome` reads no point but the first (a SKIP or an
+    # ERROR saying it is missing), so an evaluation whose verdicts never give it (the
+    # daemon's) feeds the check its first point only.
+    reads: ClassVar[str | None] = None
 
     def start(self) -> Any:
         """Fresh state for one rule on one run."""

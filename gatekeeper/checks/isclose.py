@@ -35,6 +35,7 @@ class _CloseState:
 
 class IsClose(AggregateCheck):
     kind = "isclose"
+    reads = "references"
     reference: str = Field(min_length=1)
     rel_tol: float = Field(default=1e-9, ge=0)  # math.isclose's defaults
     abs_tol: float = Field(default=0.0, ge=0)
@@ -55,7 +56,8 @@ class IsClose(AggregateCheck):
         return _CloseState()
 
     def feed(self, state: _CloseState, steps: np.ndarray, values: np.ndarray) -> _CloseState:
-        state.fresh.append((steps, values))
+        if state.error is None and state.fail is None:  # once decided, no point is compared
+            state.fresh.append((steps, values))
         return state
 
     def outcome(self, state: _CloseState, *, final: bool, ctx: EvalContext) -> Outcome:

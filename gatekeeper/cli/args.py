@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from gatekeeper.errors import UsageError
 
 if TYPE_CHECKING:
     from gatekeeper.baselines import HistoryOptions
+    from gatekeeper.cli.configschema import ProjectConfig
     from gatekeeper.gate import ReportOptions
     from gatekeeper.policy.overrides import CliOverride
     from gatekeeper.sources.base import RunOverrides
@@ -40,14 +42,34 @@ class PlotOptions:
 
 def add_policy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "-p", "--policy", action="append", required=True, metavar="POLICY",
-        help="policy file or directory of *.yaml (repeatable)",
+        "-p", "--policy", action="append", metavar="POLICY",
+        help="policy file or directory of *.yaml (repeatable; default: the policies of the "
+        "project config, [tool.gatekeeper] in pyproject.toml or gatekeeper.yaml)",
     )
     p.add_argument(
         "--override", action="append", default=[], metavar="POLICY/RULE=ACTION:REASON",
         help="relax one rule with a recorded reason: =off:REASON, =warn:REASON, "
         "=abs_max=1e-8:REASON (repeatable)",
     )
+    p.add_argument(
+        "--no-config", action="store_true",
+        help="read no project config (gatekeeper.yaml, [tool.gatekeeper], $GATEKEEPER_CONFIG)",
+    )
+
+
+def project_config(args: argparse.Namespace) -> ProjectConfig | None:
+    """The project config (docs/config.md), found once per command; which file it is goes
+    on stderr, one line, so a log says where the settings came from."""
+    if getattr(args, "no_config", False):
+        return None
+    if not hasattr(args, "project_config"):
+        from gatekeeper.cli.projectconfig import discover
+
+        args.project_config = discover()
+        if args.project_config is not None:
+            print(f"gatekeeper: config {args.project_config.shown}", file=sys.stderr)
+    found: ProjectConfig | None = args.project_config
+    return found
 
 
 def add_tuning_arg(
@@ -60,11 +82,28 @@ def add_tuning_arg(
 
 
 def policy_options(args: argparse.Namespace) -> PolicyOptions:
+    """`-p` and `--override`; without `-p`, the project config's policies. The config's
+    overrides go with its policies (a `-p` replacing them drops them); an `--override`
+    replaces the config's override of the rule it names (flags win)."""
     from gatekeeper.policy.overrides import parse_override
 
-    return PolicyOptions(
-        paths=tuple(args.policy), overrides=tuple(parse_override(o) for o in args.override)
-    )
+    config = project_config(args)
+    paths = tuple(args.policy or ())
+    given = tuple(parse_override(o) for o in args.override)
+    configured: tuple[CliOverride, ...] = ()
+    if config is not None and not (paths and config.policies):
+        paths = paths or config.policies
+        named = {(o.policy, o.rule) for o in given}
+        configured = tuple(
+            o for o in (parse_override(text, origin) for text, origin in config.overrides)
+            if (o.policy, o.rule) not in named
+        )
+    if not paths:
+        raise UsageError(
+            "no policy: pass -p POLICY, or set policies in [tool.gatekeeper] of pyproject.toml "
+            "or in a gatekeeper.yaml (docs/config.md)"
+        )
+    return PolicyOptions(paths=paths, overrides=configured + given)
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -141,29 +180,47 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
         help="write a self-contained HTML report with a plot per rule (opens offline)",
     )
     p.add_argument(
-        "--github", choices=("auto", "always", "never"), default="auto",
-        help="GitHub annotations and step summary (auto: when GITHUB_ACTIONS=true)",
+        "--github", choices=("auto", "always", "never"),
+        help="GitHub annotations and step summary (auto, the default: when GITHUB_ACTIONS=true)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print only the one-line verdict")
     p.add_argument(
         "--hide-skipped", action="store_true", help="leave skipped rules out of the table"
     )
+    p.add_argument(
+        "--color", choices=("auto", "always", "never"),
+        help="colour the console report (auto, the default: not when NO_COLOR is set, "
+        "always when FORCE_COLOR is, else on a terminal)",
+    )
+
+
+def _report_setting(args: argparse.Namespace, flag: str, key: str) -> str | None:
+    """A report flag's value, else the project config's `reports.<key>` (flags win)."""
+    given: str | None = getattr(args, flag)
+    if given is not None:
+        return given
+    config = project_config(args)
+    return config.reports.get(key) if config is not None else None
 
 
 def report_options(args: argparse.Namespace) -> ReportOptions:
     from gatekeeper.gate import ReportOptions
 
     return ReportOptions(
-        json_path=args.json_path,
-        junit_path=args.junit_path,
-        github=args.github,
+        json_path=_report_setting(args, "json_path", "json"),
+        junit_path=_report_setting(args, "junit_path", "junit"),
+        github=_report_setting(args, "github", "github") or "auto",
         quiet=args.quiet,
         show_skipped=not args.hide_skipped,
+        color=_report_setting(args, "color", "color") or "auto",
     )
 
 
 def plot_options(args: argparse.Namespace) -> PlotOptions:
-    return PlotOptions(html_path=args.html_path, github=args.github)
+    return PlotOptions(
+        html_path=_report_setting(args, "html_path", "html"),
+        github=_report_setting(args, "github", "github") or "auto",
+    )
 
 
 def add_annotate_arg(parser: argparse.ArgumentParser) -> None:

@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 # at the top, so building its parser stays cheap.
 BUILTIN_COMMANDS = (
     "check", "validate", "checks", "serve", "history", "watch", "run", "test", "export",
-    "suggest", "import-recipe", "lint", "report", "sources",
+    "suggest", "import-recipe", "lint", "report", "sources", "completion",
 )
-_NOT_COMMANDS = ("main", "args")  # this package's other modules: the entry point, options
+# this package's other modules: the entry point, options, completion scripts, config files
+_NOT_COMMANDS = ("main", "args", "shellcomplete", "projectconfig", "configschema")
 
 
 def _register_of(name: str) -> Callable[[Any], None]:
@@ -86,7 +87,7 @@ def _parser_class() -> type[argparse.ArgumentParser]:
 
     class _Parser(argparse.ArgumentParser):
         def error(self, message: str) -> Any:  # argparse exits 2 itself; one message form
-            raise UsageError(f"{self.prog}: {message}")
+            raise UsageError(usage_message(self.prog, message))
 
     return _Parser
 
@@ -102,7 +103,9 @@ def build_parser(plugins: bool = True, only: str | None = None) -> argparse.Argu
         "--debug", action="store_true",
         help="on an internal error, print the full traceback (also GATEKEEPER_DEBUG=1)",
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=parser_class)
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=parser_class, metavar="COMMAND"
+    )
     if only is not None:
         _register_of(only)(sub)
         return parser
@@ -110,6 +113,54 @@ def build_parser(plugins: bool = True, only: str | None = None) -> argparse.Argu
     for register in commands.values():
         register(sub)
     return parser
+
+
+def usage_message(prog: str, message: str) -> str:
+    """argparse's complaint as the one error line: main prints "gatekeeper: error: ", so
+    the command is named after it (`check: ...`), never "gatekeeper" a second time, and
+    the line ends saying where the command's options are listed."""
+    command = prog.removeprefix("gatekeeper").strip()
+    message += _did_you_mean(message)
+    if not command:
+        return f"{message}; see 'gatekeeper --help'"
+    return f"{command}: {message}; see 'gatekeeper {command} --help'"
+
+
+def _did_you_mean(message: str) -> str:
+    """For argparse's "invalid choice: 'X' (choose from ...)" (a subcommand such as
+    `history recrod`, a `--github` value), the nearest choices by spelling."""
+    import difflib
+    import re
+
+    m = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+    if not m:
+        return ""
+    choices = [c.strip(" '") for c in m.group(2).split(",")]
+    close = difflib.get_close_matches(m.group(1), choices, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def unknown_command(word: str, known: Sequence[str]) -> str:
+    """The error for a word that names no command, with the nearest commands by spelling
+    (difflib, as `git` and `ruff` suggest: "did you mean")."""
+    import difflib
+
+    close = difflib.get_close_matches(word, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return (
+        f"{word!r} is not a gatekeeper command{hint} (commands: {', '.join(known)}; "
+        "see 'gatekeeper --help')"
+    )
+
+
+def _command_names(parser: argparse.ArgumentParser) -> list[str]:
+    """The commands `parser` knows, in --help order."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
 
 
 # Where the one-line internal-error message sends people.
@@ -193,12 +244,22 @@ def _command(argv: list[str]) -> int:
     if argv[:1] == ["--version"]:  # what argparse answers (and exits 0), importing nothing
         print(f"gatekeeper {__version__}")
         return 0
-    from gatekeeper.errors import GatekeeperError, one_line
+    from gatekeeper.errors import GatekeeperError, UsageError, one_line
 
     try:
         command = _builtin_named(argv)
         parser = build_parser(plugins=False, only=command) if command else build_parser()
-        args = parser.parse_args(argv)
+        if not argv:  # as ruff: the help, on stderr, and 2 (no command ran, nothing passed)
+            parser.print_help(sys.stderr)
+            return 2
+        if command is None and not argv[0].startswith("-"):
+            names = _command_names(parser)
+            if argv[0] not in names:
+                raise UsageError(unknown_command(argv[0], names))
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named against the command they were given to, not the top level
+            where = f"gatekeeper {args.command}" if getattr(args, "command", None) else ""
+            raise UsageError(usage_message(where, f"unrecognized arguments: {' '.join(extra)}"))
         with _quiet_numpy():  # numpy is imported only for a command, never for --version
             if not getattr(args, "owns_startup", False):
                 startup_done()

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from gatekeeper.daemon.exporter import MetricsSettings
 from gatekeeper.errors import ConfigError, PolicyError
 from gatekeeper.notify.kinds import NotifierEntry
 from gatekeeper.sources.mlflow.discover import MlflowFilter
@@ -179,6 +180,7 @@ class DaemonConfig(_Model):
     state: str = "gatekeeper-state.db"
     http: HttpSettings = HttpSettings()
     poll: PollSettings = PollSettings()
+    metrics: MetricsSettings = MetricsSettings()  # what /metrics holds (exporter.py)
     targets: list[Target] = Field(min_length=1)
     notifiers: list[NotifierEntry] = []  # each validated by its kind's settings model
     file: str = ""  # where it was read from (set by the loader)

@@ -40,6 +40,7 @@ class Api:
     run: Callable[[str], dict[str, Any] | None]
     alerts: Callable[[], list[dict[str, Any]]]
     token: str | None = None
+    metrics_app: WsgiApp | None = None  # /metrics (exporter.DaemonMetrics.wsgi_app)
 
 
 Route = Callable[["Exchange"], None]
@@ -81,8 +82,9 @@ def default_routes() -> Routes:
 
 
 def _metrics(h: Exchange) -> None:
-    # prometheus_client's own app: content negotiation (OpenMetrics), gzip, `name[]=`
-    h.delegate(make_wsgi_app(h.api.registry))
+    # the daemon's (its run and policy statuses written directly) or prometheus_client's
+    # own app: content negotiation (OpenMetrics), gzip, `name[]=` either way
+    h.delegate(h.api.metrics_app or make_wsgi_app(h.api.registry))
 
 
 def _healthz(h: Exchange) -> None:

@@ -24,7 +24,9 @@ FORMAT = "gatekeeper-run-state"
 # check's state changes shape. A state of an older version is not read: its run is re-read
 # from its source (`loads` says so); one of a newer version is refused (a downgrade).
 # 2: a tracker's state is per stage (selection, reduction, judgement, aggregate).
-STATE_VERSION = 2
+# 3: bounded (engine.Evaluation(bounded=True)): its size follows the rules' windows, not
+#    the run's length; a selection's parked/dropped/reread.
+STATE_VERSION = 3
 
 
 def dumps(evaluation: Evaluation) -> str:
@@ -75,7 +77,7 @@ def restore(
 ) -> Evaluation:
     """The run's Evaluation rebuilt from its data; StateError naming the bad field."""
     try:
-        return Evaluation.from_state(policies, data)
+        return Evaluation.from_state(policies, data)  # bounded or not, as it was saved
     except StateDataError as exc:
         raise refused(path, key, f"its state does not fit its rules: {exc}") from None
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from gatekeeper.daemon import payload as run_state
 from gatekeeper.daemon.config import DaemonConfig
 from gatekeeper.daemon.discovery import Lister, lister
-from gatekeeper.daemon.exporter import DaemonMetrics, MetricView, RuleView, RunView
+from gatekeeper.daemon.exporter import DaemonMetrics, MetricView, RunView
 from gatekeeper.daemon.http import Api, HttpServer
 from gatekeeper.daemon.scheduler import PollScheduler
 from gatekeeper.daemon.state import RunRecord, StateStore
@@ -133,7 +133,7 @@ class Daemon:
         records = self.store.load_runs()
         restore_states(records, [w for w, _ in targets], config.state)
         self.registry = CollectorRegistry()
-        self.metrics = DaemonMetrics(self.registry, self._views)
+        self.metrics = DaemonMetrics(self.registry, self._views, config.metrics)
         self.channels = {n.name: self._channel(n) for n in config.notifiers}
         self.metrics.prime(self.channels)
         self.scheduler = PollScheduler(
@@ -188,9 +188,7 @@ class Daemon:
                 status=w.status,
                 last_success=w.last_success,
                 ended=w.ended,
-                rules=tuple(
-                    RuleView(r.policy, r.rule, r.severity, r.status) for r in w.rules.values()
-                ),
+                rules=tuple(w.rules.values()),  # RuleRows: policy, rule, severity, status
                 metrics=tuple(MetricView(m, step, value) for m, step, value in w.latest()),
             )
             for w in watchers
@@ -205,6 +203,7 @@ class Daemon:
     def _api(self) -> Api:
         return Api(
             registry=self.registry,
+            metrics_app=self.metrics.wsgi_app(),
             healthy=lambda: self.scheduler.scheduler.running,
             ready=self.scheduler.discovered.is_set,
             runs=lambda: [w.summary() for w in self.scheduler.snapshot()],

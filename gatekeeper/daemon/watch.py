@@ -104,7 +104,11 @@ class RunWatcher:
             assert rec is not None
             self.cursor = rec.cursor
         self.session = JudgingSession(
-            self.watched.policies, live=True, tags=self.watched.tags, evaluation=evaluation
+            self.watched.policies,
+            live=True,
+            tags=self.watched.tags,
+            evaluation=evaluation,
+            bounded=True,  # the saved state is bounded by the rules' windows (docs/daemon.md)
         )
         if rec is not None:
             self.rules, self.alerts, self.verdict = dict(rec.rules), dict(rec.alerts), rec.verdict
@@ -146,6 +150,12 @@ class RunWatcher:
             self.points = 0  # the poll holds the whole run again
         # no clock: the daemon judges what the source holds (stale rules are skipped)
         verdict = self.session.verdict(final=poll.ended)
+        reread = self.session.evaluation.reread()
+        if reread is not None:  # judged again from its start: the next poll reads it whole
+            log.warning("run %s: %s; re-reading it from its start", self.key, reread)
+            self.store.reset_run(self.key)
+            self._load(self.store_record())
+            return []
         run = self.session.run
         assert run is not None
         verdict.run["points"] = self.points + poll.points  # the run's, across restarts

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gatekeeper.checks import AggregateCheck, EvalContext, Outcome
+from gatekeeper.engine import selection
 from gatekeeper.engine.applicability import Applicability
 from gatekeeper.engine.judgement import severity
 from gatekeeper.engine.selection import step_shape
@@ -35,11 +36,22 @@ __all__ = ["Evaluation", "RuleTracker", "evaluate"]
 
 
 class Evaluation:
-    """Rule trackers for a set of policies on one run; feed new points, ask for a verdict."""
+    """Rule trackers for a set of policies on one run; feed new points, ask for a verdict.
 
-    def __init__(self, policies: Iterable[PolicySpec]):
+    `bounded` (the daemon): what it keeps is bounded by the rules' windows, not by the
+    run's length. Its verdicts are never given a history store or reference runs, so a
+    `history` or `isclose` rule keeps its first point only (its outcome is the SKIP or
+    ERROR saying so whatever the points); and a `steps: {every: config.k}` selection whose
+    period a verdict found unknown counts its points instead of keeping them: a period
+    learned later sets `reread()`, and the caller judges the run again from its start.
+    Its verdicts equal an unbounded evaluation's on the same points and metadata."""
+
+    def __init__(self, policies: Iterable[PolicySpec], *, bounded: bool = False):
         self.policies = list(policies)
-        self.trackers: list[RuleTracker] = [RuleTracker(r) for p in self.policies for r in p.rules]
+        self.bounded = bounded
+        self.trackers: list[RuleTracker] = [
+            RuleTracker(r, bounded=bounded) for p in self.policies for r in p.rules
+        ]
         self.by_metric: dict[str, list[RuleTracker]] = {}
         self.derived: list[tuple[Aligner, RuleTracker]] = []  # expr rules: inputs aligned first
         self.axis_last: dict[str, int] = {}  # step axis -> last step of any metric on it
@@ -58,6 +70,7 @@ class Evaluation:
         """What has been fed, as plain data: per rule its tracker, per derived rule its
         aligner's buffered inputs, and the last step of each step axis."""
         return {
+            "bounded": self.bounded,
             "rules": [{"key": t.rule.key, "tracker": t.to_state()} for t in self.trackers],
             "aligners": [a.to_state() for a, _ in self.derived],
             "axis_last": dict(self.axis_last),
@@ -67,9 +80,10 @@ class Evaluation:
     def from_state(cls, policies: Iterable[PolicySpec], data: Any) -> Evaluation:
         """An Evaluation of `policies` holding what `to_state` saved (StateDataError when
         the data does not fit these policies' rules)."""
-        ev = cls(policies)
-        if not isinstance(data, dict) or set(data) != {"rules", "aligners", "axis_last"}:
-            raise StateDataError("evaluation: expected a mapping of rules, aligners, axis_last")
+        keys = {"bounded", "rules", "aligners", "axis_last"}
+        if not isinstance(data, dict) or set(data) != keys:
+            raise StateDataError(f"evaluation: expected a mapping of {', '.join(sorted(keys))}")
+        ev = cls(policies, bounded=decode(data["bounded"], bool, "evaluation.bounded"))
         rules, aligners = data["rules"], data["aligners"]
         if not isinstance(rules, list) or not isinstance(aligners, list):
             raise StateDataError("evaluation: rules and aligners must be lists")
@@ -106,6 +120,16 @@ class Evaluation:
             if new is not None:
                 tracker.feed(new[0], new[1], aligner.step_key or "step")
 
+    def reread(self) -> str | None:
+        """Why the run must be judged again from its start, or None: a bounded evaluation
+        learned a period after counting points it would select, or (any evaluation) the
+        run's config changed a period after points were judged by it. The daemon re-reads
+        the run; `watch` keeps judging by the first period."""
+        for tracker in self.trackers:
+            if tracker.selection.reread is not None:
+                return f"rule {tracker.rule.key}: {tracker.selection.reread}"
+        return None
+
     def verdict(
         self,
         run: Run,
@@ -120,7 +144,12 @@ class Evaluation:
         a live watcher, for `stale` rules; without them those rules are skipped.
         `references` are earlier runs by name, for `isclose` rules."""
         arrivals = arrivals or {}
+        if self.bounded and (history is not None or references):
+            raise ValueError("a bounded evaluation keeps no points for history or references")
         self.applicability.update(run)
+        if self.bounded:
+            for tracker in self.trackers:
+                selection.park(tracker.selection, tracker.rule.steps)
         results: list[RuleResult] = []
         for tracker, before in zip(self.trackers, self.applicability.before, strict=True):
             rule, outcome, overlay = tracker.rule, before, None
@@ -222,4 +251,5 @@ def _result(
         violations=out.violations,
         judged=out.judged,
         **_plot(tracker, overlay),
+        not_judged=out.not_judged,
     )

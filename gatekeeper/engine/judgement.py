@@ -45,30 +45,43 @@ def start(rule: RuleSpec) -> Judgement:
 
 
 def feed(
-    state: Judgement, rule: RuleSpec, steps: np.ndarray, values: np.ndarray, finite: bool | None
+    state: Judgement,
+    rule: RuleSpec,
+    steps: np.ndarray,
+    values: np.ndarray,
+    finite: bool | None,
+    blind: bool = False,
 ) -> None:
-    """Judge selected points (`finite`: the chunk they came from holds no NaN/Inf)."""
+    """Judge selected points (`finite`: the chunk they came from holds no NaN/Inf).
+    `blind`: the verdicts will not give the aggregate check the input it judges against
+    (`AggregateCheck.reads`), so its outcome reads no point but the first: only that one
+    is fed to it (the rest are counted, and a NaN/Inf among them still ends judging)."""
     if state.error is not None:
         return
     if finite:
-        _judge_finite(state, rule, steps, values)
+        _judge_finite(state, rule, steps, values, blind)
         return
     bad = ~np.isfinite(values)
     if bad.any():
         i = int(np.argmax(bad))
-        _judge_finite(state, rule, steps[:i], values[:i])
+        _judge_finite(state, rule, steps[:i], values[:i], blind)
         state.error = (int(steps[i]), float(values[i]))
         return
-    _judge_finite(state, rule, steps, values)
+    _judge_finite(state, rule, steps, values, blind)
 
 
-def _judge_finite(state: Judgement, rule: RuleSpec, steps: np.ndarray, values: np.ndarray) -> None:
+def _judge_finite(
+    state: Judgement, rule: RuleSpec, steps: np.ndarray, values: np.ndarray, blind: bool
+) -> None:
     if not steps.size:
         return
     state.last = (int(steps[-1]), float(values[-1]))
     check = rule.check
     if isinstance(check, AggregateCheck):
-        state.agg = check.feed(state.agg, steps, values)
+        if not blind:
+            state.agg = check.feed(state.agg, steps, values)
+        elif state.judged == 0:
+            state.agg = check.feed(state.agg, steps[:1], values[:1])
         state.judged += int(steps.size)
         return
     assert isinstance(check, MaskCheck)

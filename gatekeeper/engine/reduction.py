@@ -24,11 +24,16 @@ from gatekeeper.verdict import Status
 
 @dataclass(slots=True)
 class Reduction:
-    """The selected points of a reducing rule (saved state)."""
+    """The selected points of a reducing rule (saved state). `min`, `max` and `last` keep
+    their running value instead (`RUNNING`): the state stays one number however long the
+    selection; `mean` and `median` keep the points."""
 
     values: list[np.ndarray] = field(default_factory=list)
     steps: list[np.ndarray] = field(default_factory=list)
     error: tuple[int, float] | None = None  # the first NaN/Inf selected: (step, value)
+    count: int = 0  # points selected
+    span: tuple[int, int] | None = None  # lowest and highest step selected
+    running: float | None = None  # min/max/last of the points so far (RUNNING)
 
 
 def _median(values: np.ndarray) -> float:
@@ -52,10 +57,35 @@ REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
 }
 
 
-def add(state: Reduction, steps: np.ndarray, values: np.ndarray, finite: bool | None) -> None:
-    """Keep selected points; note the first NaN/Inf (`finite`: the chunk has none)."""
-    state.values.append(values)
-    state.steps.append(steps)
+# reductions folded chunk by chunk: the same value as of all the points at once
+RUNNING: dict[Reduce, Callable[[float, float], float]] = {
+    Reduce.MIN: lambda a, b: min(a, b),
+    Reduce.MAX: lambda a, b: max(a, b),
+    Reduce.LAST: lambda a, b: b,
+}
+
+
+def add(
+    state: Reduction,
+    steps: np.ndarray,
+    values: np.ndarray,
+    finite: bool | None,
+    how: Reduce = Reduce.MEAN,
+) -> None:
+    """Keep selected points (non-empty) or, for a `RUNNING` reduction `how`, fold them
+    into its value; note the first NaN/Inf (`finite`: the chunk has none)."""
+    lo, hi = int(steps.min()), int(steps.max())
+    if state.span is not None:
+        lo, hi = min(state.span[0], lo), max(state.span[1], hi)
+    state.span = (lo, hi)
+    state.count += int(values.size)
+    fold = RUNNING.get(how)
+    if fold is None:
+        state.values.append(values)
+        state.steps.append(steps)
+    elif state.error is None:  # after a NaN/Inf the value is never judged
+        value = float(REDUCERS[how](values))
+        state.running = value if state.running is None else fold(state.running, value)
     if state.error is None and not finite:
         bad = ~np.isfinite(values)
         if bad.any():
@@ -79,16 +109,15 @@ def nonfinite(rule: RuleSpec, axis: str, step: int, value: float) -> Outcome:
 
 def judge(state: Reduction, rule: RuleSpec, axis: str, bound: str) -> Outcome:
     """The reduced value of the whole selection (not empty) against the check."""
-    values = np.concatenate(state.values)
-    steps = np.concatenate(state.steps)
-    bad = ~np.isfinite(values)
-    if bad.any():
-        i = int(np.argmax(bad))
-        return nonfinite(rule, axis, int(steps[i]), float(values[i]))
-    value = float(REDUCERS[rule.reduce](values))
-    assert isinstance(rule.check, MaskCheck)
+    if state.error is not None:  # the first NaN/Inf in the order fed, which is step order
+        return nonfinite(rule, axis, *state.error)
+    if state.running is not None:
+        value = state.running
+    else:
+        value = float(REDUCERS[rule.reduce](np.concatenate(state.values)))
+    assert isinstance(rule.check, MaskCheck) and state.span is not None
     violates = bool(rule.check.violations(np.array([value]), 0)[0])
-    label = wording.reduced(rule, axis, int(steps.min()), int(steps.max()), values.size)
+    label = wording.reduced(rule, axis, state.span[0], state.span[1], state.count)
     if violates:
         message = wording.reduced_failed(label, rule.check.explain(value))
         return Outcome(Status.FAIL, message, value=value, violations=1, judged=1)

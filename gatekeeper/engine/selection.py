@@ -42,6 +42,13 @@ class Selection:
     period: int | None = None
     period_error: str | None = None
     unbound: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    # A bounded evaluation (the daemon) keeps no points for a period a verdict found
+    # unknown (`park`): from then they are only counted (`dropped`), and a period learned
+    # after that asks for the run to be read again (`reread`, why), since which of the
+    # dropped points it selects is known only then.
+    parked: bool = False
+    dropped: int = 0
+    reread: str | None = None
 
 
 def start(sel: Steps) -> Selection:
@@ -159,6 +166,9 @@ def tail_points(state: Selection, sel: Steps) -> tuple[np.ndarray, np.ndarray]:
 def _select_every(
     state: Selection, sel: Steps, steps: np.ndarray, values: np.ndarray
 ) -> Chunk | None:
+    if state.period is None and state.parked:
+        state.dropped += int(steps.size)
+        return None
     if state.period is None:
         # One waiting chunk, not one per poll: the daemon saves this state on every poll,
         # and a run whose config never sets the key would add an array a poll. Judging is
@@ -177,22 +187,47 @@ def _select_every(
 
 def bind(state: Selection, sel: Steps, run: Run) -> list[Chunk]:
     """Learn the period of `steps: {every: config.k}` from the run's config; the points
-    that waited for it and are selected by it, in the order they were fed."""
-    if sel.kind != "every" or not sel.period_from or state.period is not None:
+    that waited for it and are selected by it, in the order they were fed. A config that
+    later gives another period (or none) sets `reread`: the points judged by the old one
+    are not those the new one selects."""
+    if sel.kind != "every" or not sel.period_from:
         return []
-    period = period_from_config(sel.period_from, run)
+    period = _period(sel, run)
+    if state.period is not None:
+        if period != state.period and state.seen:
+            state.reread = wording.period_changed(state.period, period)
+        if period == state.period or state.seen:
+            return []
+        state.period = None  # nothing fed yet: bound again below
     if isinstance(period, str):
         state.period_error = period
         return []
-    if period is None:
-        if sel.count is None:
-            state.period_error = wording.no_period(sel.period_from)
-            return []
-        period = sel.count
-    state.period = period
+    state.period, state.period_error = period, None  # an error of an earlier config is past
+    if state.dropped:
+        state.reread = wording.period_after_dropped(period, state.dropped)
     waiting, state.unbound = state.unbound, []
     chunks = (_select_every(state, sel, steps, values) for steps, values in waiting)
     return [c for c in chunks if c is not None]
+
+
+def _period(sel: Steps, run: Run) -> int | str:
+    """The period the run's config gives, else the default; why none, as text."""
+    period = period_from_config(sel.period_from, run)
+    if period is None:
+        return sel.count if sel.count is not None else wording.no_period(sel.period_from)
+    return period
+
+
+def park(state: Selection, sel: Steps) -> None:
+    """A verdict of a bounded evaluation found the period of `steps: {every: config.k}`
+    unknown: its waiting points, and those fed until it is known, are counted, not kept.
+    Nothing a verdict says depends on them meanwhile: the rule is an ERROR (no period, a
+    required key unset) or not applicable; a period learned later sets `reread`."""
+    if sel.kind != "every" or not sel.period_from or state.period is not None:
+        return
+    state.parked = True
+    state.dropped += sum(int(s.size) for s, _ in state.unbound)
+    state.unbound = []
 
 
 def complete(state: Selection, sel: Steps) -> bool:

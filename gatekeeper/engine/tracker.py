@@ -72,12 +72,17 @@ class RuleTracker:
     # The daemon keeps a tracker per rule per run (16,000 at 1,000 runs of 16 rules):
     # slots, not a per-instance dict, keep each small.
     __slots__ = (
-        "rule", "declared", "selection", "reduction", "judgement", "plot_params", "_texts", "_memo"
+        "rule", "declared", "selection", "reduction", "judgement", "plot_params", "blind",
+        "_texts", "_memo",
     )
 
-    def __init__(self, rule: RuleSpec):
+    def __init__(self, rule: RuleSpec, *, bounded: bool = False):
+        """`bounded`: the verdicts will have no history store and no reference runs (the
+        daemon's), so a check that reads one keeps its first point only (`blind`)."""
         self.rule = rule
         self.declared = rule  # as loaded: `rule` differs once a config-read bound is bound
+        reads = getattr(rule.check, "reads", None)
+        self.blind = bounded and isinstance(rule.check, AggregateCheck) and reads is not None
         self.selection = selection.start(rule.steps)
         self.reduction = Reduction() if rule.reduce is not Reduce.NONE else None
         self.judgement = judgement.start(rule)
@@ -196,7 +201,12 @@ class RuleTracker:
 
     def bind_bound(self, run: Run) -> Outcome | None:
         """Read a bound the rule takes from the run's config (`check: {min: config.k}`,
-        reduced rules only, so no point was judged before): ERROR when the run lacks it."""
+        reduced rules only, so no point was judged before): ERROR when the run lacks it.
+        Not read where the source can never carry the metric: that rule is not judged."""
+        capture, rule = run.capture, self.rule
+        inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
+        if capture is not None and any(m not in capture.keys for m in inputs):
+            return None
         check = config_bound(self.declared, run)
         if isinstance(check, str):
             return Outcome(Status.ERROR, check)
@@ -207,9 +217,9 @@ class RuleTracker:
 
     def _judge(self, steps: np.ndarray, values: np.ndarray, finite: bool | None) -> None:
         if self.reduction is not None:
-            reduction.add(self.reduction, steps, values, finite)
+            reduction.add(self.reduction, steps, values, finite, self.rule.reduce)
         else:
-            judgement.feed(self.judgement, self.rule, steps, values, finite)
+            judgement.feed(self.judgement, self.rule, steps, values, finite, self.blind)
 
     # ---- judging -------------------------------------------------------------------------
     def outcome(self, *, final: bool, ctx: EvalContext) -> Outcome:
@@ -264,7 +274,7 @@ class RuleTracker:
         if stopped is not None and stopped[1]:
             return Outcome(Status.ERROR, stopped[0], step=sel.max_step)
         steps, values = selection.tail_points(sel, self.rule.steps)
-        tracker = RuleTracker(replace(self.rule, steps=ALL_STEPS))
+        tracker = RuleTracker(replace(self.rule, steps=ALL_STEPS), bounded=self.blind)
         tracker.feed(steps, values, sel.step_key or "step")
         sel.span, self.judgement.marked = tracker.span, tracker.marked
         out = tracker.outcome(final=True, ctx=ctx)
@@ -285,11 +295,15 @@ class RuleTracker:
         if rule.expr is None and rule.metric in summary:
             return self._judge_summary(summary[rule.metric], ctx)
         available = list(getattr(ctx.run, "series", {}) or {})
-        if rule.if_logged:
-            inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
-            absent = [m for m in inputs if m not in available]
-            if absent:
-                return Outcome(Status.SKIP, wording.not_logged(absent))
+        capture = getattr(ctx.run, "capture", None)
+        inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
+        absent = [m for m in inputs if m not in available]
+        uncaptured = [m for m in absent if capture is not None and m not in capture.keys]
+        if capture is not None and uncaptured:  # no run of this source could log it
+            why = wording.not_captured(uncaptured, capture, rule.if_logged)
+            return Outcome(Status.SKIP, why, not_judged=wording.not_captured_by(capture))
+        if rule.if_logged and absent:
+            return Outcome(Status.SKIP, wording.not_logged(absent))
         if rule.expr is not None:
             from gatekeeper.expr import missing_inputs
 
@@ -303,7 +317,7 @@ class RuleTracker:
         as one point without a step; a selection of steps cannot pick it."""
         if self.rule.steps.kind not in ("all", "first", "last", "tail"):
             return Outcome(Status.ERROR, wording.summary_unselectable(self.rule, value))
-        single = RuleTracker(replace(self.rule, steps=ALL_STEPS))
+        single = RuleTracker(replace(self.rule, steps=ALL_STEPS), bounded=self.blind)
         single.feed(np.zeros(1, np.int64), np.array([value], float), "summary")
         out = single.outcome(final=True, ctx=ctx)
         message = wording.summary_judged(out.message)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gatekeeper.fmt import fmt
+from gatekeeper.model import Capture
 from gatekeeper.policy.schema import Steps
 from gatekeeper.policy.spec import RuleSpec
 
@@ -47,6 +48,18 @@ def not_applicable(condition: str, found: bool, value: object) -> str:
 # ---- selection ---------------------------------------------------------------------------
 def no_period(keys: tuple[str, ...]) -> str:
     return f"the run's config sets none of {', '.join(keys)}, and steps every has no default"
+
+
+def period_after_dropped(period: int, dropped: int) -> str:
+    return (
+        f"the run's config gave the period of steps every ({period}) after {dropped} points "
+        "had been counted without it"
+    )
+
+
+def period_changed(old: int, new: int | str) -> str:
+    now = f"to {new}" if isinstance(new, int) else f"to none ({new})"
+    return f"the run's config changed the period of steps every from {old} {now}"
 
 
 def _has(axis: str, lo: int | None, hi: int | None) -> str:
@@ -149,6 +162,21 @@ def waiting(metric: str) -> str:
 
 def not_logged(absent: list[str]) -> str:
     return f"metric {', '.join(absent)} not logged by this run (if_logged)"
+
+
+def not_captured_by(capture: Capture) -> str:
+    """The reason a source cannot judge a rule, as the verdict line counts it."""
+    return f"not captured by {capture.name}"
+
+
+def not_captured(absent: list[str], capture: Capture, if_logged: bool) -> str:
+    """A rule the source can never judge, optional (`if_logged`) or required alike: a skip
+    the verdict line counts, never an error that fails every healthy run of the source."""
+    marked = " (if_logged)" if if_logged else ""
+    return (
+        f"metric {', '.join(absent)} {not_captured_by(capture)}{marked}; "
+        f"judge it on {capture.instead}"
+    )
 
 
 def no_points_logged(metric: str) -> str:

@@ -19,17 +19,12 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from gatekeeper.errors import UsageError
-from gatekeeper.gate import ReportOptions, write_reports
+from gatekeeper.gate import PolicyInput, ReportOptions, resolve_policies, write_reports
 from gatekeeper.inprocess.rows import MemorySource
 from gatekeeper.live.gate import Change, LiveGate
 from gatekeeper.live.progress import change_line
 from gatekeeper.model import Run, RunState
-from gatekeeper.policy.loader import load_policies
-from gatekeeper.policy.overrides import apply_cli_overrides, parse_override
-from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.verdict import GateStatus, RuleResult, Status, Verdict
-
-PolicyInput = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Sequence[PolicySpec]
 
 
 class OnFail(str, enum.Enum):
@@ -69,19 +64,6 @@ class Observation:
     points: int = 0  # points this call added
 
 
-def _load(policies: PolicyInput, overrides: Sequence[str]) -> list[PolicySpec]:
-    if isinstance(policies, (str, os.PathLike)):
-        policies = [policies]
-    items = list(policies)
-    if items and all(isinstance(p, PolicySpec) for p in items):
-        specs = [p for p in items if isinstance(p, PolicySpec)]
-    elif any(isinstance(p, PolicySpec) for p in items):
-        raise UsageError("policies: give paths or loaded PolicySpec objects, not both")
-    else:
-        specs = load_policies([os.fspath(p) for p in items])  # type: ignore[arg-type]
-    return apply_cli_overrides(specs, [parse_override(o) for o in overrides])
-
-
 class Gate:
     """Judge one run in-process. Thread-safe: a logger thread may observe while the
     training thread asks `should_stop`.
@@ -92,9 +74,10 @@ class Gate:
     - `axis`: the step axis of metrics that name none (`observe(step, ...)`); rows may
       carry their own (`train/step`, `rollout/step`), as in JSONL.
     - `on_fail`: "stop" (default), "raise" or "report"; see `OnFail`.
-    - `reports`: what `finalize()` writes (console table, JSON, JUnit, GitHub), as
-      `check` does; `echo`: where status changes are printed as they happen (True:
-      standard error, a stream, or False/None: off).
+    - `reports`: what `finalize()` writes (JSON, JUnit, GitHub), as `check` does; the
+      console table only when asked (`ReportOptions(quiet=False)`); `echo`: where
+      status changes are printed as they happen (True: standard error, a stream, or
+      False/None: off).
     """
 
     def __init__(
@@ -120,7 +103,8 @@ class Gate:
                   config=dict(config or {}), state=RunState.RUNNING)
         self._source = MemorySource(run, axis)
         self._started = clock()
-        self._live = LiveGate(self._source, _load(policies, overrides), started=self._started)
+        specs = resolve_policies(policies, overrides)
+        self._live = LiveGate(self._source, specs, started=self._started)
         self._verdict = self._live.judge(self._started, final=False)
         self._failed_at: dict[str, Any] | None = None
         self._final: Verdict | None = None
@@ -199,9 +183,11 @@ class Gate:
         write: bool = True,
     ) -> Verdict:
         """Judge the run as ended (pending becomes error, exactly as `check` judges the
-        same points) and write the reports. `stopped`: the run was cut short because the
-        gate failed (default: it failed and on_fail is not "report"); the reports then
-        say at which step and why. Idempotent: later calls return the same verdict."""
+        same points) and write the reports (`write=False`: none; nothing is printed on
+        stdout unless the reports ask for the table or GitHub annotations). `stopped`:
+        the run was cut short because the gate failed (default: it failed and on_fail is
+        not "report"); the reports then say at which step and why. Idempotent: later
+        calls return the same verdict."""
         with self._lock:
             if self._final is not None:
                 return self._final

@@ -34,6 +34,7 @@ class CliOverride:
     rule: str
     override: RuleOverride
     text: str
+    origin: str = "--override"  # where it was given, as messages name it ("FILE:LINE: override")
 
 
 def _split_reason(text: str) -> tuple[str, str]:
@@ -49,15 +50,17 @@ def _split_reason(text: str) -> tuple[str, str]:
     return text, ""
 
 
-def parse_override(text: str) -> CliOverride:
+def parse_override(text: str, origin: str = "--override") -> CliOverride:
+    """`POLICY/RULE=ACTION:REASON` parsed; `origin` names where it was written in errors
+    (the flag, or a config file's line)."""
     target, eq, rest = text.partition("=")
     policy, slash, rule = target.partition("/")
     if not (eq and slash and policy and rule):
-        raise UsageError(f"--override {text!r}: expected {_FORM}")
+        raise UsageError(f"{origin} {text!r}: expected {_FORM}")
     action, reason = _split_reason(rest)
     if not reason:
         raise UsageError(
-            f"--override {text!r}: give the reason after a colon, e.g. "
+            f"{origin} {text!r}: give the reason after a colon, e.g. "
             f'{target}=off:"MLA kernels differ, tracked in #123"; every report shows it'
         )
     fields: dict[str, Any] = {"rule": rule, "reason": reason}
@@ -71,22 +74,22 @@ def parse_override(text: str) -> CliOverride:
         kind = kind.strip()
         if CHECKS.get(kind) is None:
             raise UsageError(
-                f"--override {text!r}: unknown check {kind!r}; known: {', '.join(registry())}"
+                f"{origin} {text!r}: unknown check {kind!r}; known: {', '.join(registry())}"
             )
         try:  # the one YAML reader, as a policy file's check value would be read
             value = to_plain(load_text(raw, "--override"), "--override")
         except PolicyError as exc:
-            raise UsageError(f"--override {text!r}: cannot read value {raw!r}: {exc}") from None
+            raise UsageError(f"{origin} {text!r}: cannot read value {raw!r}: {exc}") from None
         bad = out_of_range(value)
         if bad is not None:
-            raise UsageError(f"--override {text!r}: {bad[1]}")
+            raise UsageError(f"{origin} {text!r}: {bad[1]}")
         fields["check"] = {kind: value}
     else:
-        raise UsageError(f"--override {text!r}: unknown action {action!r}; expected {_FORM}")
+        raise UsageError(f"{origin} {text!r}: unknown action {action!r}; expected {_FORM}")
     try:
-        return CliOverride(policy, rule, RuleOverride.model_validate(fields), text)
+        return CliOverride(policy, rule, RuleOverride.model_validate(fields), text, origin)
     except ValidationError as exc:
-        raise UsageError(f"--override {text!r}: {exc.errors()[0]['msg']}") from None
+        raise UsageError(f"{origin} {text!r}: {exc.errors()[0]['msg']}") from None
 
 
 def apply_cli_overrides(
@@ -98,13 +101,13 @@ def apply_cli_overrides(
         policy = by_name.get(ov.policy)
         if policy is None:
             raise UsageError(
-                f"--override {ov.text!r}: no loaded policy is named {ov.policy!r} "
+                f"{ov.origin} {ov.text!r}: no loaded policy is named {ov.policy!r} "
                 f"(loaded: {', '.join(by_name) or 'none'})"
             )
         ids = [r.id for r in policy.rules]
         if ov.rule not in ids:
             raise UsageError(
-                f"--override {ov.text!r}: policy {ov.policy} has no rule {ov.rule!r} "
+                f"{ov.origin} {ov.text!r}: policy {ov.policy} has no rule {ov.rule!r} "
                 f"(rules: {', '.join(ids)})"
             )
         try:
@@ -113,6 +116,6 @@ def apply_cli_overrides(
                 for r in policy.rules
             )
         except PolicyError as exc:  # a check value the kind rejects
-            raise UsageError(f"--override {ov.text!r}: {exc}") from None
+            raise UsageError(f"{ov.origin} {ov.text!r}: {exc}") from None
         by_name[ov.policy] = policy.with_rules(rules)
     return [by_name[p.name] for p in policies]

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gatekeeper.errors import one_line
+from gatekeeper.report.color import console_options
 from gatekeeper.report.text import ordered, step_text, summary_line, value_text
 from gatekeeper.verdict import GateStatus, RuleResult, Status, Verdict
 
@@ -25,12 +26,15 @@ STYLES = {
 }
 
 
-def make_console(stream: TextIO | None = None) -> Console:
+def make_console(stream: TextIO | None = None, color: str = "auto") -> Console:
     stream = stream or sys.stdout
     # A terminal's own width; elsewhere (CI logs) $COLUMNS or 120, which a log viewer shows
     # without wrapping. The table is fitted to that width, never wider.
     width = shutil.get_terminal_size((120, 24)).columns if stream.isatty() else _columns()
-    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    return Console(
+        file=stream, width=width, highlight=False, soft_wrap=False,
+        **console_options(color, stream),
+    )
 
 
 def _columns() -> int:
@@ -40,10 +44,14 @@ def _columns() -> int:
         return 120
 
 
-def render(verdict: Verdict, stream: TextIO | None = None, *, show_skipped: bool = True) -> None:
+def render(
+    verdict: Verdict, stream: TextIO | None = None, *, show_skipped: bool = True,
+    color: str = "auto",
+) -> None:
     """The one-line verdict first (what a reader needs), then each finding on one unwrapped
-    line (greppable in a CI log), then the table fitted to the width."""
-    console = make_console(stream)
+    line (greppable in a CI log), then the table fitted to the width; `color`: see
+    report/color.py."""
+    console = make_console(stream, color)
     style = {
         GateStatus.PASS: "bold green", GateStatus.PENDING: "bold cyan",
         GateStatus.NOTHING: "bold yellow",  # not a failure, not a pass

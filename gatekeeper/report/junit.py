@@ -72,6 +72,7 @@ def to_xml(verdict: Verdict) -> bytes:
             counts["skipped"] += 1
         else:
             ET.SubElement(case, "system-out").text = f"{message}\n{_detail(r)}"
+    _not_judged(verdict, suites)
     if verdict.nothing_judged:
         _nothing_judged(verdict, root, suites, per_suite, totals)
     for name, suite in suites.items():
@@ -82,6 +83,22 @@ def to_xml(verdict: Verdict) -> bytes:
         root.set(key, str(n))
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def _not_judged(verdict: Verdict, suites: dict[str, ET.Element]) -> None:
+    """Each suite with skips its source could not avoid (a metric a miles CI record never
+    keeps) says how many and why, as a property a CI dashboard shows beside the skips."""
+    by_suite: dict[str, dict[str, int]] = {}
+    for r in verdict.results:
+        if r.status is Status.SKIP and r.not_judged:
+            reasons = by_suite.setdefault(r.policy, {})
+            reasons[r.not_judged] = reasons.get(r.not_judged, 0) + 1
+    for policy, reasons in by_suite.items():
+        props = ET.Element("properties")
+        for reason, n in reasons.items():
+            text = _x(f"{n} rule{'s' if n != 1 else ''} not judged: {reason}")
+            ET.SubElement(props, "property", name="gatekeeper.not_judged", value=text)
+        suites[policy].insert(0, props)  # properties come first in a testsuite
 
 
 NOTHING_SUITE = "gatekeeper"  # the built-in results' policy name (run-state too)

@@ -56,6 +56,8 @@ def summary_line(v: Verdict) -> str:
         allowed = f"nothing judged (allowed: {v.nothing_allowed}): " if v.nothing_allowed else ""
         why = f" — {allowed}{nothing_judged_text(v)}"
     stopped = f" — {stopped_text(v.stopped)}" if v.stopped else ""
+    unjudged = not_judged_text(v)
+    why += f" — {unjudged}" if unjudged else ""
     command = command_text(v)
     if command and v.status.value == "pass":
         head, command = f"{head}, but {command}", ""
@@ -72,6 +74,16 @@ def command_text(v: Verdict) -> str:
         return ""
     killed = v.run.get("command_signal")
     return f"CMD was killed by {killed} ({code})" if killed else f"CMD exited {code}"
+
+
+def not_judged_text(v: Verdict) -> str:
+    """The skips no run of this source could avoid, by reason: `8 rules not judged: not
+    captured by the CI record`. Said on the line, so a run that judged only what the source
+    carries never reads as judged whole."""
+    return "; ".join(
+        f"{n} rule{'s' if n != 1 else ''} not judged: {reason}"
+        for reason, n in v.not_judged().items()
+    )
 
 
 def nothing_judged_text(v: Verdict, most: int = 3) -> str:

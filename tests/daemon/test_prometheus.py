@@ -102,26 +102,18 @@ def test_prometheus_scrapes_rule_status_and_evaluates_the_shipped_alert_rules(
     tmp_path: Path,
 ) -> None:
     with scraped_daemon(tmp_path, 8) as base:
-        failing = eventually(lambda: query(base, 'gatekeeper_rule_status{status="fail"} == 1'))
-        assert [
-            (
-                r["metric"]["run"],
-                r["metric"]["policy"],
-                r["metric"]["rule"],
-                r["metric"]["severity"],
-            )
-            for r in failing
-        ] == [("bad", "kl", "kl-small", "fail")]
-        passing = eventually(
-            lambda: query(base, 'gatekeeper_rule_status{run="good",status="pass"}')
-        )
-        assert {r["metric"]["rule"] for r in passing} == {"kl-small", "loss-finite"}
+        failing = eventually(lambda: query(base, "gatekeeper_policy_status == 5"))  # fail
+        assert [(r["metric"]["run"], r["metric"]["policy"]) for r in failing] == [("bad", "kl")]
+        passing = eventually(lambda: query(base, 'gatekeeper_policy_status{run="good"} == 1'))
+        assert [r["metric"]["policy"] for r in passing] == ["kl"]
+        runs = eventually(lambda: query(base, "gatekeeper_run_status == 5"))
+        assert [r["metric"]["run"] for r in runs] == ["bad"]
         points = eventually(lambda: query(base, "gatekeeper_points_ingested_total >= 32"))
         assert float(points[0]["value"][1]) == 32  # 2 runs x 8 steps x 2 metrics
         rules = httpx.get(f"{base}/api/v1/rules", timeout=5).json()["data"]["groups"]
         assert {g["name"] for g in rules} == {"gatekeeper-daemon", "gatekeeper-runs"}
         assert all(r["health"] == "ok" for g in rules for r in g["rules"])
-        failing_alerts = eventually(lambda: alerts(base, "GatekeeperRuleFailing"))
+        failing_alerts = eventually(lambda: alerts(base, "GatekeeperPolicyFailing"))
         assert [a["labels"]["run"] for a in failing_alerts] == ["bad"]
 
 
@@ -131,6 +123,8 @@ def test_rules_exported_from_the_policy_fire_on_the_daemons_metric_values(tmp_pa
     exported rules read (gatekeeper_metric_value/_step{run, metric}), so the same policy
     fires in Prometheus on the bad run only, with the value and step the run logged."""
     config = write_config(tmp_path)
+    settings = json.loads(config.read_text())
+    config.write_text(json.dumps({**settings, "metrics": {"values": True}}))  # opt-in
     exported = tmp_path / "exported-rules.yml"
     out = subprocess.run(
         [sys.executable, "-m", "gatekeeper", "export", "prometheus", str(tmp_path / "kl.yaml"),

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gatekeeper.daemon.config import load_config
+from gatekeeper.daemon.payload import STATE_VERSION
 from gatekeeper.daemon.service import Daemon
 from gatekeeper.errors import StateError
 from tests.daemon.harness import DaemonProcess, write_config
@@ -210,7 +211,7 @@ def test_a_state_of_an_older_layout_is_re_read_from_its_source(tmp_path: Path) -
     daemon.start()
     try:
         stored = "SELECT json_extract(state, '$.state_version'), points FROM runs"
-        assert _wait(lambda: _stored(path, stored) == [(2, 20)])
+        assert _wait(lambda: _stored(path, stored) == [(STATE_VERSION, 20)])
     finally:
         daemon.stop()
     assert _stored(path, "SELECT policy, rule, status, since FROM rules ORDER BY rule") == rules

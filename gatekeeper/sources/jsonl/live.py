@@ -41,6 +41,7 @@ from gatekeeper.model import STEP_DTYPE, Run, RunState, Series, merge_chunks
 from gatekeeper.safe_open import open_regular
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.jsonl.reader import BLOCK_SIZE, JsonlParser
+from gatekeeper.sources.jsonl.records import miles_capture
 from gatekeeper.sources.jsonl.source import JsonlSource, duplicate_reason, end_state
 
 # 2: + the steps of each record metric already emitted, record metrics, metric errors.
@@ -321,6 +322,7 @@ class LiveJsonlSource(LiveSource):
         state = self._files_end_state() if ended else RunState.RUNNING
         run = self._whole.run_from({}, state, self._is_dir)
         run.metric_errors = dict(self.metric_errors)
+        run.capture = miles_capture(self.step_keys, self.record_metrics)
         return Poll(series=series, run=run, ended=ended, points=points)
 
     def cursor(self) -> dict[str, Any]:

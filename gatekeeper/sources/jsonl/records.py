@@ -4,10 +4,15 @@
 
 `step_key` is optional (the axis is then `<ns>/step`, an alias, or `step`). A null step
 does not stop the file: the metric alone cannot be judged (miles' own gate does the same).
+
+A run read only from such lines, each on a key of miles' capture whitelist, is a miles CI
+record (`miles_capture`): it can carry those keys and no other, so a rule on another
+metric is "not captured by the CI record", never "not logged by this run".
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -15,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from gatekeeper.errors import RecordError, quote
-from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE
+from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Capture
 from gatekeeper.sources.jsonl.values import (
     Same,
     as_steps,
@@ -28,6 +33,35 @@ from gatekeeper.sources.jsonl.values import (
 
 # miles logs perf/* against rollout/step; other namespaces use "<ns>/step".
 DEFAULT_STEP_ALIASES: dict[str, str] = {"perf": "rollout/step"}
+
+
+# The keys miles' CiHistoryBackend keeps of every log dict (TARGET_METRIC_KEYS in
+# miles/utils/tracking_utils/ci_history.py, radixark/miles 31f1ca9); any other is dropped.
+MILES_CAPTURED_KEYS: frozenset[str] = frozenset({
+    "train/grad_norm",
+    "train/ppo_kl",
+    "train/train_rollout_logprob_abs_diff",
+    "train/train_rollout_kl",
+    "rollout/raw_reward",
+    "rollout/tito_session_mismatch_rate/v1/assistant_text",
+    "rollout/tito_session_mismatch_rate/v2/assistant_text",
+})
+MILES_CI_RECORD = Capture(
+    name="the CI record",
+    keys=MILES_CAPTURED_KEYS,
+    instead="the run's full log (miles --use-wandb)",
+)
+
+
+def miles_capture(metrics: Collection[str], record_metrics: Collection[str]) -> Capture | None:
+    """MILES_CI_RECORD when the run is a miles CI record: it has metrics, every one read
+    from record lines, each a key miles captures. Anything else (rows, another key: a
+    later miles may capture more) is not known to be one, and None says so."""
+    if not metrics or len(record_metrics) < len(metrics):
+        return None
+    if not all(m in record_metrics and m in MILES_CAPTURED_KEYS for m in metrics):
+        return None
+    return MILES_CI_RECORD
 
 
 def is_step_key(key: str) -> bool:

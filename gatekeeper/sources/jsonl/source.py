@@ -13,6 +13,7 @@ from gatekeeper.model import Run, RunState, Series, merge_chunks
 from gatekeeper.sources.base import Source
 from gatekeeper.sources.jsonl.metadata import read_sidecar, sidecar_for
 from gatekeeper.sources.jsonl.reader import JsonlParser, jsonl_files, parse_file
+from gatekeeper.sources.jsonl.records import miles_capture
 
 
 class JsonlSource(Source):
@@ -89,6 +90,7 @@ class JsonlSource(Source):
                     metric_errors[metric] = dup
         run = self.run_from(share_steps(series), ended_state)
         run.metric_errors = metric_errors
+        run.capture = miles_capture(series, record_metrics)
         return run
 
     def run_from(

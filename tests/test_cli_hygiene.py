@@ -1,0 +1,134 @@
+"""Issue 29's hygiene points through the real CLI in a child process: a bare `gatekeeper`,
+the one error prefix, "did you mean", and the LICENSE / CHANGELOG a release carries."""
+
+from __future__ import annotations
+
+import re
+
+from tests.helpers import REPO, gatekeeper
+
+COMMANDS = ("check", "validate", "watch", "run", "history")
+
+
+def test_bare_gatekeeper_prints_help_on_stderr_and_exits_2():
+    """As ruff does: the help (every command listed), on stderr, exit 2: no command ran,
+    so a CI step `gatekeeper $EMPTY` must not read as a passed gate."""
+    out = gatekeeper()
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("usage: gatekeeper")
+    assert all(re.search(rf"^\s+{c}\s", out.stderr, re.M) for c in COMMANDS), out.stderr
+
+
+def test_help_asked_for_is_stdout_and_exit_0():
+    out = gatekeeper("--help")
+    assert out.returncode == 0 and out.stdout.startswith("usage: gatekeeper") and not out.stderr
+
+
+def test_mistyped_command_suggests_the_nearest():
+    out = gatekeeper("chek", "run.jsonl")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("gatekeeper: error: 'chek' is not a gatekeeper command; "
+                                 "did you mean 'check' or 'checks'?"), out.stderr
+    far = gatekeeper("zzzz")
+    assert far.returncode == 2 and "did you mean" not in far.stderr
+    assert "commands: check, validate" in far.stderr
+
+
+def test_one_error_prefix_naming_the_command():
+    """argparse's own complaints carry one `gatekeeper: error:` and name the command once
+    (was: "gatekeeper: error: gatekeeper check: ...")."""
+    cases = {
+        ("check",): "gatekeeper: error: check: the following arguments are required: "
+                    "SOURCE; see 'gatekeeper check --help'",
+        ("check", "r.jsonl", "-p"): "gatekeeper: error: check: argument -p/--policy: "
+                                    "expected one argument; see 'gatekeeper check --help'",
+        ("check", "r.jsonl", "-p", "x", "--bogus"):
+            "gatekeeper: error: check: unrecognized arguments: --bogus; "
+            "see 'gatekeeper check --help'",
+        ("--bogus",): "gatekeeper: error: the following arguments are required: COMMAND; "
+                      "see 'gatekeeper --help'",
+    }
+    for argv, line in cases.items():
+        out = gatekeeper(*argv)
+        assert out.returncode == 2 and out.stderr == line + "\n", (argv, out.stderr)
+        assert out.stderr.count("gatekeeper") == 2  # the prefix and the --help pointer
+
+
+def test_license_is_the_apache_2_text_pyproject_declares():
+    text = (REPO / "LICENSE").read_text()
+    assert "license = \"Apache-2.0\"" in (REPO / "pyproject.toml").read_text()
+    assert "Apache License\n" in text and "Version 2.0, January 2004" in text
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+    assert text.count("\n") > 150  # the whole text, not a pointer to it
+
+
+def test_changelog_has_an_unreleased_section_in_keep_a_changelog_form():
+    text = (REPO / "CHANGELOG.md").read_text()
+    assert text.startswith("# Changelog\n") and "keepachangelog.com" in text
+    unreleased = text.split("## [Unreleased]", 1)[1]
+    assert re.search(r"^### (Added|Changed|Fixed)$", unreleased, re.M)
+
+
+ESC = "\x1b["
+BROKEN = ("check", "examples/runs/broken-kl", "-p", "policies")
+
+
+def _on_a_pty(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """The CLI with its stdout on a pseudo-terminal (as an interactive shell runs it):
+    its exit code and what the terminal received."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("NO_COLOR", "FORCE_COLOR") and not k.startswith("GITHUB_")}
+    full.update({"COLUMNS": "200", **(env or {})})
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", *args], cwd=REPO, env=full,
+                            stdout=slave, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(timeout=120), b"".join(chunks).decode()
+
+
+def test_color_auto_on_a_terminal_and_plain_in_a_pipe():
+    code, tty = _on_a_pty(*BROKEN)
+    assert code == 1 and ESC in tty and "gate FAILED" in tty
+    piped = gatekeeper(*BROKEN)
+    assert piped.returncode == 1 and ESC not in piped.stdout and "gate FAILED" in piped.stdout
+
+
+def test_no_color_and_force_color_and_the_flag_winning_over_both():
+    code, tty = _on_a_pty(*BROKEN, env={"NO_COLOR": "1"})
+    assert code == 1 and ESC not in tty and "gate FAILED" in tty
+    forced = gatekeeper(*BROKEN, env={"FORCE_COLOR": "1"})
+    assert ESC + "1;31mgate FAILED" in forced.stdout  # bold red verdict, into a pipe
+    both = gatekeeper(*BROKEN, env={"NO_COLOR": "1", "FORCE_COLOR": "1"})
+    assert ESC not in both.stdout  # NO_COLOR is read first, as pytest does
+    always = gatekeeper(*BROKEN, "--color", "always", env={"NO_COLOR": "1", "TERM": "dumb"})
+    assert ESC in always.stdout
+    code, never = _on_a_pty(*BROKEN, "--color", "never", env={"FORCE_COLOR": "1"})
+    assert code == 1 and ESC not in never and "gate FAILED" in never
+    bad = gatekeeper(*BROKEN, "--color", "sometimes")
+    assert bad.returncode == 2 and "check: argument --color: invalid choice" in bad.stderr
+
+
+def test_mistyped_subcommand_or_choice_suggests_the_nearest():
+    sub = gatekeeper("history", "recrod")
+    assert sub.returncode == 2 and "did you mean 'record'?" in sub.stderr, sub.stderr
+    assert sub.stderr.startswith("gatekeeper: error: history: ") and sub.stderr.count("\n") == 1
+    value = gatekeeper("check", "r.jsonl", "--github", "alwys")
+    assert value.returncode == 2 and "did you mean 'always'?" in value.stderr, value.stderr
+    far = gatekeeper("check", "r.jsonl", "--github", "zzz")
+    assert far.returncode == 2 and "did you mean" not in far.stderr
