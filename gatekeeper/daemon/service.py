@@ -22,11 +22,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
+from gatekeeper import dburl
 from gatekeeper.daemon import payload as run_state
 from gatekeeper.daemon.config import DaemonConfig
 from gatekeeper.daemon.discovery import Lister, lister
 from gatekeeper.daemon.exporter import DaemonMetrics, MetricView, RuleView, RunView
 from gatekeeper.daemon.http import Api, HttpServer
+from gatekeeper.daemon.lock import WriterLock
 from gatekeeper.daemon.scheduler import PollScheduler
 from gatekeeper.daemon.state import RunRecord, StateStore
 from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched
@@ -125,6 +127,23 @@ class Daemon:
         RUN`): re-read from their source, their alert state kept."""
         self.config = config
         targets = load_targets(config, open_source or default_open_source)
+        self._closed = False
+        self.lock = _writer_lock(config.state)
+        try:
+            self._build(config, targets, reset_state)
+        except BaseException:
+            store = getattr(self, "store", None)
+            if store is not None:
+                store.close()
+            self.lock.release()
+            raise
+
+    def _build(
+        self,
+        config: DaemonConfig,
+        targets: list[tuple[Watched, Lister]],
+        reset_state: tuple[str, ...],
+    ) -> None:
         self.store = StateStore(config.state)
         for key in reset_state:
             if not self.store.reset_run(key):
@@ -149,7 +168,6 @@ class Daemon:
             max_connections=http.max_connections,
         )
         self.stopped = threading.Event()
-        self._closed = False
 
     def _channel(self, n: Any) -> Channel:
         hooks = ChannelHooks(
@@ -234,6 +252,7 @@ class Daemon:
         for ch in self.channels.values():
             ch.stop()
         self.store.close()
+        self.lock.release()
 
     def serve(self) -> None:
         """Run until SIGTERM or SIGINT."""
@@ -244,6 +263,14 @@ class Daemon:
             self.stopped.wait()
         finally:
             self.stop()
+
+
+def _writer_lock(state: str) -> WriterLock:
+    """The SQLite state's one-writer lock, taken before the file is opened."""
+    url = dburl.parse(state)
+    if url.engine != "sqlite":
+        raise StateError(f"state {url.shown}: a PostgreSQL state store is not supported yet")
+    return WriterLock.take(url.path)
 
 
 def _rules(w: RunWatcher) -> list[dict[str, Any]]:
