@@ -62,6 +62,9 @@ class PollSettings(_Model):
     # Failed polls in a row before a run that cannot be read is `error` and alerts
     # (a malformed record, which will not heal, counts at once).
     error_after: int = Field(default=3, ge=1, le=100)
+    # On a PostgreSQL state: how long a replica's hold on a run lasts unless renewed
+    # (every third of it, and by each commit); a replica gone this long loses its runs.
+    lease: Annotated[float, BeforeValidator(seconds), Field(ge=1, le=3600)] = 30.0
 
 
 class WandbFilter(_Model):
