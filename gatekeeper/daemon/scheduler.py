@@ -142,10 +142,20 @@ class PollScheduler:
         self.leases.release(cycle.shed + foreign)
         for key, target in sorted(cycle.held.items()):
             if key not in self.leased and key not in cycle.shed and target in targets:
-                self.leased.add(key)
-                self._watch(key, targets[target], self.store.load_run(key))
+                self._take(key, targets[target])
         for alert_id, channel, payload, _created in self.leases.claim_alerts(mine=False):
             self.offer(alert_id, channel, payload)
+
+    def _take(self, key: str, watched: Watched) -> None:
+        """Poll a run just leased, from its committed record. One that cannot be read
+        (the store is away, its state is refused) is logged and tried next cycle."""
+        try:
+            self._watch(key, watched, self.store.load_run(key))
+        except Exception as exc:
+            log.error("run %s: taking it over failed: %s", key, exc)
+            self.metrics.poll_errors.labels(kind="lease").inc()
+            return
+        self.leased.add(key)
 
     def _unwatch(self, key: str) -> None:
         """Stop polling a run (its lease is lost or handed back), after a poll in flight."""

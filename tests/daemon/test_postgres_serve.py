@@ -3,14 +3,17 @@ and alerts as on SQLite, and a kill -9 loses no point and sends nothing twice.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+import socket
+import threading
 import time
 from pathlib import Path
 
 import psycopg
 
-from tests.daemon.harness import DaemonProcess, write_config, writer
+from tests.daemon.harness import DaemonProcess, free_port, write_config, writer
 from tests.daemon.recorder import Recorder
 from tests.daemon.test_serve import firing_lines
 
@@ -65,3 +68,74 @@ def test_kill9_on_a_postgres_state_loses_no_point_and_sends_no_alert_twice(
             kid.kill()
         daemon.stop()
         hook.close()
+
+
+class Proxy:
+    """A TCP relay in front of the PostgreSQL server: `cut()` drops every connection and
+    refuses new ones (the store is unreachable), `restore()` listens again."""
+
+    def __init__(self, upstream_port: int):
+        self.upstream = upstream_port
+        self.port = free_port()
+        self.socks: list[socket.socket] = []
+        self.restore()
+
+    def restore(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            server = socket.create_connection(("127.0.0.1", self.upstream))
+            self.socks += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self.listener.close()
+        for s in self.socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        self.socks = []
+
+
+def test_readyz_says_not_ready_while_the_store_is_unreachable_and_polling_resumes(
+    tmp_path: Path, pg_url: str
+) -> None:
+    base, db = pg_url.rsplit("/", 1)
+    proxy = Proxy(int(base.rsplit(":", 1)[1]))
+    url = f"{base.rsplit(':', 1)[0]}:{proxy.port}/{db}"
+    config = pg_config(tmp_path, url, [], interval=0.2, jitter=0, lease=2)
+    run = tmp_path / "runs" / "r.jsonl"
+    run.write_text(json.dumps({"train/step": 0, "train/ppo_kl": 0.001, "train/loss": 1.0}) + "\n")
+    daemon = DaemonProcess(config).start()
+    try:
+        assert daemon.wait(lambda: daemon.run("r")["points"] == 2), daemon.tail()
+        proxy.cut()
+        assert daemon.wait(lambda: daemon.get("/readyz").status_code == 503, 20), daemon.tail()
+        assert daemon.get("/healthz").status_code == 200  # alive, only not ready
+        with open(run, "a") as fh:  # written while the store is away
+            fh.write(json.dumps({"train/step": 1, "train/ppo_kl": 0.5, "train/loss": 1.0}) + "\n")
+        time.sleep(1.0)
+        proxy.restore()
+        assert daemon.wait(lambda: daemon.get("/readyz").status_code == 200, 20), daemon.tail()
+        assert daemon.wait(lambda: daemon.run("r")["points"] == 4, 20), daemon.tail()
+        assert daemon.run("r")["status"] == "fail"
+    finally:
+        daemon.stop()
+        proxy.cut()
