@@ -15,6 +15,7 @@ import psycopg
 
 from tests.daemon.harness import DaemonProcess, free_port, write_config, writer
 from tests.daemon.recorder import Recorder
+from tests.daemon.test_lock import serve
 from tests.daemon.test_serve import firing_lines
 
 
@@ -139,3 +140,25 @@ def test_readyz_says_not_ready_while_the_store_is_unreachable_and_polling_resume
     finally:
         daemon.stop()
         proxy.cut()
+
+
+def test_check_config_on_a_postgres_state_creates_nothing(tmp_path: Path, pg_url: str) -> None:
+    config = pg_config(tmp_path, pg_url, [])
+    password = pg_url.replace("postgres@", "postgres:hunter2@")
+    config.write_text(config.read_text().replace(pg_url, password))
+    checked = serve(config, "--check-config")
+    assert checked.returncode == 0, checked.stderr
+    assert ":***@" in checked.stdout and "hunter2" not in checked.stdout
+    assert "reachable, its tables will be created" in checked.stdout
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT to_regclass('gkd_meta')").fetchone() == (None,)
+    (tmp_path / "runs" / "r.jsonl").write_text(
+        json.dumps({"train/step": 0, "train/loss": 1}) + "\n"
+    )
+    daemon = DaemonProcess(config).start()
+    try:
+        assert daemon.wait(lambda: daemon.run("r")["points"] == 1), daemon.tail()
+    finally:
+        daemon.stop()
+    checked = serve(config, "--check-config")
+    assert checked.returncode == 0 and ": ok, 1 runs" in checked.stdout, checked.stdout

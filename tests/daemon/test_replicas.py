@@ -77,9 +77,7 @@ def test_three_replicas_share_the_runs_and_take_over_a_killed_ones(
     for path in runs:
         append(path, 0)
     env = [{"GATEKEEPER_REPLICA": f"rep-{i}"} for i in range(3)]
-    fleet = [
-        DaemonProcess(replica_config(tmp_path, i, pg_url, hook.url), env[i]) for i in range(3)
-    ]
+    fleet = [DaemonProcess(replica_config(tmp_path, i, pg_url, hook.url), env[i]) for i in range(3)]
     try:
         for replica in fleet:
             replica.start()
@@ -128,6 +126,17 @@ def test_three_replicas_share_the_runs_and_take_over_a_killed_ones(
         expected = {("run001", "kl-small", "firing"): 1, (bad_run.stem, "kl-small", "firing"): 1}
         assert hook.wait(lambda: len(firing_lines(hook.bodies)) == 2, 20)
         time.sleep(2.0)
+        assert firing_lines(hook.bodies) == expected
+        before = stored(pg_url)
+        for replica in fleet:  # all of them restarted: nothing lost, nothing sent again
+            replica.stop()
+        for replica in fleet:
+            replica.start()
+        assert wait(lambda: len(held(fleet)) == RUNS, 30), fleet[0].tail()
+        time.sleep(2.0)
+        assert {k: p for k, (p, _) in stored(pg_url).items()} == {
+            k: p for k, (p, _) in before.items()
+        }
         assert firing_lines(hook.bodies) == expected
     finally:
         for replica in fleet:
