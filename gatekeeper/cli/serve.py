@@ -1,8 +1,9 @@
 """`gatekeeper serve -c FILE`: run the daemon; `--check-config` validates and exits.
 
 --check-config loads the config, every target's policies and every notifier's secrets
-from the environment, and opens an existing state file read-only to check it, without
-polling, listening or sending anything. Exit 0 when all is well, 2 otherwise.
+from the environment, and opens an existing state (a SQLite file, or a PostgreSQL store)
+to check it, creating nothing and taking no lock, without polling, listening or sending
+anything. Exit 0 when all is well, 2 otherwise.
 """
 
 from __future__ import annotations
