@@ -122,14 +122,6 @@ class Leases:
             rows = sorted(cur.fetchall())
         return [(int(i), ch, json.loads(p), created) for i, ch, p, created in rows]
 
-    def holders(self) -> dict[str, str | None]:
-        """run -> replica holding an unexpired lease (None: free)."""
-        with self.store._read() as cur:
-            cur.execute(
-                f"SELECT run, CASE WHEN expires > {NOW} THEN holder END FROM gkd_leases"
-            )
-            return dict(cur.fetchall())
-
 
 # runs that have not ended (a run without a committed poll yet has not)
 _LIVE = "LEFT JOIN gkd_runs r ON r.key = l.run WHERE coalesce(r.ended, 0) = 0"

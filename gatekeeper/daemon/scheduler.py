@@ -59,6 +59,7 @@ class PollScheduler:
         self.records = records
         self.leases = leases  # replicas on a shared store: poll only the runs leased here
         self.leased: set[str] = set()
+        self._rebalancing = threading.Lock()
         self.watchers: dict[str, RunWatcher] = {}
         self.lock = threading.Lock()
         self.discovered = threading.Event()  # first discovery done: ready
@@ -128,6 +129,10 @@ class PollScheduler:
     def rebalance(self) -> None:
         """Renew this replica's leases, take its share, stop what it lost or hands back,
         and deliver the pending alerts of replicas that are gone."""
+        with self._rebalancing:  # run by the lease job and after each discovery
+            self._rebalance()
+
+    def _rebalance(self) -> None:
         assert self.leases is not None
         try:
             cycle = self.leases.cycle()
@@ -143,6 +148,14 @@ class PollScheduler:
         for key, target in sorted(cycle.held.items()):
             if key not in self.leased and key not in cycle.shed and target in targets:
                 self._take(key, targets[target])
+        if set(cycle.held) != self.leased:
+            log.info(
+                "leases: %d runs held (share %d among %d replicas), %d handed back",
+                len(cycle.held),
+                cycle.share,
+                cycle.replicas,
+                len(cycle.shed) + len(foreign),
+            )
         for alert_id, channel, payload, _created in self.leases.claim_alerts(mine=False):
             self.offer(alert_id, channel, payload)
 

@@ -82,6 +82,7 @@ class Proxy:
         self.restore()
 
     def restore(self) -> None:
+        self.open = True
         self.listener = socket.create_server(("127.0.0.1", self.port))
         threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
 
@@ -91,6 +92,9 @@ class Proxy:
                 client, _ = listener.accept()
             except OSError:
                 return  # cut
+            if not self.open:
+                client.close()
+                return
             server = socket.create_connection(("127.0.0.1", self.upstream))
             self.socks += [client, server]
             for a, b in ((client, server), (server, client)):
@@ -108,6 +112,9 @@ class Proxy:
                 s.shutdown(socket.SHUT_RDWR)
 
     def cut(self) -> None:
+        self.open = False
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
         self.listener.close()
         for s in self.socks:
             with contextlib.suppress(OSError):
