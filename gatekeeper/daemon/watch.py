@@ -269,7 +269,7 @@ class RunWatcher:
         return [(m, p.last_step[m], v) for m, v in sorted(p.last_value.items())]
 
     def store_record(self) -> RunRecord | None:
-        return self.store.load_runs().get(self.key)
+        return self.store.load_run(self.key)
 
     def failed(self, error: str, now: float, backoff_max: float) -> None:
         """Count a failed poll and back off: interval x 2^(errors-1), capped."""

@@ -65,6 +65,7 @@ def test_rule_and_alert_rows_are_replaced_not_duplicated(store: SqlState) -> Non
         )
     )
     rec = store.load_runs()["/runs/a"]
+    assert store.load_run("/runs/a") == rec and store.load_run("/runs/none") is None
     assert list(rec.rules.values()) == [later]
     assert rec.alerts == {("p", "r", "slack"): AlertState(False, 100.0)}
 
