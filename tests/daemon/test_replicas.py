@@ -6,6 +6,7 @@ an alert is sent once whichever replica judged the point."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -140,5 +141,58 @@ def test_three_replicas_share_the_runs_and_take_over_a_killed_ones(
         assert firing_lines(hook.bodies) == expected
     finally:
         for replica in fleet:
+            replica.stop()
+        hook.close()
+
+
+def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """SIGSTOP stands for a replica cut off or stalled past its leases: when it resumes,
+    its polls of runs the other replica took are refused by the lease check in the
+    commit, so no point is counted twice and no alert created twice."""
+    hook = Recorder()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "kl.yaml").write_text(POLICY)
+    runs = [tmp_path / "runs" / f"run{i:03d}.jsonl" for i in range(24)]
+    for path in runs:
+        append(path, 0)
+    fleet = [
+        DaemonProcess(
+            replica_config(tmp_path, i, pg_url, hook.url), {"GATEKEEPER_REPLICA": f"rep-{i}"}
+        )
+        for i in range(2)
+    ]
+    try:
+        for replica in fleet:
+            replica.start()
+        assert wait(
+            lambda: len(held(fleet)) == 24 and all(r.api("/api/runs")["runs"] for r in fleet), 40
+        )
+        stalled = fleet[0]
+        theirs = sorted(n for n, names in held(fleet).items() if names == ["rep-0"])
+        assert stalled.proc is not None
+        stalled.proc.send_signal(signal.SIGSTOP)
+        stopped = time.time()
+        for path in runs:  # new data while it is stalled; one of its runs goes bad
+            append(path, 1, 0.5 if path.stem == theirs[0] else 0.001)
+        assert wait(lambda: all(stored(pg_url)[n][1] > stopped for n in theirs), 4 * LEASE), fleet[
+            1
+        ].tail()
+        for path in runs:  # more data for the stalled one to find when it resumes
+            append(path, 2)
+        stalled.proc.send_signal(signal.SIGCONT)
+        assert wait(lambda: all(p == 6 for p, _ in stored(pg_url).values()), 30), stored(pg_url)
+        time.sleep(2 * LEASE)  # the resumed replica has polled, been refused, rebalanced
+        assert all(p == 6 for p, _ in stored(pg_url).values()), stored(pg_url)  # none doubled
+        found = held(fleet)
+        assert len(found) == 24 and all(len(v) == 1 for v in found.values()), found
+        assert hook.wait(lambda: len(firing_lines(hook.bodies)) == 1, 20)
+        time.sleep(1.0)
+        assert firing_lines(hook.bodies) == {(theirs[0], "kl-small", "firing"): 1}
+    finally:
+        for replica in fleet:
+            if replica.proc is not None and replica.proc.poll() is None:
+                replica.proc.send_signal(signal.SIGCONT)
             replica.stop()
         hook.close()
