@@ -28,8 +28,9 @@ class WriterLock:
 
     @classmethod
     def take(cls, db_path: str) -> WriterLock:
-        path = os.path.abspath(db_path) + ".lock"
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        # the real path: a symlink to the file and the file itself share one lock
+        os.makedirs(os.path.dirname(os.path.abspath(db_path)), exist_ok=True)
+        path = os.path.realpath(db_path) + ".lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

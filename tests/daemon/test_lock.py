@@ -92,3 +92,15 @@ def test_state_urls_name_a_file_or_an_engine_never_a_folder_named_after_the_sche
     with pytest.raises(ConfigError, match="GATEKEEPER_STATE: .*unknown store scheme 'redis'"):
         load_config(str(_config(tmp_path, "s.db")))
     assert not list(tmp_path.rglob("postgresql:")) and not list(tmp_path.rglob("mysql:"))
+
+
+def test_a_symlink_to_the_file_is_the_same_lock(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    first = DaemonProcess(config).start()
+    try:
+        (tmp_path / "alias.db").symlink_to(tmp_path / "state" / "gatekeeper.db")
+        other = _config(tmp_path, str(tmp_path / "alias.db"))
+        second = serve(other)
+        assert second.returncode == 2 and "in use by another gatekeeper serve" in second.stderr
+    finally:
+        first.stop()
