@@ -1,5 +1,5 @@
 """A differential verdict oracle for the threshold rules: random policies on random series,
-judged by the engine and by a small plain-Python reading of the policy reference's semantics (docs/policy.md).
+judged by the engine and by a small plain-Python reading of docs/policy.md's semantics.
 
 Each case (reproducible from its seed: `random.Random(seed)`) is a run of up to five
 metrics on three named axes and the plain `step` -- lengths 0..60, steps from 0 or
