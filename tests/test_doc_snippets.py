@@ -169,3 +169,43 @@ def test_the_readme_policy_is_the_shipped_file() -> None:
 def test_the_readme_is_a_front_page() -> None:
     lines = (REPO / "README.md").read_text().count("\n")
     assert lines <= 200, f"README.md has {lines} lines; move detail to docs/"
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def anchors(doc: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    in_code = False
+    for line in doc.read_text().split("\n"):
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        heading = re.match(r"^#{1,6} (.*)", line)
+        if heading and not in_code:
+            base = slug(heading.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+@pytest.mark.parametrize("doc", [*DOCS, REPO / "bench/RESULTS.md"],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_resolves(doc: Path) -> None:
+    """A page moved or a heading renamed must not leave a dead link or anchor behind."""
+    dead = []
+    text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (doc.parent / path).resolve() if path else doc
+        if not dest.exists():
+            dead.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            dead.append(f"{target}: no heading with that anchor in {dest.name}")
+    assert not dead, f"{doc.relative_to(REPO)}: " + "; ".join(dead)
