@@ -122,9 +122,10 @@ def run(cmd: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_command_runs(doc: Path, tmp_path: Path) -> None:
-    cwd = workdir(tmp_path)
+    found = commands(doc)
+    cwd = workdir(tmp_path) if found else tmp_path
     failures = []
-    for no, cmd in commands(doc):
+    for no, cmd in found:
         where = f"{doc.relative_to(REPO)}:{no}"
         if "..." in cmd or "…" in cmd:
             failures.append(f"{where}: a literal ellipsis cannot be run: {cmd}")
