@@ -42,6 +42,9 @@ SKIP: list[tuple[str, str]] = [
      "asks a server over the network"),
     (r"(^| )wandb/", "needs a wandb run directory, which a trainer writes (tests/wandb/ read "
                      "real ones)"),
+    (r"^gatekeeper check RECORD_DIR |\$GK/|--history out/history\.db$",
+     "docs/miles.md's Config example and walkthrough, run from a miles checkout: "
+     "tests/miles/test_miles_walkthrough.py runs them in one"),
     (r"\$RECORD_DIR|\$REC\b", "a step of miles' CI job, where the harness sets the record "
                               "directory"),
     (r"history import miles-history\.db", "needs a miles history database "
