@@ -268,10 +268,12 @@ class Daemon:
         if self._closed:
             return
         self._closed = True
+        log.info("stopping: polls end, then the channels and the HTTP server")
         self.http.stop()
         self.scheduler.stop()
         for ch in self.channels.values():
             ch.stop()
+        left = {ch.name: ch.waiting() for ch in self.channels.values() if ch.waiting()}
         if self.leases is not None:
             try:
                 self.leases.leave()  # the others take its runs now, not after expiry
@@ -280,6 +282,7 @@ class Daemon:
         self.store.close()
         if self.lock is not None:
             self.lock.release()
+        _log_stopped(left)
 
     def serve(self) -> None:
         """Run until SIGTERM or SIGINT."""
@@ -297,6 +300,15 @@ def _writer_lock(state: str) -> WriterLock | None:
     is shared by replicas (each run leased by one, see lease.py)."""
     url = dburl.parse(state)
     return WriterLock.take(url.path) if url.engine == "sqlite" else None
+
+
+def _log_stopped(left: dict[str, int]) -> None:
+    """The daemon's last line: what it leaves undelivered (pending, offered at next start)."""
+    kept = ", ".join(f"{n} on {name}" for name, n in left.items())
+    if kept:
+        log.info("stopped; undelivered alerts stay pending for the next start: %s", kept)
+    else:
+        log.info("stopped; no alert left undelivered")
 
 
 def _rules(w: RunWatcher) -> list[dict[str, Any]]:
