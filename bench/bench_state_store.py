@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from gatekeeper.daemon.payload import dumps
-from gatekeeper.daemon.state import AlertState, PollCommit, RuleRow, open_state
+from gatekeeper.daemon.state import AlertState, PollCommit, RuleRow
+from gatekeeper.daemon.stores import open_state
 from gatekeeper.engine import Evaluation
 from gatekeeper.policy.loader import load_policies
 

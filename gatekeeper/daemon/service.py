@@ -31,7 +31,8 @@ from gatekeeper.daemon.http import Api, HttpServer
 from gatekeeper.daemon.lease import replica_name
 from gatekeeper.daemon.lock import WriterLock
 from gatekeeper.daemon.scheduler import PollScheduler
-from gatekeeper.daemon.state import RunRecord, open_state
+from gatekeeper.daemon.state import RunRecord
+from gatekeeper.daemon.stores import open_state
 from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched
 from gatekeeper.errors import StateError
 from gatekeeper.notify import Channel, ChannelHooks, build_notifier

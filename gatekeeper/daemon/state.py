@@ -3,7 +3,7 @@
 `SqlState` holds every query, written once for both engines: SQLite in WAL mode
 (`StateStore`, the embedded default: one daemon per file, see lock.py) and PostgreSQL
 (`state_postgres.PostgresState`, `state: postgresql://...`, shared by replicas).
-`open_state(url)` opens the one a state URL names.
+`daemon/stores.py` `open_state(url)` opens the one a state URL names.
 
 Per run: the source cursor, the judging state (`daemon/payload.py`: versioned JSON of the
 rule trackers, so a restart resumes without re-reading history), the latest verdict.
@@ -530,14 +530,3 @@ class StateStore(SqlState):
             runs,
         )
         return True
-
-
-def open_state(url: str) -> SqlState:
-    """The store a state URL names (gatekeeper/dburl.py): PostgreSQL for `postgresql://`,
-    else the SQLite file."""
-    found = dburl.parse(url)
-    if found.engine == "sqlite":
-        return StateStore(found.path)
-    from gatekeeper.daemon.state_postgres import PostgresState
-
-    return PostgresState(found.url)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gatekeeper.daemon.payload import restore
-from gatekeeper.daemon.state import AlertState, RuleRow, SqlState, open_state
+from gatekeeper.daemon.state import AlertState, RuleRow, SqlState
+from gatekeeper.daemon.stores import open_state
 from gatekeeper.engine import Evaluation
 from gatekeeper.errors import StateError
 from tests.daemon.test_state import commit, ev_policies
@@ -102,7 +103,7 @@ def test_replicas_opening_an_empty_database_together_create_the_schema_once(
     pg_url: str,
 ) -> None:
     code = (
-        "import sys; from gatekeeper.daemon.state import open_state; "
+        "import sys; from gatekeeper.daemon.stores import open_state; "
         "open_state(sys.argv[1]).close(); print('opened')"
     )
     kids = [
