@@ -246,6 +246,13 @@ def _rule_spec(
             file=shown,
             line=line_of(tree, (*where, "reduce")),
         )
+    if check.kind == "present_at" and (rule.reduce.value != "none" or rule.expr):
+        raise PolicyError(
+            f"{dotted((*where, 'check'))}: present_at judges whether a metric has a point at "
+            "each step of others: it takes a metric: (no expr:) and no reduce:",
+            file=shown,
+            line=line_of(tree, (*where, "check")),
+        )
     check_from = config_ref(rule.check)
     if check_from is not None and rule.reduce.value == "none":
         raise PolicyError(
