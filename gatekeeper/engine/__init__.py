@@ -241,7 +241,11 @@ class Evaluation:
         """Why the run must be judged again from its start, or None: a bounded evaluation
         learned a period after counting points it would select, or (any evaluation) the
         run's config changed a period after points were judged by it. The daemon re-reads
-        the run; `watch` keeps judging by the first period."""
+        the run; `watch` keeps judging by the first period. Also: a `metric: config.KEY`
+        rule learned its metric after points of that metric were fed (its result is an
+        error until the run is judged again)."""
+        if self.late is not None:
+            return self.late
         for tracker in self.trackers:
             if tracker.selection.reread is not None:
                 return f"rule {tracker.rule.key}: {tracker.selection.reread}"
