@@ -244,6 +244,15 @@ def test_present_at_errors_name_the_line(tmp_path, check, words):
     assert words in str(err.value) and "p.yaml:" in str(err.value)
 
 
+@pytest.mark.parametrize("metric", ["'eval/*'", "config.key"])
+def test_a_history_rule_names_one_fixed_metric(tmp_path, metric):
+    with pytest.raises(PolicyError) as err:
+        band = "{history: {rel_up: 0.2, rel_down: 0.2}}"
+        policy(tmp_path, f"  - {{id: r, metric: {metric}, check: {band}}}\n")
+    assert "a history rule keeps its baselines under one fixed metric name" in str(err.value)
+    assert "p.yaml:4: rules[0].metric" in str(err.value)
+
+
 def test_present_at_shorthand_is_its_steps_of(tmp_path):
     (p,) = policy(tmp_path, "  - {id: r, metric: eval/x, check: {present_at: 'eval/*'}}\n")
     assert p.rules[0].check.steps_of == ("eval/*",) and p.rules[0].check.unless == ()
