@@ -39,8 +39,8 @@ def by_rule(verdict) -> dict[str, object]:
 
 def live(policies, run: Run, *, saved: bool = False):
     """The run fed point by point, step order, as a live watcher does; `saved`: the
-    evaluation is saved and restored (as JSON) between polls, as the daemon does."""
-    ev = Evaluation(policies)
+    evaluation is bounded, saved and restored (as JSON) between polls, as the daemon's."""
+    ev = Evaluation(policies, bounded=saved)
     steps = sorted({int(s) for x in run.series.values() for s in x.steps})
     for step in steps:
         part = {}
@@ -256,3 +256,45 @@ def test_a_history_rule_names_one_fixed_metric(tmp_path, metric):
 def test_present_at_shorthand_is_its_steps_of(tmp_path):
     (p,) = policy(tmp_path, "  - {id: r, metric: eval/x, check: {present_at: 'eval/*'}}\n")
     assert p.rules[0].check.steps_of == ("eval/*",) and p.rules[0].check.unless == ()
+
+
+# ---- through the CLI: reports carry the made rules -------------------------------------
+
+CLI_POLICY = """
+version: 1
+name: evals
+rules:
+  - {id: x-zero, metric: "eval/*/x", check: {abs_max: 0}}
+  - {id: key-every-eval, metric: config.key, check: {present_at: "eval/*"}}
+"""
+
+
+def test_check_reports_each_made_rule_in_json_and_junit(tmp_path):
+    """`gatekeeper check` in a child process on a JSONL run: the JSON and the JUnit (valid
+    against the schema CI readers use) name `RULE[METRIC]` and the config-named metric."""
+    import xml.etree.ElementTree as ET
+
+    import xmlschema
+
+    from tests.helpers import REPO, gatekeeper, write_policy, write_rows
+
+    run = write_rows(tmp_path / "run.jsonl", [
+        {"step": 0, "eval/a": 0.5, "eval/b": 0.4, "eval/a/x": 0.0, "eval/b/x": 0.0},
+        {"step": 1, "eval/b": 0.4, "eval/b/x": 0.25},
+    ])
+    pol = write_policy(tmp_path / "evals.yaml", CLI_POLICY)
+    out = gatekeeper("check", str(run), "-p", str(pol), "--config", "key=eval/a",
+                     "--json", str(tmp_path / "v.json"), "--junit", str(tmp_path / "v.xml"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    results = {r["rule"]: r for r in json.loads((tmp_path / "v.json").read_text())["results"]}
+    assert set(results) == {"x-zero[eval/a/x]", "x-zero[eval/b/x]", "key-every-eval"}
+    assert results["x-zero[eval/a/x]"]["status"] == "pass"
+    bad = results["x-zero[eval/b/x]"]
+    assert (bad["status"], bad["step"], bad["metric"]) == ("fail", 1, "eval/b/x")
+    every = results["key-every-eval"]
+    assert (every["status"], every["step"], every["metric"]) == ("fail", 1, "eval/a")
+    xmlschema.XMLSchema(str(REPO / "tests" / "data" / "junit-4.xsd")).validate(
+        str(tmp_path / "v.xml")
+    )
+    names = {c.get("name") for c in ET.parse(tmp_path / "v.xml").getroot().iter("testcase")}
+    assert any("x-zero[eval/b/x]" in n for n in names), names
