@@ -165,10 +165,11 @@ class CaseRunner:
         metric (engine/expansion.py)."""
         if ref in self.keys:
             return ref
-        base = template_id(ref)
-        if base != ref:
-            return self.resolve(base, loc) + ref[len(base) :]
-        hits = [k for k in self.keys if k.split("/", 1)[1] == ref]
+        base = template_id(ref)  # `rule[metric]`: the rule's key, then the metric
+        made = ref[len(base) :]
+        if base in self.keys:
+            return base + made
+        hits = [k + made for k in self.keys if k.split("/", 1)[1] == base]
         if len(hits) == 1:
             return hits[0]
         what = (
