@@ -114,14 +114,14 @@ class JudgingSession:
             self.evaluation = Evaluation(self.policies, bounded=self.evaluation.bounded)
             self.progress = Progress()
             self.arrivals = {}
-        self.evaluation.feed(series)
+        if run is not None:  # first: a `metric: config.KEY` rule reads it to know its metric
+            self.run = self.apply(run)
+        self.evaluation.feed(series, self.run)
         self.progress.add(series)
         if now is not None:
             for name, s in series.items():
                 if len(s):
                     self.arrivals[name] = now
-        if run is not None:
-            self.run = self.apply(run)
 
     def apply(self, run: Run) -> Run:
         """The run as judged: `--config`/`--tag` overrides, then the extra tags."""

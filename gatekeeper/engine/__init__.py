@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gatekeeper.checks import AggregateCheck, EvalContext, Outcome
-from gatekeeper.engine import selection
+from gatekeeper.engine import selection, wording
 from gatekeeper.engine.applicability import Applicability
+from gatekeeper.engine.expansion import Templates, concrete
 from gatekeeper.engine.judgement import severity
 from gatekeeper.engine.selection import step_shape
 from gatekeeper.engine.tracker import RuleTracker
@@ -29,7 +30,8 @@ from gatekeeper.run_state import run_state_result
 from gatekeeper.statedata import StateDataError, decode
 from gatekeeper.verdict import Mode, RuleResult, Status, Verdict
 
-if TYPE_CHECKING:  # expr.py is imported when a rule has an expression
+if TYPE_CHECKING:  # imported when a rule has an expression / a present_at check
+    from gatekeeper.engine.rounds import Rounds
     from gatekeeper.expr import Aligner
 
 __all__ = ["Evaluation", "RuleTracker", "evaluate"]
@@ -49,58 +51,169 @@ class Evaluation:
     def __init__(self, policies: Iterable[PolicySpec], *, bounded: bool = False):
         self.policies = list(policies)
         self.bounded = bounded
-        self.trackers: list[RuleTracker] = [
-            RuleTracker(r, bounded=bounded) for p in self.policies for r in p.rules
-        ]
+        rules = [r for p in self.policies for r in p.rules]
+        self.trackers: list[RuleTracker] = []  # the policies' rules, then the ones made
         self.by_metric: dict[str, list[RuleTracker]] = {}
         self.derived: list[tuple[Aligner, RuleTracker]] = []  # expr rules: inputs aligned first
+        self.rounds: dict[int, tuple[Rounds, RuleTracker]] = {}  # present_at rules, by id
         self.axis_last: dict[str, int] = {}  # step axis -> last step of any metric on it
         # what the run's metadata decides, worked out again only when it changes
         self.applicability = Applicability(self.policies, self.trackers)
-        for tracker in self.trackers:
-            if tracker.rule.expr is not None:
-                from gatekeeper.expr import Aligner
+        # rules on a metric pattern or `config.KEY`, and the rules made of them (expansion.py)
+        self.templates = Templates(rules)
+        self.made: dict[str, list[RuleTracker]] = {}  # template key -> its concrete rules
+        self.late: str | None = None  # a config-named metric learned after its points came
+        self.unjudged: dict[int, str] = {}  # tracker id -> why its points are not all fed
+        self._order: list[int] | None = None  # result order: templates where made ones go
+        for rule in rules:
+            self._track(RuleTracker(rule, bounded=bounded))
+        self.base = len(self.trackers)
 
-                self.derived.append((Aligner(tracker.rule.expr), tracker))
-            else:
-                self.by_metric.setdefault(tracker.rule.metric, []).append(tracker)
+    def _track(self, tracker: RuleTracker) -> None:
+        self.trackers.append(tracker)
+        rule = tracker.rule
+        self._order = None
+        self.applicability.refresh()
+        if rule.template:  # stands for metrics; made concrete as they appear (expansion.py)
+            return
+        if rule.expr is not None:
+            from gatekeeper.expr import Aligner
+
+            self.derived.append((Aligner(rule.expr), tracker))
+        elif rule.check.kind == "present_at":
+            from gatekeeper.engine.rounds import Rounds
+
+            check: Any = rule.check
+            self.rounds[id(tracker)] = (Rounds(rule.metric, check.steps_of, check.unless), tracker)
+        else:
+            self.by_metric.setdefault(rule.metric, []).append(tracker)
+
+    def _make(self, template: RuleSpec, metric: str) -> RuleTracker:
+        tracker = RuleTracker(concrete(template, metric), bounded=self.bounded)
+        self.made.setdefault(template.key, []).append(tracker)
+        self._track(tracker)
+        return tracker
+
+    def _drop(self, tracker: RuleTracker) -> None:
+        self.trackers.remove(tracker)
+        same = self.by_metric.get(tracker.rule.metric, [])
+        if tracker in same:
+            same.remove(tracker)
+        self.rounds.pop(id(tracker), None)
+        self.unjudged.pop(id(tracker), None)
+        self._order = None
+        self.applicability.refresh()
+
+    def _expand(self, series: Mapping[str, Series], run: Run | None) -> None:
+        """Make the template rules concrete for metrics new in `series` (patterns) and for
+        what the run's config names (`config.KEY`)."""
+        if run is not None:
+            self._resolve(run)
+        names = [name for name, s in series.items() if len(s)]
+        for template, metric in self.templates.new_metrics(names):
+            self._make(template, metric)
+
+    def _resolve(self, run: Run) -> None:
+        for template in self.templates.configs:
+            metric = self.templates.resolve_one(template, run)
+            made = self.made.get(template.key, [])
+            if made and made[0].rule.metric == metric:
+                continue
+            for tracker in made:
+                self._drop(tracker)
+            self.made[template.key] = []
+            if metric is None:
+                continue
+            tracker = self._make(template, metric)
+            if metric in self.templates.tried:  # its points came before the rule knew it
+                self.late = f"rule {template.key}: {wording.metric_learned_late(metric)}"
+                self.unjudged[id(tracker)] = self.late
+
+    def _result_order(self) -> list[int]:
+        """Indices of the trackers in result order: each template's made rules (by metric)
+        where it is declared, or the template itself while it stands for none."""
+        if self._order is None:
+            position = {id(t): i for i, t in enumerate(self.trackers)}
+            order: list[int] = []
+            for tracker in self.trackers[: self.base]:
+                made = self.made.get(tracker.rule.key) if tracker.rule.template else None
+                if made:
+                    order += [position[id(t)] for t in sorted(made, key=lambda t: t.rule.metric)]
+                else:
+                    order.append(position[id(tracker)])
+            self._order = order
+        return self._order
 
     # ---- state as data -----------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
-        """What has been fed, as plain data: per rule its tracker, per derived rule its
-        aligner's buffered inputs, and the last step of each step axis."""
-        return {
+        """What has been fed, as plain data: per rule its tracker (and a present_at
+        rule's unsettled rounds), per derived rule its aligner's buffered inputs, the last
+        step of each step axis; with template rules, the rules made of them."""
+        out = {
             "bounded": self.bounded,
-            "rules": [{"key": t.rule.key, "tracker": t.to_state()} for t in self.trackers],
+            "rules": [self._saved(t) for t in self.trackers[: self.base]],
             "aligners": [a.to_state() for a, _ in self.derived],
             "axis_last": dict(self.axis_last),
         }
+        if self.templates.patterns or self.templates.configs:
+            out["made"] = [
+                {"of": key, "metric": t.rule.metric, **self._saved(t)}
+                for key, made in self.made.items()
+                for t in made
+            ]
+        return out
+
+    def _saved(self, tracker: RuleTracker) -> dict[str, Any]:
+        saved = {"key": tracker.rule.key, "tracker": tracker.to_state()}
+        if id(tracker) in self.rounds:
+            saved["rounds"] = self.rounds[id(tracker)][0].to_state()
+        return saved
 
     @classmethod
     def from_state(cls, policies: Iterable[PolicySpec], data: Any) -> Evaluation:
         """An Evaluation of `policies` holding what `to_state` saved (StateDataError when
         the data does not fit these policies' rules)."""
         keys = {"bounded", "rules", "aligners", "axis_last"}
-        if not isinstance(data, dict) or set(data) != keys:
+        if not isinstance(data, dict) or not keys <= set(data) <= {*keys, "made"}:
             raise StateDataError(f"evaluation: expected a mapping of {', '.join(sorted(keys))}")
         ev = cls(policies, bounded=decode(data["bounded"], bool, "evaluation.bounded"))
+        made = data.get("made", [])
         rules, aligners = data["rules"], data["aligners"]
-        if not isinstance(rules, list) or not isinstance(aligners, list):
-            raise StateDataError("evaluation: rules and aligners must be lists")
-        if len(rules) != len(ev.trackers) or len(aligners) != len(ev.derived):
+        if not all(isinstance(x, list) for x in (rules, aligners, made)):
+            raise StateDataError("evaluation: rules, aligners and made must be lists")
+        if len(rules) != len(ev.trackers):
             raise StateDataError("evaluation: its rules are not these policies' rules")
-        for i, (tracker, saved) in enumerate(zip(ev.trackers, rules, strict=True)):
-            where = f"evaluation.rules[{i}]"
-            if not isinstance(saved, dict) or saved.get("key") != tracker.rule.key:
-                raise StateDataError(f"{where}: not rule {tracker.rule.key}")
-            tracker.restore(saved.get("tracker"), f"{where}.tracker")
+        for i, (tracker, saved) in enumerate(zip(list(ev.trackers), rules, strict=True)):
+            ev._restore(tracker, saved, f"evaluation.rules[{i}]")
+        templates = {r.key: r for r in (*ev.templates.patterns, *ev.templates.configs)}
+        for i, saved in enumerate(made):
+            where = f"evaluation.made[{i}]"
+            of = saved.get("of") if isinstance(saved, dict) else None
+            if of not in templates:
+                raise StateDataError(f"{where}: not made of a template rule of these policies")
+            metric = decode(saved.get("metric"), str, f"{where}.metric")
+            ev._restore(ev._make(templates[of], metric), saved, where)
+            ev.templates.tried.add(metric)
+        if len(aligners) != len(ev.derived):
+            raise StateDataError("evaluation: its derived rules are not these policies'")
         for i, ((aligner, _), saved) in enumerate(zip(ev.derived, aligners, strict=True)):
             aligner.restore(saved, f"evaluation.aligners[{i}]")
         ev.axis_last = decode(data["axis_last"], dict[str, int], "evaluation.axis_last")
         return ev
 
-    def feed(self, series: Mapping[str, Series]) -> None:
-        """Fold new points (per metric, sorted by step) into every rule that reads them."""
+    def _restore(self, tracker: RuleTracker, saved: Any, where: str) -> None:
+        if not isinstance(saved, dict) or saved.get("key") != tracker.rule.key:
+            raise StateDataError(f"{where}: not rule {tracker.rule.key}")
+        tracker.restore(saved.get("tracker"), f"{where}.tracker")
+        if id(tracker) in self.rounds:
+            self.rounds[id(tracker)][0].restore(saved.get("rounds"), f"{where}.rounds")
+
+    def feed(self, series: Mapping[str, Series], run: Run | None = None) -> None:
+        """Fold new points (per metric, sorted by step) into every rule that reads them.
+        `run`: the run's metadata, when known, so a `metric: config.KEY` rule knows its
+        metric before its first points (given later, see `reread`)."""
+        if self.templates.patterns or self.templates.configs:
+            self._expand(series, run)
         for part in series.values():
             if len(part):
                 hi = int(part.steps[-1])
@@ -119,12 +232,20 @@ class Evaluation:
             new = aligner.feed(series)
             if new is not None:
                 tracker.feed(new[0], new[1], aligner.step_key or "step")
+        for rounds, tracker in self.rounds.values():
+            settled = rounds.feed(series)
+            if settled is not None:
+                tracker.feed(*settled)
 
     def reread(self) -> str | None:
         """Why the run must be judged again from its start, or None: a bounded evaluation
         learned a period after counting points it would select, or (any evaluation) the
         run's config changed a period after points were judged by it. The daemon re-reads
-        the run; `watch` keeps judging by the first period."""
+        the run; `watch` keeps judging by the first period. Also: a `metric: config.KEY`
+        rule learned its metric after points of that metric were fed (its result is an
+        error until the run is judged again)."""
+        if self.late is not None:
+            return self.late
         for tracker in self.trackers:
             if tracker.selection.reread is not None:
                 return f"rule {tracker.rule.key}: {tracker.selection.reread}"
@@ -146,13 +267,23 @@ class Evaluation:
         arrivals = arrivals or {}
         if self.bounded and (history is not None or references):
             raise ValueError("a bounded evaluation keeps no points for history or references")
+        if self.templates.configs:
+            self._resolve(run)
         self.applicability.update(run)
         if self.bounded:
             for tracker in self.trackers:
                 selection.park(tracker.selection, tracker.rule.steps)
+        if final:  # the run has ended: its last rounds are settled
+            for rounds, tracker in self.rounds.values():
+                settled = rounds.flush()
+                if settled is not None:
+                    tracker.feed(*settled)
         results: list[RuleResult] = []
-        for tracker, before in zip(self.trackers, self.applicability.before, strict=True):
-            rule, outcome, overlay = tracker.rule, before, None
+        for i in self._result_order():
+            tracker, outcome, overlay = self.trackers[i], self.applicability.before[i], None
+            rule = tracker.rule
+            if outcome is None and id(tracker) in self.unjudged:  # never judged on a part
+                outcome = Outcome(Status.ERROR, self.unjudged[id(tracker)])
             if outcome is None:
                 rule_ctx = _context(  # built directly: replace() costs ~10 us a rule
                     run=run, history=history, rule_key=rule.key, now=now,
@@ -182,7 +313,7 @@ def evaluate(
 ) -> Verdict:
     """Judge a whole run against the policies."""
     ev = Evaluation(policies)
-    ev.feed(run.series)
+    ev.feed(run.series, run)
     return ev.verdict(run, final=final, history=history, references=references)
 
 

@@ -17,6 +17,7 @@ from gatekeeper.engine.tracker import RuleTracker
 from gatekeeper.model import Run
 from gatekeeper.policy.binding import metric_error, missing_config
 from gatekeeper.policy.conditions import first_failing, parse_conditions
+from gatekeeper.policy.patterns import config_key
 from gatekeeper.policy.schema import period_expr
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import Mode, Status
@@ -33,6 +34,10 @@ class Applicability:
         self._keys = _keys_read(policies)
         self._seen: str | None = None
 
+    def refresh(self) -> None:
+        """The trackers changed (a template rule was made concrete): work it out again."""
+        self._seen = None
+
     def update(self, run: Run) -> None:
         """Work it out again when what it reads of the metadata differs from the last
         run's. As text: repr keeps 1, 1.0 and True apart (`eq` and a period tell them
@@ -48,6 +53,10 @@ class Applicability:
         for tracker in self.trackers:
             rule = tracker.rule
             outcome = _applicability(rule, run, mismatch[rule.policy], unset[rule.policy])
+            if outcome is None and rule.template:  # stands for metrics: nothing to bind
+                outcome = unnamed_metric(rule, run)
+                before.append(outcome)
+                continue
             if outcome is None:
                 outcome = metric_error(rule, run)
             if outcome is None and rule.check_from is not None:
@@ -76,9 +85,24 @@ def _keys_read(policies: list[PolicySpec]) -> tuple[str, ...]:
         for rule in policy.rules:
             keys += [c.key for c in rule.conditions]
             keys += [rule.check_from] if rule.check_from else []
+            keys += [rule.metric] if config_key(rule.metric) else []
             for text in rule.steps.period_from if rule.steps.kind == "every" else ():
                 keys += period_expr(text).metrics
     return tuple(dict.fromkeys(keys))
+
+
+def unnamed_metric(rule: RuleSpec, run: Run) -> Outcome | None:
+    """A `metric: config.KEY` rule whose run config names no metric: ERROR saying which
+    flag to give (a pattern rule is judged on what it matches: None)."""
+    if config_key(rule.metric) is None:
+        return None
+    from gatekeeper.engine.expansion import config_metric
+
+    try:
+        config_metric(rule, run)
+    except ValueError as exc:
+        return Outcome(Status.ERROR, str(exc))
+    return None
 
 
 def policy_mismatch(policy: PolicySpec, run: Run) -> str | None:

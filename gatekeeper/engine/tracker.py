@@ -21,6 +21,7 @@ from gatekeeper.engine.reduction import Reduction
 from gatekeeper.engine.selection import ALL_STEPS, Selection
 from gatekeeper.model import Run
 from gatekeeper.policy.binding import config_bound
+from gatekeeper.policy.patterns import matches
 from gatekeeper.policy.schema import Reduce
 from gatekeeper.policy.spec import RuleSpec
 from gatekeeper.statedata import StateDataError, decode_fields, encode
@@ -291,6 +292,8 @@ class RuleTracker:
             return Outcome(Status.SKIP, reason)
         if not final:
             return Outcome(Status.PENDING, wording.waiting(rule.metric))
+        if rule.template:
+            return self._unmatched(ctx)
         summary = getattr(ctx.run, "summary_values", None) or {}
         if rule.expr is None and rule.metric in summary:
             return self._judge_summary(summary[rule.metric], ctx)
@@ -311,6 +314,18 @@ class RuleTracker:
         if rule.metric in available:  # named by the source (a wandb key, an empty series)
             return Outcome(Status.ERROR, wording.no_points_logged(rule.metric))
         return Outcome(Status.ERROR, wording.not_in_run(rule.metric, available))
+
+    def _unmatched(self, ctx: EvalContext) -> Outcome:
+        """A pattern no metric of the ended run matches: a skip where no run of the
+        source could log one (not captured) or with `if_logged`, else an error."""
+        pattern, capture = self.rule.metric, getattr(ctx.run, "capture", None)
+        if capture is not None and not any(matches(pattern, k) for k in capture.keys):
+            why = wording.not_captured([pattern], capture, self.rule.if_logged)
+            return Outcome(Status.SKIP, why, not_judged=wording.not_captured_by(capture))
+        if self.rule.if_logged:
+            return Outcome(Status.SKIP, wording.not_logged([pattern]))
+        available = list(getattr(ctx.run, "series", {}) or {})
+        return Outcome(Status.ERROR, wording.no_match(pattern, available))
 
     def _judge_summary(self, value: float, ctx: EvalContext) -> Outcome:
         """A metric with no history points but a summary value (HF's `train_loss`): judged

@@ -183,6 +183,14 @@ def no_points_logged(metric: str) -> str:
     return f"metric {metric} is in the run but has no points"
 
 
+def no_match(pattern: str, available: list[str]) -> str:
+    return f"no metric of the run matches {pattern} (the run has {len(available)} metrics)"
+
+
+def metric_learned_late(metric: str) -> str:
+    return f"the run's config named metric {metric} after points of it were judged without it"
+
+
 def not_in_run(metric: str, available: list[str]) -> str:
     import difflib  # only for a missing metric's "did you mean"
 

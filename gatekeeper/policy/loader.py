@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from gatekeeper.checks import CHECKS
 from gatekeeper.errors import PolicyError
+from gatekeeper.policy.patterns import config_key, is_pattern
 from gatekeeper.policy.schema import Policy, Rule, RuleOverride
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.verdict import Mode
@@ -239,12 +240,11 @@ def _rule_spec(
     policy: Policy, rule: Rule, tree: Any, where: tuple[Any, ...], shown: str, mode: Mode
 ) -> RuleSpec:
     check = parse_check(rule.check, tree, (*where, "check"), shown)
-    if rule.reduce.value != "none" and (not hasattr(check, "violations") or check.context()):
+    wrong = _misfit(rule, check)
+    if wrong is not None:
+        field, why = wrong
         raise PolicyError(
-            f"{dotted((*where, 'reduce'))}: {check.kind} judges the series itself; "
-            f"reduce must be none, got {rule.reduce.value}",
-            file=shown,
-            line=line_of(tree, (*where, "reduce")),
+            f"{dotted((*where, field))}: {why}", file=shown, line=line_of(tree, (*where, field))
         )
     check_from = config_ref(rule.check)
     if check_from is not None and rule.reduce.value == "none":
@@ -272,6 +272,26 @@ def _rule_spec(
         if_logged=rule.if_logged,
         check_from=check_from,
     )
+
+
+def _misfit(rule: Rule, check: Any) -> tuple[str, str] | None:
+    """(field, why) when the rule's check does not fit the rest of the rule."""
+    if rule.reduce.value != "none" and (not hasattr(check, "violations") or check.context()):
+        return "reduce", (
+            f"{check.kind} judges the series itself; reduce must be none, got {rule.reduce.value}"
+        )
+    if check.kind == "present_at" and (rule.reduce.value != "none" or rule.expr):
+        return "check", (
+            "present_at judges whether a metric has a point at each step of others: it takes "
+            "a metric: (no expr:) and no reduce:"
+        )
+    templated = rule.metric is not None and (is_pattern(rule.metric) or config_key(rule.metric))
+    if check.kind == "history" and templated:
+        return "metric", (
+            f"a history rule keeps its baselines under one fixed metric name, got "
+            f"{rule.metric!r}; name the metric"
+        )
+    return None
 
 
 def _parse_expr(text: str) -> Any:

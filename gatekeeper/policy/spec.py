@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gatekeeper.checks import Check
 from gatekeeper.policy.conditions import Condition
+from gatekeeper.policy.patterns import config_key, is_pattern
 from gatekeeper.policy.schema import Match, Reduce, Steps
 from gatekeeper.verdict import Mode, Severity
 
@@ -38,10 +39,21 @@ class RuleSpec:
     # `check: {min: config.KEY}`: the bound is read from the run's config when the run is
     # judged (binding.config_bound); until then `check` holds a NaN placeholder
     check_from: str | None = None
+    # a rule judged on one metric of a pattern (`eval/*/x`) or named by the run's config
+    # (`config.KEY`): the metric as declared; `metric` is then the concrete name
+    declared_metric: str | None = None
 
     @property
     def key(self) -> str:
         return f"{self.policy}/{self.id}"
+
+    @property
+    def template(self) -> bool:
+        """Whether the rule's metric is a pattern or `config.KEY`, not yet made concrete:
+        the engine judges it on the metrics it stands for (engine/expansion.py)."""
+        if self.expr is not None or self.declared_metric is not None:
+            return False
+        return is_pattern(self.metric) or config_key(self.metric) is not None
 
     def describe_expected(self) -> str:
         bound = self.check.describe()

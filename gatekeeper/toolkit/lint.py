@@ -29,6 +29,7 @@ from gatekeeper.engine.applicability import policy_mismatch  # the engine's test
 from gatekeeper.fmt import fmt
 from gatekeeper.model import Run
 from gatekeeper.policy.conditions import first_failing
+from gatekeeper.policy.patterns import config_key, matches
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
 from gatekeeper.toolkit.lintcodes import Finding
 from gatekeeper.verdict import Severity
@@ -215,6 +216,14 @@ def against_runs(
     """Thresholds compared with what the example runs logged; rules they never feed (on
     the runs the rule applies to: its policy's `match:` and its `when:` hold)."""
     inputs = rule.expr.metrics if rule.expr is not None else (rule.metric,)
+    if rule.template:  # a pattern (or config.KEY): whether any run logs a metric it matches
+        if config_key(rule.metric) is None and not any(
+            matches(rule.metric, m) and len(s) for run in runs for m, s in run.series.items()
+        ):
+            applies = [run for run in runs if _applies(rule, policy, run)]
+            if applies:
+                yield "not-logged", _not_logged(rule, [rule.metric], len(applies))
+        return
     absent = [m for m in inputs if not any(m in run.series and len(run.series[m]) for run in runs)]
     if absent:
         applies = [run for run in runs if _applies(rule, policy, run)]

@@ -17,6 +17,7 @@ from gatekeeper.errors import PolicyError, UsageError
 from gatekeeper.model import Run, Series
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.policy.overrides import apply_cli_overrides, parse_override
+from gatekeeper.policy.patterns import template_id
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.sources.jsonl.reader import default_step_key
 from gatekeeper.toolkit.notation import expand
@@ -143,7 +144,7 @@ class CaseRunner:
         done: int | None = None
         for j, poll in enumerate(case.polls):
             for part in _chunks(_window(series, done, poll.until), chunk):
-                evaluation.feed(part)
+                evaluation.feed(part, run)
             done = poll.until
             verdict = evaluation.verdict(
                 run, final=False, now=now, arrivals=arrivals, references=refs, history=history
@@ -153,7 +154,7 @@ class CaseRunner:
                 verdict, poll.expect, poll.others, where, f"after poll until step {poll.until}"
             )
         for part in _chunks(_window(series, done, None), chunk):
-            evaluation.feed(part)
+            evaluation.feed(part, run)
         verdict = evaluation.verdict(
             run, final=not case.live, now=now, arrivals=arrivals, references=refs, history=history
         )
@@ -161,9 +162,15 @@ class CaseRunner:
         return problems
 
     def resolve(self, ref: str, loc: tuple[object, ...]) -> str:
+        """The rule key `ref` names; `rule[metric]` names a pattern rule's result on one
+        metric (engine/expansion.py)."""
         if ref in self.keys:
             return ref
-        hits = [k for k in self.keys if k.split("/", 1)[1] == ref]
+        base = template_id(ref)  # `rule[metric]`: the rule's key, then the metric
+        made = ref[len(base) :]
+        if base in self.keys:
+            return base + made
+        hits = [k + made for k in self.keys if k.split("/", 1)[1] == base]
         if len(hits) == 1:
             return hits[0]
         what = (
@@ -191,6 +198,12 @@ class CaseRunner:
         problems = []
         for key, (ref, exp) in wanted.items():
             line = self.loaded.line(self.index, *loc, "expect", ref)
+            if key not in got:  # a pattern rule's result on a metric the run lacks
+                problems.append(
+                    f"{self.loaded.path}:{line}: {key}{' ' + when if when else ''}: no result; "
+                    f"results: {', '.join(sorted(got))}"
+                )
+                continue
             diff = diff_result(exp, got[key])
             if diff:
                 problems.append(

@@ -153,6 +153,11 @@ def _bound(check: Bound, v: str) -> str:
 
 
 def _applicable(rule: RuleSpec) -> None:
+    if rule.template:
+        raise NotExportable(
+            f"metric {rule.metric} stands for the metrics a run names (a pattern or config "
+            "key); export a rule per metric"
+        )
     if rule.conditions:
         raise NotExportable("`when:` reads run config, which Prometheus does not have")
     if rule.off:

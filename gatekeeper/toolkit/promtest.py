@@ -124,8 +124,9 @@ def generate(
     for i, case in enumerate(loaded.spec.tests):
         evaluation = Evaluation(policies)
         series = build_series(case)
-        evaluation.feed(series)
-        verdict = evaluation.verdict(make_run(case, loaded.path, series), final=True)
+        run = make_run(case, loaded.path, series)
+        evaluation.feed(series, run)
+        verdict = evaluation.verdict(run, final=True)
         checks: list[dict[str, Any]] = []
         for result in verdict.results:
             rule = exported.get(f"{result.policy}/{result.rule}")

@@ -50,6 +50,9 @@ CASES: dict[str, tuple[str, list[np.ndarray], list[np.ndarray]]] = {
     "abs_lt": ("{abs_lt: 0.6}", [STEADY], [EARLY_HIGH]),
     "strictly_between": ("{strictly_between: [0.4, 0.6]}", [STEADY], [RISING]),
     "rise": ("{rise: {from_step: 0, by_step: 100, min: 0.3}}", [RISING], [STEADY]),
+    # a point at every step of m itself; its failures need other metrics' steps: live =
+    # final for those in tests/test_engine_patterns.py (present_at cases)
+    "present_at": ("{present_at: m}", [STEADY, NAN_LATE], []),
     # compared with REFERENCE (the STEADY run) at every step
     "isclose": ("{isclose: {reference: ref, rel_tol: 0.1, abs_tol: 0.05}}", [STEADY + 0.01],
                 [LATE_HIGH]),

@@ -221,29 +221,15 @@ STRICTER_ON_PURPOSE: dict[str, tuple[str, tuple[str, ...], str]] = {
         "train/grad_norm", ("miles-ci-capture/grad-norm-finite",),
         "NaN grad_norm: miles asserts grad_norm only when replaying; a NaN is never a pass"),
     "nan-eval": (
-        "eval/gsm8k", ("miles-metric-checker-gsm8k/gsm8k-every-eval",
-                       "miles-metric-checker-gsm8k/gsm8k-reaches-threshold"),
+        "eval/gsm8k", ("miles-metric-checker/key-finite",
+                       "miles-metric-checker/key-reaches-threshold"),
         "NaN eval: MetricChecker takes NaN as a value (`is not None`) and passes when another "
         "eval reaches the threshold; gatekeeper wants a finite value at every eval"),
 }
 
-G1 = "G1: a metric the CI record cannot carry is a skip 'not captured by the CI record'"
-G34 = "G3/G4: MetricChecker's key and threshold from the run's ci_metric_checker_* args"
-G78 = "G7/G8: miles asserts the TITO strict rates of eval datasets too (eval/<name>/tito_...)"
-
-PENDING_WANDB: dict[str, str] = {
-    "tito-eval-special-token-count": G78,
-    "metric-checker-other-key": G34,
-}
-PENDING_RECORD: dict[str, str] = {
-    "tito-eval-special-token-count": f"{G78}; {G1}",
-    "metric-checker-other-key": f"{G34}; {G1}",
-}
-OPEN_WANDB: dict[str, str] = {
-    "eval-without-the-checked-key": (
-        "unassigned: miles asserts every eval round carries the MetricChecker key; a series "
-        "per metric cannot see an eval/step where eval/gsm8k is absent (docs/miles.md)"),
-}
+PENDING_WANDB: dict[str, str] = {}
+PENDING_RECORD: dict[str, str] = {}
+OPEN_WANDB: dict[str, str] = {}
 SOURCES = ("wandb", "record")
 
 

@@ -169,7 +169,7 @@ def _evals(values: list[float]) -> list[dict[str, Any]]:
 
 def test_metric_checker_judges_the_threshold_the_test_passed(tmp_path: Path) -> None:
     """tests/e2e/long/test_qwen2.5_0.5B_gsm8k.py: --ci-metric-checker-threshold 0.55."""
-    reach = "miles-metric-checker-gsm8k/gsm8k-reaches-threshold"
+    reach = "miles-metric-checker/key-reaches-threshold"
     evals = _evals([0.31, 0.48, 0.57, 0.52])
     config = {"ci_metric_checker_key": "eval/gsm8k", "ci_metric_checker_threshold": 0.55}
     long_test = by_rule(gate.check(
@@ -276,16 +276,18 @@ def test_a_bound_from_config_follows_the_config_live_and_through_a_saved_state()
     """The daemon feeds polls and saves the evaluation between them: the bound is bound at
     each verdict from the config it sees then, and a restored evaluation judges the same."""
     policies = gate.load([str(REPO / "policies" / "miles" / "metric-checker.yaml")], [])
-    reach = "gsm8k-reaches-threshold"
+    reach = "key-reaches-threshold"
+
+    def run(threshold: Any) -> Run:
+        config = {"ci_metric_checker_key": "eval/gsm8k", "ci_metric_checker_threshold": threshold}
+        return Run(name="r", source="s", config=config)
 
     def verdict(ev: Evaluation, threshold: Any) -> Any:
-        config = {"ci_metric_checker_key": "eval/gsm8k", "ci_metric_checker_threshold": threshold}
-        run = Run(name="r", source="s", config=config)
-        return {r.rule: r for r in ev.verdict(run, final=True).results}[reach]
+        return {r.rule: r for r in ev.verdict(run(threshold), final=True).results}[reach]
 
-    ev = Evaluation(policies)
+    ev = Evaluation(policies)  # the metric is the config's: fed with the run's metadata
     ev.feed({"eval/gsm8k": Series("eval/gsm8k", np.array([0, 10]), np.array([0.5, 0.6]),
-                                  "eval/step")})
+                                  "eval/step")}, run(0.55))
     assert verdict(ev, 0.55).status is Status.PASS
     low = verdict(ev, 0.71)  # the config changed: bound again, not the first value kept
     assert low.status is Status.FAIL and low.expected == "max: x >= 0.71"
@@ -293,5 +295,5 @@ def test_a_bound_from_config_follows_the_config_live_and_through_a_saved_state()
     saved = json.loads(json.dumps(ev.to_state()))
     again = Evaluation.from_state(policies, saved)
     again.feed({"eval/gsm8k": Series("eval/gsm8k", np.array([20]), np.array([0.72]),
-                                     "eval/step")})
+                                     "eval/step")}, run(0.71))
     assert verdict(again, 0.71).status is Status.PASS

@@ -78,6 +78,9 @@ def _tito_run(tmp_path: Path, rollouts: list[Samples], evals: list[Samples]) -> 
     return wandb_run(tmp_path, Variant(), edit, config, events, rollouts=len(rollouts))
 
 
+EVAL_V1 = "eval/tbench2/tito_session_mismatch_rate/v1"
+
+
 def test_eval_samples_are_held_to_the_strict_rates(tmp_path: Path) -> None:
     rollouts = [_healthy() for _ in range(4)]
     good_evals = [_healthy(4), _healthy(4)]
@@ -89,16 +92,19 @@ def test_eval_samples_are_held_to_the_strict_rates(tmp_path: Path) -> None:
     rules = by_rule(good)
     for kind in ("special-token-count", "special-token-type", "non-assistant-text"):
         assert rules[f"miles-tito/v1-{kind}"].status is Status.PASS
-        assert rules[f"miles-tito/eval-tbench2-v1-{kind}"].status is Status.PASS
+        metric = f"eval/tbench2/tito_session_mismatch_rate/v1/{kind.replace('-', '_')}"
+        assert rules[f"miles-tito/eval-v1-{kind}[{metric}]"].status is Status.PASS
     assert good.not_judged() == {}  # the full log carries every TITO rate
 
     bad = by_rule(gate.check(str(_tito_run(tmp_path / "bad", rollouts, bad_evals)), POLICIES))
-    rule = bad["miles-tito/eval-tbench2-v1-special-token-type"]
+    rule = bad[f"miles-tito/eval-v1-special-token-type[{EVAL_V1}/special_token_type]"]
     assert (rule.status, rule.step, rule.step_key, rule.value) == (
         Status.FAIL, 2, "eval/step", 0.25
     )
     assert bad["miles-tito/v1-special-token-type"].status is Status.PASS
-    assert bad["miles-tito/eval-tbench2-v1-non-assistant-text"].status is Status.PASS
+    assert bad[f"miles-tito/eval-v1-non-assistant-text[{EVAL_V1}/non_assistant_text]"].status is (
+        Status.PASS
+    )
 
 
 def _verifier_record(tmp_path: Path, versions: dict[str, Samples | None]) -> Path:

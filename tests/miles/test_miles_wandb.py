@@ -150,7 +150,7 @@ def test_tito_mtp_and_metric_checker_packs(tmp_path: Path) -> None:
     )
     assert good.exit_code == 0, not_passing(good)
     rules = by_rule(good)
-    assert rules["miles-metric-checker-gsm8k/gsm8k-reaches-threshold"].status is Status.PASS
+    assert rules["miles-metric-checker/key-reaches-threshold"].status is Status.PASS
     assert rules["miles-tito/v2-non-assistant-text"].status is Status.PASS
     assert rules["miles-tito/v1-non-assistant-text"].status is Status.SKIP
 
@@ -163,9 +163,10 @@ def test_tito_mtp_and_metric_checker_packs(tmp_path: Path) -> None:
     )
     for kind in ("special-token-count", "special-token-type", "non-assistant-text"):
         assert bad[f"miles-tito/v2-{kind}"].status is Status.FAIL
-    every = bad["miles-metric-checker-gsm8k/gsm8k-every-eval"]
+    assert bad["miles-metric-checker/key-at-every-eval"].status is Status.PASS
+    every = bad["miles-metric-checker/key-finite"]
     assert every.status is Status.ERROR and every.step == 2
-    assert bad["miles-metric-checker-gsm8k/gsm8k-reaches-threshold"].status is Status.ERROR
+    assert bad["miles-metric-checker/key-reaches-threshold"].status is Status.ERROR
 
 
 def test_metric_checker_below_threshold_fails_and_applies_only_to_its_tests(
@@ -177,10 +178,10 @@ def test_metric_checker_below_threshold_fails_and_applies_only_to_its_tests(
     rules = by_rule(gate.check(
         str(wandb_run(tmp_path / "low", Variant(), None, config, evals)), POLICIES
     ))
-    low = rules["miles-metric-checker-gsm8k/gsm8k-reaches-threshold"]
+    low = rules["miles-metric-checker/key-reaches-threshold"]
     assert low.status is Status.FAIL and low.value == pytest.approx(0.7099)
     rules = by_rule(gate.check(str(wandb_run(tmp_path / "other", Variant())), POLICIES))
-    other = rules["miles-metric-checker-gsm8k/gsm8k-reaches-threshold"]
+    other = rules["miles-metric-checker/key-reaches-threshold"]
     assert other.status is Status.SKIP and "ci_metric_checker_key" in other.message
 
 

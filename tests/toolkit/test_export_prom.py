@@ -282,3 +282,13 @@ def test_a_policy_that_requires_config_is_not_exportable_with_the_reason(tmp_pat
     assert "not exportable: miles-ci-consistency/ppo-kl-rollout-start" in out.stdout
     needs = "the policy requires config (train_backend, lora_rank, multi_latent_attention"
     assert needs in out.stdout
+
+
+def test_a_rule_on_a_metric_pattern_is_not_exportable_with_the_reason(tmp_path):
+    """miles-tito's eval rules stand for every eval set's metric (`eval/*/...`): Prometheus
+    gets no rule that would silently watch none; the rollout rules still export."""
+    policy = REPO / "policies/miles/tito.yaml"
+    out = export(tmp_path, str(policy), "--tests-from", str(policy.with_name("tito.test.yaml")))
+    assert "not exportable: miles-tito/eval-v1-special-token-count" in out.stdout
+    assert "stands for the metrics a run names" in out.stdout
+    assert "not exportable: miles-tito/v1-special-token-count" not in out.stdout

@@ -186,3 +186,21 @@ def test_strict_checks_shadow_by_their_open_ends_and_exact_zero_is_a_real_bound(
     assert "never a value to rise from" in found["strict/aime-rise-unselected"]
     assert "before the first selected step 3" in found["strict/reach-before-rollout-start"]
     assert "5 finding(s)" in lines[-1]
+
+
+def test_a_pattern_rule_is_linted_by_the_metrics_it_matches(tmp_path):
+    """`metric: "train/*"` is fed by the example run's train/grad_norm (no finding); a
+    pattern matching none of its metrics is the not-logged finding, naming the pattern."""
+    policy = write_policy(
+        tmp_path / "p.yaml",
+        """
+        version: 1
+        name: p
+        rules:
+          - {id: fed, metric: "train/*", check: {finite: true}}
+          - {id: unfed, metric: "eval/*/acc", check: {finite: true}}
+        """,
+    )
+    out = gatekeeper("lint", str(policy), "--runs", str(REPO / "examples/runs/healthy"))
+    hits = [x for x in out.stdout.splitlines() if "[not-logged]" in x]
+    assert len(hits) == 1 and "p/unfed" in hits[0] and "eval/*/acc" in hits[0], out.stdout

@@ -179,3 +179,38 @@ def test_an_override_naming_no_rule_is_an_error_at_its_line(tmp_path):
     out = gatekeeper("test", str(tests))
     assert out.returncode == 2, out.stdout + out.stderr
     assert f"{tests}:4: tests[0].overrides" in out.stderr and "p/nope" in out.stderr
+
+
+PATTERN_POLICY = """
+version: 1
+name: p
+rules:
+  - {id: acc, metric: "eval/*/acc", check: {min: 0.5}}
+"""
+
+
+def test_a_pattern_rule_s_results_are_expected_by_rule_and_metric(tmp_path):
+    """`acc[eval/a/acc]` names the pattern rule's result on one metric (also as
+    `p/acc[...]`); one the run does not make is a failed test listing the results, and a
+    rule that does not exist is exit 2 naming the line."""
+    write_policy(tmp_path / "p.yaml", PATTERN_POLICY)
+    tests = write_policy(tmp_path / "p.test.yaml", """
+        tests:
+          - name: each eval set its own result
+            series: {eval/a/acc: "0.6", eval/b/acc: "0.4"}
+            expect:
+              "acc[eval/a/acc]": pass
+              "p/acc[eval/b/acc]": {status: fail, value: 0.4}
+          - name: a metric the run lacks
+            series: {eval/a/acc: "0.6"}
+            expect:
+              "acc[eval/zzz/acc]": pass
+    """)
+    out = gatekeeper("test", str(tests))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "p/acc[eval/zzz/acc]: no result; results: p/acc[eval/a/acc]" in out.stdout
+    assert "1 of 2 policy tests passed" in out.stdout
+    tests.write_text(tests.read_text().replace("acc[eval/zzz/acc]", "nope[eval/a/acc]"))
+    out = gatekeeper("test", str(tests))
+    assert out.returncode == 2
+    assert "p.test.yaml:10: tests[1].expect.nope[eval/a/acc]: names no rule" in out.stderr

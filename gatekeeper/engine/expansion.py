@@ -1,0 +1,69 @@
+"""Template rules made concrete: a rule whose metric is a pattern (`eval/*/x`) becomes one
+rule per metric of the run it matches (id `rule[metric]`, each judged and reported on its
+own), and a rule whose metric is `config.KEY` becomes the rule on the metric the run's
+config names (its id unchanged). The checks are the engine's own: a made rule is an
+ordinary RuleSpec with a concrete metric, tracked like any other (engine/__init__.py).
+
+A pattern is tried on each metric name once, when its first points are fed, so a metric
+that appears late is judged from its first point, live as whole. A template that stands
+for no metric stays in the verdict itself: pending live, at the end an error naming the
+pattern or key (a skip when `if_logged`, or when the source cannot carry such a metric)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from gatekeeper.model import Run
+from gatekeeper.policy.patterns import config_key, expanded_id, is_pattern, matches
+from gatekeeper.policy.spec import RuleSpec
+
+
+def concrete(template: RuleSpec, metric: str) -> RuleSpec:
+    """The template rule on one metric."""
+    rule_id = expanded_id(template.id, metric) if is_pattern(template.metric) else template.id
+    return replace(template, id=rule_id, metric=metric, declared_metric=template.metric)
+
+
+def config_metric(rule: RuleSpec, run: Run) -> str:
+    """The metric name the run's config gives a `metric: config.KEY` rule, or why none
+    (raised as ValueError: the caller makes it the rule's error)."""
+    key = config_key(rule.metric)
+    assert key is not None
+    found, value = run.lookup(rule.metric)
+    if not found or value is None:
+        raise ValueError(
+            f"run config does not set {key}, which rule {rule.key} reads for its metric; give "
+            f"the run's value, e.g. --config {key}=... (or \"config\" in run.json)"
+        )
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"config {key} is {value!r}; rule {rule.key} needs a metric name there")
+    return value
+
+
+class Templates:
+    """Which template rules stand for which metrics so far."""
+
+    def __init__(self, rules: Iterable[RuleSpec]):
+        self.patterns = [r for r in rules if r.template and is_pattern(r.metric)]
+        self.configs = [r for r in rules if r.template and not is_pattern(r.metric)]
+        self.tried: set[str] = set()  # metric names the patterns were tried on
+
+    def new_metrics(self, names: Iterable[str]) -> list[tuple[RuleSpec, str]]:
+        """(template, metric) for each not yet tried name a pattern matches."""
+        out = []
+        for name in names:
+            if name in self.tried:
+                continue
+            self.tried.add(name)
+            out += [(t, name) for t in self.patterns if matches(t.metric, name)]
+        return out
+
+    @staticmethod
+    def resolve_one(rule: RuleSpec, run: Run) -> str | None:
+        """The metric the run's config names for a `config.KEY` rule (None: it names none;
+        the rule's applicability says why)."""
+        try:
+            return config_metric(rule, run)
+        except ValueError:
+            return None

@@ -1,0 +1,101 @@
+"""The points a `present_at` rule judges (checks/present_at.py): one per round -- a step
+at which a metric matching `steps_of` has a point, on that metric's step axis, and no
+metric matching `unless` has one -- valued 1 where the rule's metric has a point at that
+step, 0 where it has none.
+
+A round is settled once a later step of its axis has been fed (rows arrive whole), or at
+the end of the run (`flush`), so a live verdict and a whole-run verdict judge the same
+rounds. What it keeps is the unsettled rounds: a few steps, not the run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from gatekeeper.model import Series
+from gatekeeper.policy.patterns import any_match
+from gatekeeper.statedata import StateDataError, decode
+
+Points = tuple[np.ndarray, np.ndarray, str]  # steps, values (1 present, 0 absent), step axis
+
+
+class Rounds:
+    """Rounds of one present_at rule on metric `metric`, fed chunk by chunk."""
+
+    def __init__(self, metric: str, steps_of: tuple[str, ...], unless: tuple[str, ...]):
+        self.metric, self.steps_of, self.unless = metric, steps_of, unless
+        self.axis: str | None = None  # the step axis of the first `steps_of` point
+        self.rounds: set[int] = set()  # unsettled round steps
+        self.skipped: set[int] = set()  # unsettled steps an `unless` metric marks
+        self.present: set[int] = set()  # unsettled steps the rule's metric has a point at
+        self.horizon: int | None = None  # the highest step of the axis fed so far
+        self._names: dict[str, tuple[bool, bool]] = {}  # name -> (steps_of, unless) match
+
+    def _roles(self, name: str) -> tuple[bool, bool]:
+        roles = self._names.get(name)
+        if roles is None:
+            roles = self._names[name] = (
+                any_match(self.steps_of, name), any_match(self.unless, name)
+            )
+        return roles
+
+    def feed(self, series: Mapping[str, Series]) -> Points | None:
+        """Fold new points; the newly settled rounds, if any."""
+        for name, s in series.items():
+            if not len(s):
+                continue
+            of, unless = self._roles(name)
+            if self.axis is None and of:
+                self.axis = s.step_key
+            if s.step_key != self.axis and not (name == self.metric and self.axis is None):
+                continue
+            steps = {int(x) for x in s.steps}
+            if of:
+                self.rounds |= steps
+            if unless:
+                self.skipped |= steps
+            if name == self.metric:
+                self.present |= steps
+            if self.axis is not None:
+                top = max(steps)
+                self.horizon = top if self.horizon is None else max(self.horizon, top)
+        return self._settle(self.horizon)
+
+    def flush(self) -> Points | None:
+        """The run has ended: every round is settled."""
+        return self._settle(None)
+
+    def _settle(self, below: int | None) -> Points | None:
+        """Rounds before step `below` (every one when None) as points; what is settled
+        is forgotten."""
+        if self.axis is None:
+            return None
+        settled = (lambda s: True) if below is None else (lambda s: s < below)
+        judged = sorted(s for s in self.rounds if settled(s) and s not in self.skipped)
+        values = [1.0 if s in self.present else 0.0 for s in judged]
+        for kept in (self.rounds, self.skipped, self.present):
+            kept.difference_update([s for s in kept if settled(s)])
+        if not judged:
+            return None
+        return np.asarray(judged, dtype=np.int64), np.asarray(values), self.axis
+
+    # ---- state as data -----------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "axis": self.axis,
+            "rounds": sorted(self.rounds),
+            "skipped": sorted(self.skipped),
+            "present": sorted(self.present),
+            "horizon": self.horizon,
+        }
+
+    def restore(self, data: Any, where: str) -> None:
+        keys = {"axis", "rounds", "skipped", "present", "horizon"}
+        if not isinstance(data, dict) or set(data) != keys:
+            raise StateDataError(f"{where}: expected a mapping of {', '.join(sorted(keys))}")
+        self.axis = decode(data["axis"], str | None, f"{where}.axis")
+        for name in ("rounds", "skipped", "present"):
+            setattr(self, name, set(decode(data[name], list[int], f"{where}.{name}")))
+        self.horizon = decode(data["horizon"], int | None, f"{where}.horizon")
