@@ -47,7 +47,7 @@ def run(tmp: Path, framework: str, mode: str, steps: int = 12) -> list[dict[str,
 
 
 def deltas(counts: list[int]) -> list[int]:
-    return [b - a for a, b in zip([0, *counts], counts)]
+    return [b - a for a, b in zip([0, *counts[:-1]], counts, strict=True)]
 
 
 @pytest.mark.parametrize("framework", ["hf", "lightning"])
@@ -82,6 +82,6 @@ def test_sync_mode_stops_at_the_step_at_one_all_reduce_a_step(tmp_path: Path) ->
     assert gated[2]["reports"] == ["gate-1.json"]
     steps = len(gated[0]["collectives"])
     extra = [g - p for g, p in zip(deltas(gated[0]["collectives"]),
-                                   deltas(plain[0]["collectives"])[:steps])]
+                                   deltas(plain[0]["collectives"])[:steps], strict=True)]
     # the probe counts at a step's end before the gate agrees: one step late
     assert extra == [0] + [2] * (steps - 1)
