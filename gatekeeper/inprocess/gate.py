@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from gatekeeper.errors import UsageError
 from gatekeeper.gate import PolicyInput, ReportOptions, resolve_policies, write_reports
+from gatekeeper.inprocess.handoff import Handoff
 from gatekeeper.inprocess.rows import MemorySource
 from gatekeeper.live.gate import Change, LiveGate
 from gatekeeper.live.progress import change_line
@@ -34,6 +35,13 @@ class OnFail(str, enum.Enum):
     RAISE = "raise"  # raise GateFailed from the observe call that saw it fail
     STOP = "stop"  # return Observation.stop = True; the caller stops its loop
     REPORT = "report"  # only report: the run goes on, the final verdict still fails
+
+
+class Mode(str, enum.Enum):
+    """How `submit`/`feed` hand values to the judge (`observe` always judges at once)."""
+
+    ASYNC = "async"  # a worker thread judges; the stop takes effect one step later
+    SYNC = "sync"  # judged on the caller's thread, inside the call: stops at the very step
 
 
 class GateFailed(Exception):
@@ -74,6 +82,9 @@ class Gate:
     - `axis`: the step axis of metrics that name none (`observe(step, ...)`); rows may
       carry their own (`train/step`, `rollout/step`), as in JSONL.
     - `on_fail`: "stop" (default), "raise" or "report"; see `OnFail`.
+    - `mode`: how `submit`/`feed` judge: "async" (default: on a worker thread, the stop
+      one step after the violation) or "sync" (on the caller's thread, at the very step);
+      see `gatekeeper.inprocess.handoff`. `observe` always judges at once.
     - `reports`: what `finalize()` writes (JSON, JUnit, GitHub), as `check` does; the
       console table only when asked (`ReportOptions(quiet=False)`); `echo`: where
       status changes are printed as they happen (True: standard error, a stream, or
@@ -90,6 +101,7 @@ class Gate:
         config: Mapping[str, Any] | None = None,
         axis: str = "step",
         on_fail: OnFail | str = OnFail.STOP,
+        mode: Mode | str = Mode.ASYNC,
         reports: ReportOptions | None = None,
         echo: TextIO | bool | None = True,
         clock: Callable[[], float] = time.time,
@@ -108,6 +120,9 @@ class Gate:
         self._verdict = self._live.judge(self._started, final=False)
         self._failed_at: dict[str, Any] | None = None
         self._final: Verdict | None = None
+        self.mode = Mode(mode)
+        self._handoff = Handoff(self._judge_handed, threaded=self.mode is Mode.ASYNC)
+        self._fed = 0  # the ticket of the previous `feed`
 
     # ---- feeding -----------------------------------------------------------------------
     def observe(self, step: int | None, metrics: Mapping[str, Any]) -> Observation:
@@ -116,6 +131,30 @@ class Gate:
         is a non-finite point: an error at once, never skipped."""
         row = dict(metrics) if step is None else {self._source.rows.axis: step, **metrics}
         return self.observe_rows([row])
+
+    def submit(self, step: int | None, metrics: Mapping[str, Any]) -> int:
+        """Hand one step's metrics to the judge without waiting for it (under
+        mode="sync", judged now): device tensors are copied without a sync and read by
+        the worker. Returns a ticket for `wait`. Blocks only while the worker is `depth`
+        hand-overs behind; raises here what the worker raised since the last call."""
+        return self._handoff.submit(step, metrics)
+
+    def wait(self, ticket: int) -> bool:
+        """Block until the hand-over `ticket` (and every one before it) is judged; True
+        when the gate stopped on one of them (never under on_fail="report")."""
+        return self._handoff.wait(ticket)
+
+    def feed(self, step: int | None, metrics: Mapping[str, Any]) -> bool:
+        """One step of a training loop: hand the metrics over and say whether to stop
+        now. Under mode="async" the answer covers the steps before this one (a violation
+        at step K stops the loop after step K+1: the judging of K overlaps step K+1);
+        under mode="sync" it covers this step too (stops after step K)."""
+        ticket = self.submit(step, metrics)
+        previous, self._fed = self._fed, ticket
+        return self.wait(ticket if self.mode is Mode.SYNC else previous)
+
+    def _judge_handed(self, step: int | None, metrics: dict[str, Any]) -> bool:
+        return self.observe(step, metrics).stop
 
     def observe_rows(self, rows: Iterable[Mapping[str, Any]]) -> Observation:
         """Judge a batch of rows (each as in JSONL: step fields plus metrics) at once.
@@ -187,7 +226,12 @@ class Gate:
         stdout unless the reports ask for the table or GitHub annotations). `stopped`:
         the run was cut short because the gate failed (default: it failed and on_fail is
         not "report"); the reports then say at which step and why. Idempotent: later
-        calls return the same verdict."""
+        calls return the same verdict. Everything handed to `submit` is judged first."""
+        raised: GateFailed | None = None
+        try:
+            self._handoff.drain()
+        except GateFailed as exc:  # on_fail="raise", not yet surfaced: after the reports
+            raised = exc
         with self._lock:
             if self._final is not None:
                 return self._final
@@ -199,6 +243,8 @@ class Gate:
             self._final = verdict
         if write:
             write_reports(verdict, self.reports, sys.stdout)
+        if raised is not None:
+            raise raised
         return verdict
 
     def __enter__(self) -> Gate:

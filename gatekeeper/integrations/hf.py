@@ -1,22 +1,28 @@
 """`GatekeeperCallback` for Hugging Face `transformers.Trainer` (and TRL's trainers,
 which subclass it).
 
-Every `on_log` (training logs and evaluation metrics) is observed at
+Every `on_log` (training logs and evaluation metrics) is handed to the gate at
 `state.global_step`, with the names `WandbCallback` gives them (`loss` -> `train/loss`,
 `eval_loss` -> `eval/loss`, on the `train/global_step` axis), so a policy written against
-the run's wandb data gates the run in-process unchanged. When the gate fails the
-callback sets `control.should_training_stop`: the Trainer finishes the step it is in and
-stops. `on_train_end` judges the run as ended and writes the reports (rank 0 only;
-every rank judges, so every rank stops at the same step).
+the run's wandb data gates the run in-process unchanged. Under mode="async" (default) a
+worker judges step N while step N+1 runs; `on_step_end` of step N+1 waits for that
+judgement and sets `control.should_training_stop`: the run stops after step N+1. Under
+mode="sync" `on_log` judges at once and the run stops after step N.
 
-Mirrors transformers 5.24 (`TrainerCallback`, `TrainerControl`,
-`integrations.WandbCallback.on_log` / `rewrite_logs`).
+Distributed: every rank judges, with no collective of its own. The values are the same on
+every rank because the Trainer made them so: it all-gathers the loss and averages it
+before logging, `grad_norm` is the norm of the all-reduced gradients, the learning rate
+is shared; identical values give identical decisions at the same boundary. Only rank 0
+writes the reports.
+
+Mirrors transformers 5.25 (`TrainerCallback`, `TrainerControl`,
+`Trainer._maybe_log_save_evaluate`, `integrations.WandbCallback.on_log` / `rewrite_logs`).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 try:
@@ -26,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
     raise ImportError(message("hf", "gatekeeper.integrations.hf", "transformers")) from exc
 
-from gatekeeper.inprocess.gate import PolicyInput
+from gatekeeper.inprocess.gate import Mode, PolicyInput
 from gatekeeper.inprocess.rows import is_scalar
 from gatekeeper.integrations.core import GateCallback
 from gatekeeper.model import RunState
@@ -56,7 +62,7 @@ def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
 class GatekeeperCallback(GateCallback, TrainerCallback):
     """Gate a `Trainer` run with policy files. Add it with `callbacks=[...]`.
 
-    - `policies`, `overrides`, `reports`, `on_fail`: as for `gatekeeper.Gate`; or pass
+    - `policies`, `overrides`, `reports`, `on_fail`, `mode`: as for `gatekeeper.Gate`; or pass
       a ready `gate`. Under on_fail="raise", `trainer.train()` raises `GateFailed`
       (after the reports are written); "stop" (default) ends training cleanly.
     - `wandb_names=False` keeps the Trainer's own names (`loss`, `eval_loss`).
@@ -67,7 +73,7 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
     def __init__(
         self, policies: PolicyInput | None = None, *, wandb_names: bool = True, **options: Any
     ):
-        """`options`: `gate`, `overrides`, `on_fail`, `reports` and the `Gate` options,
+        """`options`: `gate`, `overrides`, `on_fail`, `mode`, `reports` and the `Gate` options,
         exactly as `gatekeeper.integrations.core.GateCallback` takes them."""
         self.wandb_names = wandb_names
         self.axis = AXIS if wandb_names else "global_step"
@@ -83,6 +89,7 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
         if model_config is not None and hasattr(model_config, "to_dict"):
             config.update(model_config.to_dict())
         self.gate.update_run(name=args.run_name or None, config=config)
+        self.is_zero = state.is_world_process_zero
         if args.logging_nan_inf_filter:
             warnings.warn(
                 "gatekeeper: TrainingArguments.logging_nan_inf_filter=True makes the Trainer "
@@ -100,17 +107,29 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
             return
         if self.wandb_names:
             scalars = rewrite_logs(scalars)
+        self.hand_over(state.global_step, scalars)
+        if self.mode is Mode.SYNC:
+            self.settle_at_boundary()
+            self.decide(_stopper(control))
 
-        def stop_training() -> None:
-            control.should_training_stop = True
-
-        self.judge(
-            state.global_step, scalars, write=state.is_world_process_zero,
-            stop_training=stop_training,
-        )
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        self.begin_boundary()
+        if self.mode is Mode.ASYNC:  # the previous steps; this one is logged after this hook
+            self.settle_at_boundary()
+            self.decide(_stopper(control))
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
         **kwargs: Any,
     ) -> None:
-        self.gate.finalize(state=RunState.FINISHED, write=state.is_world_process_zero)
+        self.finish(RunState.FINISHED)
+
+
+def _stopper(control: TrainerControl) -> Callable[[], None]:
+    def stop_training() -> None:
+        control.should_training_stop = True
+
+    return stop_training

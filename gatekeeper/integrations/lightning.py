@@ -4,14 +4,24 @@
 It judges what the loggers receive — the metrics `self.log(...)` recorded, with their
 logger names (`train_loss`, or `train_loss_step` / `_epoch` when also logged per epoch),
 at the step a logger gets them (WandbLogger's `trainer/global_step`) — but at every
-optimizer step, ahead of `log_every_n_steps`: a NaN at step 37 stops the run at step
-37 even when the loggers would have seen it at step 50. Validation metrics are judged
-when validation ends, epoch aggregates at the end of each training epoch. When the gate
-fails it sets `trainer.should_stop` (agreed across ranks, as EarlyStopping does);
-`on_train_end` judges the run as ended and writes the reports (rank 0).
+optimizer step, ahead of `log_every_n_steps`. It reads the values Lightning already holds
+for the step (each logged metric's step cache, reduced at `self.log` time when the module
+asked for `sync_dist`), never `_logger_connector.metrics`, whose progress-bar entries are
+turned into Python numbers (a device sync) on every read. Epoch aggregates are read when
+the epoch ends and validation metrics when validation ends, where Lightning reduces them
+itself.
 
-Mirrors lightning 2.6: `Callback` hooks, `_LoggerConnector.update_train_step_metrics`
-(which metrics and which step loggers get), `WandbLogger.log_metrics`.
+Stopping (mode="async", default): step N's values go to a worker at the end of step N;
+the callback waits for that judgement in `on_before_backward` of step N+1, before DDP's
+gradient all-reduce, and a failing rank posts "stop at N+1" on the process group's store
+(`gatekeeper.integrations.agree`); every rank reads the key at the end of each step and
+all stop after step N+1. No collective on a passing step. mode="sync" judges at the end of
+step N and agrees with `strategy.reduce_boolean_decision`: stops after step N, at one
+all-reduce per step. Reports are written once: by the rank whose gate failed, else rank 0.
+
+Mirrors lightning 2.6: `Callback` hooks, `_ResultCollection.metrics` / `_get_cache`
+(which values and names loggers get), `_LoggerConnector.update_train_step_metrics`,
+`WandbLogger.log_metrics`.
 """
 
 from __future__ import annotations
@@ -39,15 +49,19 @@ from gatekeeper.model import RunState
 AXIS = "trainer/global_step"
 
 
-def _logged(trainer: pl.Trainer) -> dict[str, Any]:
-    """The metrics Lightning would hand its loggers now (step values during a batch,
-    epoch values at an epoch's end), plus the `epoch` it adds for them."""
-    connector = trainer._logger_connector
-    if trainer._results is None:
+def _logged(trainer: pl.Trainer, on_step: bool) -> dict[str, Any]:
+    """The metrics Lightning hands its loggers for a step (`on_step`) or an epoch, as the
+    tensors it holds (no `.item()`), plus the `epoch` it adds for them."""
+    results = trainer._results
+    if results is None:
         return {}
-    metrics: dict[str, Any] = {
-        k: v for k, v in connector.metrics["log"].items() if is_scalar(v)
-    }
+    metrics: dict[str, Any] = {}
+    for _, result_metric in results.valid_items():
+        if not result_metric.meta.logger:
+            continue
+        value = results._get_cache(result_metric, on_step)
+        if value is not None and is_scalar(value):
+            metrics[results._forked_name(result_metric, on_step)[1]] = value
     if metrics:
         metrics.setdefault("epoch", trainer.current_epoch)
     return metrics
@@ -61,7 +75,7 @@ def _logger_step(trainer: pl.Trainer) -> int:
 class GatekeeperCallback(GateCallback, pl.Callback):
     """Gate a Lightning run with policy files. Add it with `Trainer(callbacks=[...])`.
 
-    `policies`, `overrides`, `reports`, `on_fail`: as for `gatekeeper.Gate`, or pass a
+    `policies`, `overrides`, `reports`, `on_fail`, `mode`: as for `gatekeeper.Gate`, or pass a
     ready `gate`. Under on_fail="raise", `trainer.fit()` raises `GateFailed` after the
     reports are written; "stop" (default) ends training cleanly.
     """
@@ -72,6 +86,16 @@ class GatekeeperCallback(GateCallback, pl.Callback):
         hparams = getattr(pl_module, "hparams", None)
         if isinstance(hparams, Mapping):
             self.gate.update_run(config=dict(hparams))
+        self.is_zero = trainer.is_global_zero
+        if trainer.world_size > 1:
+            from gatekeeper.integrations.agree import StopChannel
+
+            self.channel = StopChannel.for_process_group()
+
+    def on_before_backward(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any
+    ) -> None:
+        self.settle_before_collective()
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
@@ -80,36 +104,31 @@ class GatekeeperCallback(GateCallback, pl.Callback):
         # Loggers get nothing for a batch that only accumulated gradients.
         if trainer.fit_loop._should_accumulate() and pl_module.automatic_optimization:
             return
-        self._observe(trainer, _logged(trainer), _logger_step(trainer))
+
+        def stop_training() -> None:
+            trainer.should_stop = True
+
+        def agree(stop: bool) -> bool:  # mode="sync": every rank stops at the same step
+            return bool(trainer.strategy.reduce_boolean_decision(stop, all=False))
+
+        self.boundary(
+            _logger_step(trainer), _logged(trainer, on_step=True), stop_training=stop_training,
+            agree=agree if trainer.world_size > 1 else None,
+        )
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self._observe(trainer, _logged(trainer), _logger_step(trainer))
+            self.hand_over(_logger_step(trainer), _logged(trainer, on_step=False))
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # The fit loop logs epoch metrics at the epoch's last step, not the next one.
-        self._observe(trainer, _logged(trainer), max(_logger_step(trainer) - 1, 0))
+        self.hand_over(max(_logger_step(trainer) - 1, 0), _logged(trainer, on_step=False))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.gate.finalize(state=RunState.FINISHED, write=trainer.is_global_zero)
+        self.finish(RunState.FINISHED)
 
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
         if not isinstance(exception, GateFailed):
-            self.gate.finalize(state=RunState.CRASHED, write=trainer.is_global_zero)
-
-    def _observe(self, trainer: pl.Trainer, metrics: dict[str, Any], step: int) -> None:
-        if not metrics:
-            return
-
-        def stop_training() -> None:
-            trainer.should_stop = True
-
-        def agree(stop: bool) -> bool:  # every rank must stop at the same step
-            return bool(trainer.strategy.reduce_boolean_decision(stop, all=False))
-
-        self.judge(
-            step, metrics, write=trainer.is_global_zero, stop_training=stop_training,
-            agree=agree if trainer.world_size > 1 else None,
-        )
+            self.finish(RunState.CRASHED)

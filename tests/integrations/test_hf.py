@@ -113,14 +113,18 @@ def test_healthy_run_passes_and_matches_check(tmp_path: Path) -> None:
     assert comparable(report) == comparable(cli)
 
 
-def test_nan_run_stops_at_the_offending_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("mode", "last_step"), [("async", 14), ("sync", 13)])
+def test_nan_run_stops_at_the_offending_step(tmp_path: Path, mode: str, last_step: int) -> None:
+    """A NaN at step 13: sync stops after step 13, async (judged while step 14 runs)
+    after step 14; both report step 13."""
     pol = gate_policy(tmp_path)
     record = Record()
-    gate = GatekeeperCallback(pol, reports=ReportOptions(json_path=str(tmp_path / "gate.json"),
-                                                         junit_path=str(tmp_path / "gate.xml"),
-                                                         quiet=True))
+    gate = GatekeeperCallback(pol, mode=mode,
+                              reports=ReportOptions(json_path=str(tmp_path / "gate.json"),
+                                                    junit_path=str(tmp_path / "gate.xml"),
+                                                    quiet=True))
     trainer = train(tmp_path, 40, [Poison(at=13), record, gate])
-    assert trainer.state.global_step == 13  # the NaN step is the last one trained
+    assert trainer.state.global_step == last_step
     report = json.loads((tmp_path / "gate.json").read_text())
     assert report["status"] == "error"
     assert report["stopped"]["rule"] == "trainer-health/loss-finite"

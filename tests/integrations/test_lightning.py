@@ -131,13 +131,16 @@ def test_healthy_run_passes_and_matches_check(tmp_path: Path) -> None:
     assert comparable(report) == comparable(cli)
 
 
-def test_nan_run_stops_at_the_offending_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("mode", "last"), [("async", 18), ("sync", 17)])
+def test_nan_run_stops_at_the_offending_step(tmp_path: Path, mode: str, last: int) -> None:
+    """Batch 17 (logged at step 17) is NaN: sync stops after it, async (judged while the
+    next batch runs) after batch 18; both report step 17."""
     pol = gate_policy(tmp_path)
     logger = RecordLogger()
-    gate = GatekeeperCallback(pol, reports=reports(tmp_path))
+    gate = GatekeeperCallback(pol, mode=mode, reports=reports(tmp_path))
     trainer = fit(60, [Poison(at=17), gate], logger, tmp_path)
-    assert trainer.global_step == 18  # batch 17 (logged at step 17) was the last one run
-    assert max(s for s, _ in logger.recorder.series["train_loss"]) == 17
+    assert trainer.global_step == last + 1  # the last batch run was logged at `last`
+    assert max(s for s, _ in logger.recorder.series["train_loss"]) == last
     report = json.loads((tmp_path / "gate.json").read_text())
     assert report["status"] == "error"
     assert report["stopped"]["rule"] == "trainer-health/loss-finite"
@@ -150,7 +153,7 @@ def test_nan_run_stops_at_the_offending_step(tmp_path: Path) -> None:
 
 
 def test_a_nan_between_logging_steps_still_stops_at_its_step(tmp_path: Path) -> None:
-    """The loggers see every 50th step; the gate sees every step."""
+    """The loggers see every 50th step; the gate sees every step, ahead of them."""
     logger = RecordLogger()
     gate = GatekeeperCallback(gate_policy(tmp_path), reports=reports(tmp_path))
     torch.manual_seed(0)
@@ -160,7 +163,7 @@ def test_a_nan_between_logging_steps_still_stops_at_its_step(tmp_path: Path) -> 
         enable_model_summary=False, default_root_dir=str(tmp_path), limit_val_batches=0,
     )
     trainer.fit(Regressor(), data(160, 0))
-    assert trainer.global_step == 8
+    assert trainer.global_step == 9  # async: batch 8 ran while batch 7 was judged
     assert json.loads((tmp_path / "gate.json").read_text())["stopped"]["step"] == 7
 
 

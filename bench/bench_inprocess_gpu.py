@@ -1,0 +1,342 @@
+"""What the in-process gate costs a training step (issue 30): the same GPT-2-shaped model
+trained by seven loops, interleaved, each repetition a fresh model.
+
+    python bench/bench_inprocess_gpu.py                  # CUDA: small (6x512, B8 T256)
+    python bench/bench_inprocess_gpu.py --size bigger    # CUDA: 12x512, B16 T512
+    python bench/bench_inprocess_gpu.py --quick          # CPU smoke run, tiny sizes
+
+Loops: plain (the metric tensors computed, never read) · item (`loss.item()`,
+`grad_norm.item()` and an assert: the trainer's own check) · gate (`Gate.feed`, mode
+async, the default) · gate-sync (`Gate.feed`, mode sync) · hf (Trainer, logging_steps=1)
+· hf+cb (+ `GatekeeperCallback`) · pl (Lightning, `self.log(on_step=True)`) · pl+cb.
+Every loop computes the same 14 metrics (loss, grad_norm, learning_rate and 11 more);
+the gated ones judge them with bench/inprocess_policy.yaml (20 rules). Random weights
+and tokens, AdamW, bf16 autocast on CUDA; timing covers N steps after 20 warm-up steps
+(the device synchronized at both ends). Then each loop runs once more with a NaN loss
+at step 60, and the table says where it stopped and which step the gate reported.
+Offline: only torch, transformers, lightning and gatekeeper are imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+POLICY = str(ROOT / "bench" / "inprocess_policy.yaml")
+SIZES = {  # layers, width, batch, tokens, vocabulary
+    "small": (6, 512, 8, 256, 50257),
+    "bigger": (12, 512, 16, 512, 50257),
+    "quick": (2, 64, 4, 32, 512),
+}
+LOOPS = ("plain", "item", "gate", "gate-sync", "hf", "hf+cb", "pl", "pl+cb")
+BASELINE = {"item": "plain", "gate": "plain", "gate-sync": "plain", "hf+cb": "hf",
+            "pl+cb": "pl"}
+
+
+class Bench:
+    def __init__(self, size: str, device: str, warmup: int):
+        self.layers, self.width, self.batch, self.tokens, self.vocab = SIZES[size]
+        self.device = device
+        self.cuda = device == "cuda"
+        self.warmup = warmup
+
+    def model(self) -> Any:
+        import transformers
+
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(
+            n_layer=self.layers, n_embd=self.width, n_head=max(self.width // 64, 1),
+            vocab_size=self.vocab, n_positions=self.tokens, bos_token_id=0, eos_token_id=0)
+        return transformers.GPT2LMHeadModel(config).to(self.device)
+
+    def ids(self) -> torch.Tensor:
+        g = torch.Generator().manual_seed(1)
+        return torch.randint(0, self.vocab, (self.batch, self.tokens), generator=g).to(
+            self.device)
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+class Extras:
+    """The 11 metrics beyond loss, grad_norm and learning_rate, as device tensors."""
+
+    def __init__(self, model: Any, tokens: int):
+        self.model, self.tokens = model, tokens
+        self.loss_ema: Any = None
+        self.grad_ema: Any = None
+        self.prev: Any = None
+        self.seen = 0
+
+    def __call__(self, loss: Any, grad_norm: Any, lr: float, epoch: float) -> dict[str, Any]:
+        loss, grad_norm = loss.detach().float(), torch.as_tensor(grad_norm).detach().float()
+        self.loss_ema = loss if self.loss_ema is None else 0.9 * self.loss_ema + 0.1 * loss
+        self.grad_ema = grad_norm if self.grad_ema is None else (
+            0.9 * self.grad_ema + 0.1 * grad_norm)
+        delta = loss - (loss if self.prev is None else self.prev)
+        self.prev = loss
+        self.seen += self.tokens
+        t = self.model.transformer
+        with torch.no_grad():
+            return {
+                "train/ppl": torch.exp(loss), "train/loss_ema": self.loss_ema,
+                "train/grad_norm_ema": self.grad_ema, "train/loss_delta": delta,
+                "train/wte_norm": torch.linalg.vector_norm(t.wte.weight),
+                "train/wpe_norm": torch.linalg.vector_norm(t.wpe.weight),
+                "train/ln_f_norm": torch.linalg.vector_norm(t.ln_f.weight),
+                "train/tokens": float(self.seen), "train/epoch": epoch,
+                "train/clip_ratio": torch.clamp(1.0 / (grad_norm + 1e-6), max=1.0),
+                "train/update_scale": lr * grad_norm,
+            }
+
+
+def gate(mode: str = "async") -> Any:
+    from gatekeeper.inprocess import Gate
+
+    return Gate(POLICY, mode=mode, echo=False, axis="train/global_step")
+
+
+# ---- hand-written loops -------------------------------------------------------------------
+def custom_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float, int, Any]:
+    """steps/s over the timed steps, the last step run, the step the gate reported."""
+    model = b.model()
+    ids = b.ids()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    extras = Extras(model, b.batch * b.tokens)
+    g = gate("sync" if kind == "gate-sync" else "async") if kind.startswith("gate") else None
+    start, last = 0.0, 0
+    for step in range(1, b.warmup + steps + 1):
+        if step == b.warmup + 1:
+            b.sync()
+            start = time.perf_counter()
+        with torch.autocast(b.device, dtype=torch.bfloat16, enabled=b.cuda):
+            loss = model(input_ids=ids, labels=ids).loss
+        if step == nan_at:
+            loss = loss * float("nan")
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        metrics = {"train/loss": loss, "train/grad_norm": grad_norm,
+                   "train/learning_rate": 1e-4, **extras(loss, grad_norm, 1e-4, 0.0)}
+        last = step
+        if kind == "item":
+            if not (math.isfinite(loss.item()) and math.isfinite(grad_norm.item())):
+                break  # the assert a trainer would raise
+        elif g is not None and g.feed(step, metrics):
+            break
+    b.sync()
+    rate = max(last - b.warmup, 0) / (time.perf_counter() - start)
+    reported = None
+    if g is not None:
+        stopped = g.finalize(write=False).stopped
+        reported = stopped["step"] if stopped else None
+    elif kind == "item" and last == nan_at:
+        reported = last
+    return rate, last, reported
+
+
+# ---- HF Trainer ---------------------------------------------------------------------------
+def hf_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float, int, Any]:
+    import transformers
+
+    from gatekeeper.integrations.hf import GatekeeperCallback
+
+    ids = b.ids().cpu()
+
+    class Tokens(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 10**6
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            row = ids[i % len(ids)]
+            return {"input_ids": row, "labels": row}
+
+    class NanTrainer(transformers.Trainer):
+        def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            loss = super().compute_loss(model, inputs, *args, **kwargs)
+            if self.state.global_step + 1 == nan_at:
+                loss = loss * float("nan")
+            return loss
+
+    class Clock(transformers.TrainerCallback):
+        """Extras into the logs (as a user's callback would), the clock at the warm-up."""
+
+        def __init__(self, model: Any):
+            self.extras = Extras(model, b.batch * b.tokens)
+            self.start = 0.0
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == b.warmup:
+                b.sync()
+                self.start = time.perf_counter()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs is not None and "loss" in logs:
+                logs.update({k.split("/", 1)[1]: v for k, v in self.extras(
+                    torch.tensor(logs["loss"]), logs.get("grad_norm", 0.0),
+                    logs.get("learning_rate", 0.0), logs.get("epoch", 0.0)).items()
+                    if k != "train/epoch"})
+
+    model = b.model()
+    clock = Clock(model)
+    cb = [GatekeeperCallback(POLICY, echo=False)] if kind == "hf+cb" else []
+    args = transformers.TrainingArguments(
+        output_dir="/tmp/bench-inprocess-hf", max_steps=b.warmup + steps,
+        per_device_train_batch_size=b.batch, logging_steps=1, logging_nan_inf_filter=False,
+        report_to=[], save_strategy="no", use_cpu=not b.cuda, bf16=b.cuda,
+        disable_tqdm=True, learning_rate=1e-4, lr_scheduler_type="constant",
+        optim="adamw_torch", max_grad_norm=1.0, dataloader_num_workers=0, log_level="error")
+    trainer = NanTrainer(model=model, args=args, train_dataset=Tokens(),
+                         callbacks=[clock, *cb])
+    trainer.remove_callback(transformers.PrinterCallback)
+    trainer.train()
+    b.sync()
+    last = trainer.state.global_step
+    rate = max(last - b.warmup, 0) / (time.perf_counter() - clock.start)
+    reported = None
+    if cb:
+        stopped = cb[0].gate.verdict().stopped
+        reported = stopped["step"] if stopped else None
+    return rate, last, reported
+
+
+# ---- Lightning ----------------------------------------------------------------------------
+def pl_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float, int, Any]:
+    import lightning.pytorch as pl
+
+    from gatekeeper.integrations.lightning import GatekeeperCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = b.model()
+            self.extras = Extras(self.net, b.batch * b.tokens)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            (ids,) = batch
+            loss = self.net(input_ids=ids, labels=ids).loss
+            if self.global_step == nan_at:
+                loss = loss * float("nan")
+            self.log("train/loss", loss, on_step=True)
+            self.last_loss = loss
+            return loss
+
+        def on_before_optimizer_step(self, optimizer: Any) -> None:
+            norm = torch.linalg.vector_norm(torch.stack([
+                torch.linalg.vector_norm(p.grad) for p in self.parameters()
+                if p.grad is not None]))
+            values = {"train/grad_norm": norm, "train/learning_rate": 1e-4,
+                      **self.extras(self.last_loss, norm, 1e-4, float(self.current_epoch))}
+            for name, value in values.items():
+                self.log(name, value, on_step=True, on_epoch=False)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+    class Clock(pl.Callback):
+        start = 0.0
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == b.warmup:
+                b.sync()
+                self.start = time.perf_counter()
+
+    ids = b.ids()
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(ids.repeat(64, 1)), batch_size=b.batch)
+    clock = Clock()
+    cb = [GatekeeperCallback(POLICY, echo=False)] if kind == "pl+cb" else []
+    trainer = pl.Trainer(
+        max_steps=b.warmup + steps, accelerator="gpu" if b.cuda else "cpu", devices=1,
+        precision="bf16-mixed" if b.cuda else "32-true", logger=False, log_every_n_steps=50,
+        gradient_clip_val=1.0, callbacks=[clock, *cb], enable_progress_bar=False,
+        enable_checkpointing=False, enable_model_summary=False, num_sanity_val_steps=0,
+        limit_val_batches=0, default_root_dir="/tmp/bench-inprocess-pl")
+    trainer.fit(Module(), loader)
+    b.sync()
+    last = trainer.global_step
+    rate = max(last - b.warmup, 0) / (time.perf_counter() - clock.start)
+    reported = None
+    if cb:
+        stopped = cb[0].gate.verdict().stopped
+        reported = stopped["step"] if stopped else None
+    return rate, last - 1, reported  # the last logger step run (0-based)
+
+
+RUNNERS: dict[str, Callable[[Bench, str, int, int | None], tuple[float, int, Any]]] = {
+    "plain": custom_loop, "item": custom_loop, "gate": custom_loop, "gate-sync": custom_loop,
+    "hf": hf_loop, "hf+cb": hf_loop, "pl": pl_loop, "pl+cb": pl_loop,
+}
+
+
+def table(rates: dict[str, list[float]]) -> list[str]:
+    reps = len(next(iter(rates.values())))
+    lines = ["| loop (steps/s) | " + " | ".join(f"rep {i + 1}" for i in range(reps))
+             + " | median | spread (min-max) | ratio to baseline |",
+             "|---|" + "---|" * (reps + 3)]
+    for loop, values in rates.items():
+        median = statistics.median(values)
+        base = BASELINE.get(loop)
+        ratio = ""
+        if base in rates:
+            base_median = statistics.median(rates[base])
+            paired = sorted(v / w for v, w in zip(values, rates[base], strict=True))
+            ratio = (f"{median / base_median:.3f}x of {base} (per rep "
+                     f"{paired[0]:.2f}-{paired[-1]:.2f})")
+        lines.append(f"| {loop} | " + " | ".join(f"{v:.1f}" for v in values)
+                     + f" | {median:.1f} | {min(values):.1f}-{max(values):.1f} | {ratio} |")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=("small", "bigger"), default="small")
+    parser.add_argument("--quick", action="store_true", help="CPU smoke run, tiny sizes")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=None, help="timed steps (after warm-up)")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--nan-at", type=int, default=60)
+    parser.add_argument("--loops", default=",".join(LOOPS))
+    opts = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() and not opts.quick else "cpu"
+    size = "quick" if opts.quick or device == "cpu" else opts.size
+    steps = opts.steps or (30 if size == "quick" else 300)
+    loops = [name for name in opts.loops.split(",") if name]
+    unknown = sorted(set(loops) - set(LOOPS))
+    if unknown:
+        parser.error(f"unknown loops {unknown}; choose from {', '.join(LOOPS)}")
+    if device == "cpu":
+        torch.set_num_threads(1)  # a shared CI machine: no thread oversubscription
+    bench = Bench(size, device, opts.warmup)
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    print(f"# in-process gate bench: {gpu}, size {size} {SIZES[size][:4]}, {opts.reps} reps "
+          f"x {steps} steps after {opts.warmup} warm-up, torch {torch.__version__}\n")
+    rates: dict[str, list[float]] = {name: [] for name in loops}
+    for rep in range(opts.reps):
+        order = loops[rep % len(loops):] + loops[:rep % len(loops)]  # interleaved, rotated
+        for name in order:
+            rates[name].append(RUNNERS[name](bench, name, steps, None)[0])
+            print(f"rep {rep + 1} {name}: {rates[name][-1]:.1f} steps/s", file=sys.stderr)
+    print("\n".join(table(rates)))
+    print(f"\n| loop | NaN at step {opts.nan_at}: last step run | step reported |\n|---|---|---|")
+    for name in loops:
+        _, last, reported = RUNNERS[name](bench, name, opts.nan_at + 5 - opts.warmup,
+                                          opts.nan_at)
+        print(f"| {name} | {last} | {reported if reported is not None else '-'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""The hand-over between the training thread and the judge: the training thread only
+copies a step's values and reads a flag; a worker thread waits for the device and judges.
+
+- A torch tensor on an accelerator is copied to the host without a sync
+  (`tensor.detach().to("cpu", non_blocking=True)`: PyTorch puts the copy in pinned memory
+  from its caching host allocator) and one `torch.cuda.Event` is recorded per hand-over;
+  the worker waits on that event, never the training thread. A host tensor is cloned
+  (trainers update their loss accumulators in place); anything else is handed as it is.
+- Each hand-over gets a ticket; `wait(ticket)` blocks until that hand-over (and every one
+  before it) is judged and says whether any of them stopped the gate. A caller that waits
+  for the previous step's ticket at a step boundary stops one step after the violation,
+  always the same one: the decision never depends on how fast the worker was.
+- The queue is bounded (`depth` hand-overs): when the worker falls behind, `submit` blocks
+  the training thread until there is room. Nothing is ever dropped.
+- An exception in the worker (a bug, a bad value, `GateFailed` under on_fail="raise") is
+  kept and raised on the training thread by the next `submit`, `wait` or `drain`, with its
+  own type: a `GatekeeperError` stays exit 2, anything else is a bug (exit 70).
+- `threaded=False` judges inside `submit`, on the caller's thread (the synchronous mode).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Judge = Callable[[int | None, dict[str, Any]], bool]  # (step, values) -> stop
+
+
+def capture(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The values as the worker may read them later, and the event that says the device
+    copies landed (None when nothing is on a device). Never synchronizes."""
+    values: dict[str, Any] = {}
+    device = False
+    for name, value in metrics.items():
+        detach = getattr(value, "detach", None)
+        if detach is None or not callable(detach):
+            values[name] = value
+        elif getattr(value, "is_cuda", False):
+            values[name] = detach().to("cpu", non_blocking=True)
+            device = True
+        else:
+            values[name] = detach().clone()
+    event = None
+    if device:
+        import torch  # a tensor on the device: torch is loaded already
+
+        event = torch.cuda.Event()
+        event.record()
+    return values, event
+
+
+class Handoff:
+    """Tickets in, judgements out: see the module docstring."""
+
+    def __init__(self, judge: Judge, *, threaded: bool = True, depth: int = 64):
+        if depth < 1:
+            raise ValueError("depth must be at least 1")
+        self._judge = judge
+        self.threaded = threaded
+        self._queue: queue.Queue[tuple[int, int | None, dict[str, Any], Any] | None] = (
+            queue.Queue(maxsize=depth))
+        self._cond = threading.Condition()
+        self._submitted = 0
+        self._judged = 0
+        self._first_stop: int | None = None  # the first ticket whose judgement said stop
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def submitted(self) -> int:
+        """The last ticket handed out (0: none yet)."""
+        return self._submitted
+
+    def submit(self, step: int | None, metrics: Mapping[str, Any]) -> int:
+        """Hand one step's values over; its ticket. Blocks only while the queue is full."""
+        self.raise_error()
+        self._submitted += 1
+        ticket = self._submitted
+        if not self.threaded:
+            stop = True
+            try:
+                stop = self._judge(step, dict(metrics))
+            finally:  # a raising judge (GateFailed) still settles its ticket
+                self._settle(ticket, stop)
+            return ticket
+        values, event = capture(metrics)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gatekeeper-judge",
+                                            daemon=True)
+            self._thread.start()
+        self._queue.put((ticket, step, values, event))
+        return ticket
+
+    def wait(self, ticket: int) -> bool:
+        """Block until `ticket` is judged; True when it or an earlier one said stop."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._judged >= ticket)
+        self.raise_error()
+        return self._first_stop is not None and self._first_stop <= ticket
+
+    def drain(self) -> None:
+        """Judge everything handed over, then end the worker (a later submit starts one)."""
+        self.wait(self._submitted)
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def raise_error(self) -> None:
+        """Raise, once, what the worker raised."""
+        with self._cond:
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            ticket, step, values, event = item
+            stop = False
+            try:
+                if event is not None:
+                    event.synchronize()
+                stop = self._judge(step, values)
+            except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+                stop = True
+                with self._cond:
+                    self._error = self._error or exc
+            self._settle(ticket, stop)
+
+    def _settle(self, ticket: int, stop: bool) -> None:
+        with self._cond:
+            if stop and self._first_stop is None:
+                self._first_stop = ticket
+            self._judged = ticket
+            self._cond.notify_all()
