@@ -34,9 +34,11 @@ def _env(columns: int, no_color: bool) -> dict[str, str]:
     return env
 
 
-def _piped(*args: str, columns: int = 80, no_color: bool = False) -> tuple[int, str]:
+def _piped(
+    *args: str, columns: int = 80, no_color: bool = False, config: str = "--no-config"
+) -> tuple[int, str]:
     out = subprocess.run(
-        [sys.executable, "-m", "gatekeeper", *args, "--no-config"], cwd=ROOT,
+        [sys.executable, "-m", "gatekeeper", *args, *([config] if config else [])], cwd=ROOT,
         env=_env(columns, no_color), capture_output=True, text=True, timeout=120,
     )
     return out.returncode, out.stdout
@@ -184,3 +186,20 @@ def test_overrides_are_counted_and_each_reason_said_once(flags, tmp_path):
     assert "<summary>23 pass, 46 skip</summary>" in folded and "| pass |" in folded
     html = (tmp_path / "r.html").read_text()
     assert "<b>2</b> overridden" in html and html.count("MLA kernels differ, #123") == 1
+
+
+def test_validate_verbose_shows_a_rule_an_override_switched_off(tmp_path):
+    (tmp_path / "base.yaml").write_text(
+        "version: 1\nname: base\nrules:\n"
+        "  - {id: kl, metric: train/ppo_kl, check: {abs_max: 1.0e-9}}\n"
+        "  - {id: loss, metric: loss, check: {finite: true}}\n"
+    )
+    (tmp_path / "child.yaml").write_text(
+        "version: 1\nname: child\nextends: base.yaml\noverrides:\n"
+        "  - {rule: kl, off: true, reason: 'kernels differ, #9'}\n"
+    )
+    code, out = _piped("validate", str(tmp_path / "child.yaml"), "-v", config="")
+    kl = next(ln for ln in out.splitlines() if ln.startswith("  kl:"))
+    loss = next(ln for ln in out.splitlines() if ln.startswith("  loss:"))
+    assert code == 0 and " off: true (override: kernels differ, #9)" in kl, out
+    assert "off:" not in loss and "override" not in loss
