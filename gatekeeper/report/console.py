@@ -70,15 +70,15 @@ def render(
     }.get(verdict.status, "bold red")
     console.print(Text(verdict_line(verdict), style=style), soft_wrap=True)
     for r in listed(verdict):
-        line = Text(one_line(f" {r.policy}/{r.rule}: {message_text(r)}")) + Text(f" ({r.source})")
+        line = Text(one_line(f" {r.policy}/{r.rule}: {message_text(r)} ({r.source})"))
         console.print(Text("  ") + _status(r) + line, soft_wrap=True)
     for detail in detail_lines(verdict):
         console.print(Text(f"  {detail}"), soft_wrap=True)
     rows = [r for r in ordered(verdict.results)
             if show_skipped or r.status is not Status.SKIP or r.override is not None]
-    if verbose and rows:
-        table = (_wide if console.width >= WIDE else _narrow)(rows, console.width)
-        console.print(table)
+    if verbose:
+        if rows:
+            console.print((_wide if console.width >= WIDE else _narrow)(rows, console.width))
     elif len(verdict.results) > len(listed(verdict)):
         n = len(verdict.results)
         console.print(Text(f"  -v: the table of all {n} rule{'s' if n != 1 else ''}",

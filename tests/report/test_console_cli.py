@@ -186,6 +186,7 @@ def test_overrides_are_counted_and_each_reason_said_once(flags, tmp_path):
     assert "<summary>23 pass, 46 skip</summary>" in folded and "| pass |" in folded
     html = (tmp_path / "r.html").read_text()
     assert "<b>2</b> overridden" in html and html.count("MLA kernels differ, #123") == 1
+    assert html.count('data-overridden="1"') == 2  # the status filter never hides them
 
 
 def test_validate_verbose_shows_a_rule_an_override_switched_off(tmp_path):
