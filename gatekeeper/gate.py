@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class ReportOptions:
     """What `Gate.finalize()` (and `gatekeeper check`) writes: `json_path`, `junit_path`
     (files, written atomically), `github` (auto: annotations and step summary when
-    GITHUB_ACTIONS=true; always; never), `quiet` (no console table: the default for a
+    GITHUB_ACTIONS=true; always; never), `quiet` (no console report: the default for a
     library call; `quiet=False` prints it on stdout, as `gatekeeper check` does unless
     `-q`), `verbose` (the console adds the table of every rule; `-v`), `show_skipped`,
     `color` (the console's: auto, always, never; see `gatekeeper.report.color`)."""
