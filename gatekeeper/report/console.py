@@ -137,22 +137,24 @@ def _narrow(rows: list[RuleResult], width: int) -> Table:
 
 def _names(names: list[str], budget: int, *, fold: bool = False) -> tuple[int, list[Text]]:
     """A column width for `names` and each name laid out in it: a name longer than the
-    width breaks after a "/" (`miles-ci-consistency/` over `ppo-kl-rollout-start`), so an
-    id is never cut inside a word. The width is the longest name when it fits `budget`,
-    else `budget`, never less than the longest "/"-part (`fold`: a part wider than `budget`
-    folds instead, for names that are not ids)."""
+    width breaks after a "/" (`miles-ci-consistency/` over `ppo-kl-rollout-start`), a part
+    still too long after a "-", so an id is never cut inside a word. The width is the
+    longest name when it fits `budget`, else `budget`, never less than the longest word
+    (`fold`: a word wider than `budget` folds instead, for names that are not ids)."""
     shown = [one_line(n) for n in names]
-    parts = [re.findall(r"[^/]*/|[^/]+", n) or [""] for n in shown]
     longest = max((len(n) for n in shown), default=1)
-    widest_part = max((len(p) for ps in parts for p in ps), default=1)
-    width = max(1, min(longest, budget if fold else max(widest_part, budget)))
-    return width, [Text("\n".join(_pack(ps, width))) for ps in parts]
+    widest = max((len(w) for n in shown for w in re.findall(r"[^/-]*[/-]|[^/-]+", n)),
+                 default=1)
+    width = max(1, min(longest, budget if fold else max(widest, budget)))
+    return width, [Text("\n".join(_pack(n, width))) for n in shown]
 
 
-def _pack(parts: list[str], width: int) -> list[str]:
+def _pack(name: str, width: int) -> list[str]:
     lines = [""]
-    for part in parts:
-        if lines[-1] and len(lines[-1]) + len(part) > width:
-            lines.append("")
-        lines[-1] += part
+    for part in re.findall(r"[^/]*/|[^/]+", name) or [""]:
+        pieces = [part] if len(part) <= width else re.findall(r"[^-]*-|[^-]+", part)
+        for piece in pieces:
+            if lines[-1] and len(lines[-1]) + len(piece) > width:
+                lines.append("")
+            lines[-1] += piece
     return lines
