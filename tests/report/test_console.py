@@ -27,7 +27,8 @@ def test_table_fits_the_width_and_the_verdict_comes_first(verdict, columns, monk
     out = io.StringIO()
     console.render(verdict, out, verbose=True)
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("gate FAILED: grpo-<b>bold</b> (run state: finished): 3 pass, 3 fail, 1 error")
+    head = "gate FAILED: grpo-<b>bold</b> (run state: finished): 3 pass, 3 fail, 1 error"
+    assert lines[0].startswith(head)
     # then one unwrapped, greppable line per finding, then the table within the width
     assert lines[1].startswith("  FAIL demo/kl-step0: |x| = 0.3 > 1e-09 at train/step 0")
     table = [ln for ln in lines if ln[:1] in "┏┃┡│└"]
