@@ -4,7 +4,9 @@
                  run.json, matching the DeepSeek-V4.1-Flash recipe expectations
 - broken-kl/     the same run, but train and rollout log-probs disagree at step 0
                  (ppo_kl = -0.3: miles' signed `ppo_kl < 1e-8` assert passes it)
-- rows.jsonl     per-step rows (`{"train/step": 3, "train/loss": ...}`) with a NaN loss
+- rows.jsonl     per-step rows (`{"train/step": 3, "train/loss": 0.41}`) with a NaN loss
+- seeds/seed-N/  five more healthy runs of the same recipe (seeds 1-5): the trusted runs
+                 `gatekeeper suggest` derives bands from in docs/toolkit.md
 """
 
 from __future__ import annotations
@@ -107,6 +109,9 @@ def main() -> None:
     rows = {k: v.copy() for k, v in good.items()}
     rows["train/loss"][37] = math.nan
     write_rows(os.path.join(HERE, "rows.jsonl"), rows)
+    for seed in range(1, 6):
+        name = f"seed-{seed}"
+        write_record_dir(os.path.join(HERE, "seeds", name), healthy_series(seed), {**meta, "name": name})
 
 
 if __name__ == "__main__":

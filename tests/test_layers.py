@@ -16,7 +16,7 @@ PACKAGE = REPO / "gatekeeper"
 LAYERS: list[tuple[str, ...]] = [
     # ground floor: shared by everything, imports nothing of gatekeeper above it
     ("errors", "model", "verdict", "fmt", "yamltree", "yamlfile", "safe_open", "registry",
-     "run_state", "statedata", "extras"),
+     "run_state", "statedata", "extras", "dburl"),
     ("engine", "checks", "expr", "policy"),  # the pure engine and the rule format
     ("sources", "report", "notify", "history", "annotate"),  # edges: I/O and reporting
     ("session", "baselines", "gate"),  # judging a run over time, for every front end

@@ -137,6 +137,9 @@ def test_a_plugin_check_and_source_judge_a_run(toys: Path, tmp_path: Path) -> No
     """))
     listed = cli(toys, "checks", cwd=tmp_path)
     assert listed.returncode == 0 and "even " in listed.stdout, listed.stderr
+    page = cli(toys, "checks", "even", cwd=tmp_path)  # its docstring; no example shipped
+    assert page.returncode == 0 and page.stdout.startswith("even\n\n"), page.stderr
+    assert "no example ships with this kind" in page.stdout
     ok = cli(toys, "check", "count://5", "-p", str(policy), cwd=tmp_path)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bad = cli(toys, "check", "count://5!", "-p", str(policy), cwd=tmp_path)

@@ -375,3 +375,13 @@ def notify_options(args: argparse.Namespace) -> NotifyOptions:
         job_name=getattr(args, "job_name", None) or default.name,
         job_url=getattr(args, "job_url", None) or default.url,
     )
+
+
+def add_output_format(p: argparse.ArgumentParser) -> None:
+    """`--output-format` of the toolkit commands (lint, test, validate)."""
+    p.add_argument(
+        "--output-format",
+        choices=("text", "json", "github"),
+        default="text",
+        help="text (default); json: one document; github: ::error file=,line=:: annotations",
+    )

@@ -1,23 +1,46 @@
-"""`gatekeeper checks`: list the check kinds policies can use."""
+"""`gatekeeper checks [KIND]`: list the check kinds policies can use, or one kind's page."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
+
+from gatekeeper.errors import UsageError
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("checks", help="list the check kinds policies can use")
+    p = sub.add_parser("checks", help="list the check kinds policies can use, or show one")
+    p.add_argument(
+        "kind", nargs="?", metavar="KIND", help="print this kind's whole doc and an example"
+    )
     p.set_defaults(func=cmd_checks)
 
 
 def cmd_checks(args: argparse.Namespace) -> int:
     from gatekeeper.checks import registry
+    from gatekeeper.toolkit.checkdoc import doc_of, first_sentence, page
 
-    for kind, cls in registry().items():
-        # the kind module's first docstring line; a plug-in's module may have none
-        module_doc = getattr(sys.modules.get(cls.__module__), "__doc__", None)
-        lines = (module_doc or cls.__doc__ or "").strip().splitlines()
-        print(f"{kind:10} {lines[0] if lines else '(no description)'}")
+    kinds = registry()
+    if args.kind is not None:
+        if args.kind not in kinds:
+            raise UsageError(_unknown(args.kind, sorted(kinds)))
+        print(page(args.kind, kinds[args.kind]), end="")
+        return 0
+    import shutil
+    import textwrap
+
+    width = max(map(len, kinds)) + 2
+    columns = max(shutil.get_terminal_size().columns, width + 30)
+    for kind, cls in kinds.items():  # whole sentences, wrapped under the description column
+        text = f"{kind:{width}}{first_sentence(doc_of(cls))}"
+        print(textwrap.fill(text, columns, subsequent_indent=" " * width))
+    print("\n`gatekeeper checks KIND` prints a kind's whole doc and an example policy.")
     return 0
+
+
+def _unknown(kind: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(kind, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"checks: no check kind {kind!r}{hint} (kinds: {', '.join(known)})"

@@ -265,7 +265,7 @@ def _command(argv: list[str]) -> int:
                 startup_done()
             return int(args.func(args))
     except GatekeeperError as exc:
-        print(f"gatekeeper: error: {one_line(str(exc))}", file=sys.stderr)
+        print(_error_line(exc, one_line(str(exc))), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gatekeeper: interrupted", file=sys.stderr)
@@ -274,6 +274,18 @@ def _command(argv: list[str]) -> int:
         raise  # argparse's --help/--version: their own output and code
     except BaseException as exc:  # noqa: BLE001 - anything else is a bug, never "gate failed"
         return _internal_error(exc, debug)
+
+
+def _error_line(exc: BaseException, text: str) -> str:
+    """The one line an exit-2 error prints; under GitHub Actions a workflow command, so
+    the error shows as an annotation on the file:line it names (a policy, a record)."""
+    if os.environ.get("GITHUB_ACTIONS") != "true":
+        return f"gatekeeper: error: {text}"
+    from gatekeeper.errors import PolicyError
+    from gatekeeper.toolkit.output import Item, annotation, where_of
+
+    title = "gatekeeper: invalid policy" if isinstance(exc, PolicyError) else "gatekeeper: error"
+    return annotation(Item("error", title, text, *where_of(exc)))
 
 
 class _PipeGuard:

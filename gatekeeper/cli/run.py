@@ -4,14 +4,25 @@ watch the metrics it writes, and stop everything CMD started when the gate fails
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import tempfile
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from gatekeeper.cli.args import add_notify_args, add_policy_args, add_report_args, add_run_args
+from gatekeeper.cli.args import (
+    add_notify_args,
+    add_policy_args,
+    add_report_args,
+    add_run_args,
+    run_overrides,
+)
 from gatekeeper.cli.live import add_follow_args, finish, open_follower
 from gatekeeper.errors import UsageError
 from gatekeeper.live.loop import DEFAULT_GRACE
+
+if TYPE_CHECKING:
+    from gatekeeper.live.miles_config import MilesConfig
 
 MILES_ENV = "MILES_CI_GATE_RECORD_DIR"
 
@@ -30,7 +41,8 @@ def register(sub: Any) -> None:
         "--miles",
         action="store_true",
         help=f"set {MILES_ENV} for CMD to --source (a directory; default: a new temp "
-        "directory) and watch the record files miles writes there",
+        "directory), watch the record files miles writes there, and read the run's config "
+        "from the miles trainer CMD starts and the test file it runs into --source's run.json",
     )
     p.add_argument(
         "--grace",
@@ -77,6 +89,15 @@ def _record_source(args: argparse.Namespace) -> tuple[str, dict[str, str] | None
     return path, {**os.environ, MILES_ENV: path}
 
 
+def _miles_config(
+    args: argparse.Namespace, source: str, cmd: list[str], say: Callable[[str], None]
+) -> MilesConfig:
+    """What reads the run's config from what miles runs (gatekeeper/live/miles_config.py)."""
+    from gatekeeper.live.miles_config import MilesConfig
+
+    return MilesConfig(source, cmd, run_overrides(args).config, say)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from gatekeeper.live.process import ChildGroup, Forwarding
 
@@ -84,7 +105,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     source, env = _record_source(args)
     args.source = source  # where the metrics are, for the HTML report's plots
     follower = open_follower(args, source, args.grace, cmd=True)  # policy errors before CMD starts
+    miles = _miles_config(args, source, cmd, follower.printer.say) if args.miles else None
     child = follower.child = ChildGroup(cmd, env)
+    if miles is not None:
+        follower.hold = functools.partial(miles.hold, child)
     try:
         with Forwarding(child, on_forward=follower.on_forward):
             outcome = follower.run()

@@ -1,8 +1,9 @@
 """`gatekeeper serve -c FILE`: run the daemon; `--check-config` validates and exits.
 
 --check-config loads the config, every target's policies and every notifier's secrets
-from the environment, and opens an existing state file read-only to check it, without
-polling, listening or sending anything. Exit 0 when all is well, 2 otherwise.
+from the environment, and opens an existing state (a SQLite file, or a PostgreSQL store)
+to check it, creating nothing and taking no lock, without polling, listening or sending
+anything. Exit 0 when all is well, 2 otherwise.
 """
 
 from __future__ import annotations
@@ -96,7 +97,6 @@ def _room_for_connections(max_connections: int) -> None:
 def _check(config: DaemonConfig) -> int:
     from gatekeeper.daemon.discovery import describe
     from gatekeeper.daemon.service import load_targets
-    from gatekeeper.daemon.state import StateStore
     from gatekeeper.notify import build_notifier
 
     targets = load_targets(config, lambda spec: None)  # type: ignore[arg-type,return-value]
@@ -111,13 +111,33 @@ def _check(config: DaemonConfig) -> int:
     for n in config.notifiers:
         build_notifier(n).close()  # resolves URL and secret from the environment
         print(f"notifier {n.name}: {n.kind}, alerts on {', '.join(n.statuses)}")
-    if os.path.exists(config.state):
-        runs = StateStore(config.state).load_runs()
-        print(f"state {config.state}: ok, {len(runs)} runs")
-    else:
-        print(f"state {config.state}: will be created")
+    print(_check_state(config.state))
     auth = "bearer token" if config.http.token_env else "no token (loopback only)"
     print(f"http {config.http.address}:{config.http.port}: {auth}")
     print(f"ok: {config.file}")
     return 0
 
+
+
+def _check_state(state: str) -> str:
+    """Open an existing state to check it, creating nothing."""
+    from gatekeeper import dburl
+    from gatekeeper.daemon.state import SqlState, StateStore
+
+    url = dburl.parse(state)
+    store: SqlState
+    if url.engine == "postgresql":
+        from gatekeeper.daemon.state_postgres import PostgresState
+
+        store = PostgresState(url.url, create=False)
+        if not store.exists:
+            store.close()
+            return f"state {url.shown}: reachable, its tables will be created"
+    elif os.path.exists(url.path):
+        store = StateStore(url.path)
+    else:
+        return f"state {url.shown}: will be created"
+    try:
+        return f"state {url.shown}: ok, {len(store.load_runs())} runs"
+    finally:
+        store.close()

@@ -10,7 +10,10 @@ import os
 import sys
 from typing import Any
 
+from gatekeeper.cli.args import add_output_format
 from gatekeeper.errors import UsageError
+
+NOTHING_RAN = 5  # as pytest's "no tests collected" and check's "nothing judged"
 
 
 def test_files(paths: list[str]) -> list[str]:
@@ -33,11 +36,21 @@ def test_files(paths: list[str]) -> list[str]:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    from gatekeeper.toolkit.policytest import run_file
-    from gatekeeper.toolkit.results import render, write_junit
+    from gatekeeper.toolkit.kexpr import compile_k
+    from gatekeeper.toolkit.policytest import CaseResult, run_chosen
+    from gatekeeper.toolkit.results import render_as, write_junit
 
-    results = [r for f in test_files(args.paths) for r in run_file(f)]
-    render(results, sys.stdout)
+    keep = compile_k(args.k) if args.k is not None else None
+    results: list[CaseResult] = []
+    deselected = 0
+    for f in test_files(args.paths):
+        ran, left = run_chosen(f, keep)
+        results += ran
+        deselected += left
+    if not results:  # as pytest: nothing ran is not a pass (exit 5, "no tests ran")
+        print(f"no policy test matches -k {args.k!r} ({deselected} deselected)", file=sys.stderr)
+        return NOTHING_RAN
+    render_as(args.output_format, results, sys.stdout, args.verbose, deselected)
     if args.junit_path:
         write_junit(results, args.junit_path)
     return 0 if all(r.passed for r in results) else 1
@@ -49,4 +62,12 @@ def register(sub: Any) -> None:
         "paths", nargs="+", metavar="FILE", help="test files or directories of *.test.yaml"
     )
     p.add_argument("--junit", dest="junit_path", metavar="FILE", help="write JUnit XML")
+    p.add_argument(
+        "-k",
+        metavar="EXPR",
+        help="run only the cases whose name (or file name) contains these words, joined by "
+        "and, or, not: -k 'clip and not warn'",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="list every case run")
+    add_output_format(p)
     p.set_defaults(func=cmd_test)

@@ -3,7 +3,9 @@
 Secrets never live in the file: a notifier names the environment variable that holds its
 URL or signing secret (`url_env`, `secret_env`), the HTTP listener its token
 (`http.token_env`). `GATEKEEPER_STATE` and `GATEKEEPER_HTTP_ADDRESS` override the state
-path and listen address (handy in containers). A `notifiers:` entry is validated by the
+store and listen address (handy in containers). `state` is a store URL (gatekeeper/dburl.py):
+`postgresql://...` is the shared store of replicas; a path or `sqlite:` URL becomes the
+SQLite file's path, anything else is refused. A `notifiers:` entry is validated by the
 settings model of its kind (`gatekeeper.notify.kinds.NotifierEntry`), so a plug-in kind's
 own fields get the same file:line:field errors.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from gatekeeper import dburl
 from gatekeeper.daemon.exporter import MetricsSettings
 from gatekeeper.errors import ConfigError, PolicyError
 from gatekeeper.notify.kinds import NotifierEntry
@@ -59,6 +63,9 @@ class PollSettings(_Model):
     # Failed polls in a row before a run that cannot be read is `error` and alerts
     # (a malformed record, which will not heal, counts at once).
     error_after: int = Field(default=3, ge=1, le=100)
+    # On a PostgreSQL state: how long a replica's hold on a run lasts unless renewed
+    # (every third of it, and by each commit); a replica gone this long loses its runs.
+    lease: Annotated[float, BeforeValidator(seconds), Field(ge=1, le=3600)] = 30.0
 
 
 class WandbFilter(_Model):
@@ -185,6 +192,12 @@ class DaemonConfig(_Model):
     notifiers: list[NotifierEntry] = []  # each validated by its kind's settings model
     file: str = ""  # where it was read from (set by the loader)
 
+    @field_validator("state")
+    @classmethod
+    def _state_url(cls, value: str) -> str:
+        dburl.parse(value)  # a ValueError names what is accepted
+        return value
+
     @model_validator(mode="after")
     def _unique(self) -> DaemonConfig:
         names = [n.name for n in self.notifiers]
@@ -232,13 +245,26 @@ def _resolve(config: DaemonConfig, base: str, shown: str) -> DaemonConfig:
         )
         for t in config.targets
     ]
-    state = os.environ.get("GATEKEEPER_STATE") or at(config.state)
+    state = _state(config.state, at)
     http = config.http
     if os.environ.get("GATEKEEPER_HTTP_ADDRESS"):
         http = http.model_copy(update={"address": os.environ["GATEKEEPER_HTTP_ADDRESS"]})
     return config.model_copy(
         update={"targets": targets, "state": state, "http": http, "file": shown}
     )
+
+
+def _state(value: str, at: Callable[[str], str]) -> str:
+    """The state store: a PostgreSQL URL as given, or the SQLite file's path (relative to
+    the config file; GATEKEEPER_STATE, when set, wins and is taken as given)."""
+    env = os.environ.get("GATEKEEPER_STATE")
+    try:
+        url = dburl.parse(env or value)
+    except ValueError as exc:
+        raise ConfigError(f"environment variable GATEKEEPER_STATE: {exc}") from None
+    if url.engine == "postgresql":
+        return url.url
+    return url.path if env else at(url.path)
 
 
 def _check_listener(config: DaemonConfig, tree: Any, shown: str) -> None:

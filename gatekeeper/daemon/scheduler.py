@@ -27,12 +27,14 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from gatekeeper.daemon.config import PollSettings
 from gatekeeper.daemon.discovery import Lister
 from gatekeeper.daemon.exporter import DaemonMetrics
-from gatekeeper.daemon.state import RunRecord, StateStore
+from gatekeeper.daemon.lease import LeaseLost, Leases
+from gatekeeper.daemon.state import RunRecord, SqlState
 from gatekeeper.daemon.watch import RunWatcher, Watched
 from gatekeeper.errors import RecordError
 
 log = logging.getLogger("gatekeeper.daemon")
 DISCOVERY_JOB = "__discovery__"
+LEASE_JOB = "__leases__"
 Offer = Callable[[int, str, dict[str, Any]], None]
 
 
@@ -43,10 +45,11 @@ class PollScheduler:
         self,
         settings: PollSettings,
         targets: list[tuple[Watched, Lister]],
-        store: StateStore,
+        store: SqlState,
         metrics: DaemonMetrics,
         offer: Offer,
         records: dict[str, RunRecord],
+        leases: Leases | None = None,
     ):
         self.settings = settings
         self.targets = targets
@@ -54,6 +57,9 @@ class PollScheduler:
         self.metrics = metrics
         self.offer = offer
         self.records = records
+        self.leases = leases  # replicas on a shared store: poll only the runs leased here
+        self.leased: set[str] = set()
+        self._rebalancing = threading.Lock()
         self.watchers: dict[str, RunWatcher] = {}
         self.lock = threading.Lock()
         self.discovered = threading.Event()  # first discovery done: ready
@@ -78,6 +84,15 @@ class PollScheduler:
             next_run_time=datetime.now().astimezone(),
             max_instances=1,
         )
+        if self.leases is not None:
+            self.scheduler.add_job(
+                self.rebalance,
+                "interval",
+                seconds=self.leases.ttl / 3,
+                id=LEASE_JOB,
+                max_instances=1,
+                coalesce=True,
+            )
 
     def stop(self) -> None:
         self.scheduler.shutdown(wait=True)
@@ -97,15 +112,85 @@ class PollScheduler:
                 log.warning("target %s: discovery failed: %s", watched.target, exc)
                 self.metrics.poll_errors.labels(kind="discovery").inc()
                 continue
-            for key in keys:
-                self._watch(key, watched)
+            if self.leases is None:
+                for key in keys:
+                    self._watch(key, watched)
+                continue
+            try:
+                self.leases.offer(watched.target, keys)
+            except Exception as exc:  # the store is away: retried next discovery
+                log.warning("target %s: recording its runs failed: %s", watched.target, exc)
+                self.metrics.poll_errors.labels(kind="discovery").inc()
+        if self.leases is not None:
+            self.rebalance()
         self.discovered.set()
 
-    def _watch(self, key: str, watched: Watched) -> None:
+    # ---- replicas -----------------------------------------------------------------------
+    def rebalance(self) -> None:
+        """Renew this replica's leases, take its share, stop what it lost or hands back,
+        and deliver the pending alerts of replicas that are gone."""
+        with self._rebalancing:  # run by the lease job and after each discovery
+            self._rebalance()
+
+    def _rebalance(self) -> None:
+        assert self.leases is not None
+        try:
+            cycle = self.leases.cycle()
+        except Exception as exc:  # the store is away: the commits are fenced meanwhile
+            log.warning("leases: renewing failed: %s", exc)
+            self.metrics.poll_errors.labels(kind="lease").inc()
+            return
+        targets = {w.target: w for w, _ in self.targets}
+        for key in sorted(self.leased - set(cycle.held)) + cycle.shed:
+            self._unwatch(key)
+        foreign = [k for k, t in cycle.held.items() if t not in targets]
+        self.leases.release(cycle.shed + foreign)
+        for key, target in sorted(cycle.held.items()):
+            if key not in self.leased and key not in cycle.shed and target in targets:
+                self._take(key, targets[target])
+        if set(cycle.held) != self.leased:
+            log.info(
+                "leases: %d runs held (share %d among %d replicas), %d handed back",
+                len(cycle.held),
+                cycle.share,
+                cycle.replicas,
+                len(cycle.shed) + len(foreign),
+            )
+        for alert_id, channel, payload, _created in self.leases.claim_alerts(mine=False):
+            self.offer(alert_id, channel, payload)
+
+    def _take(self, key: str, watched: Watched) -> None:
+        """Poll a run just leased, from its committed record. One that cannot be read
+        (the store is away, its state is refused) is logged and tried next cycle."""
+        try:
+            self._watch(key, watched, self.store.load_run(key))
+        except Exception as exc:
+            log.error("run %s: taking it over failed: %s", key, exc)
+            self.metrics.poll_errors.labels(kind="lease").inc()
+            return
+        self.leased.add(key)
+
+    def _unwatch(self, key: str) -> None:
+        """Stop polling a run (its lease is lost or handed back), after a poll in flight."""
+        self.leased.discard(key)
+        with self.lock:
+            watcher = self.watchers.pop(key, None)
+        if watcher is None:
+            return
+        try:
+            self.scheduler.remove_job(key)
+        except Exception:  # not scheduled (ended) or already removed
+            pass
+        with watcher.polling:  # wait for a poll in flight; none starts after this
+            pass
+        log.info("run %s: no longer polled by this replica", key)
+
+    def _watch(self, key: str, watched: Watched, fresh: RunRecord | None = None) -> None:
+        """Poll a run; `fresh`: its record read just now (a replica taking it over)."""
         with self.lock:
             if key in self.watchers:
                 return
-            record = self.records.pop(key, None)
+            record = fresh if self.leases is not None else self.records.pop(key, None)
             watcher = RunWatcher(key, watched, self.store, record)
             self.watchers[key] = watcher
         if watcher.ended:
@@ -133,6 +218,11 @@ class PollScheduler:
         watcher = self.watchers.get(key)
         if watcher is None:
             return
+        with watcher.polling:
+            if self.watchers.get(key) is watcher:  # not dropped meanwhile (_unwatch)
+                self._poll_one(key, watcher)
+
+    def _poll_one(self, key: str, watcher: RunWatcher) -> None:
         due = self._scheduled.pop(key, None)
         if due is not None:
             self.metrics.poll_lag.observe(
@@ -166,6 +256,11 @@ class PollScheduler:
             return
         try:
             alerts = watcher.apply(poll, time.time())
+        except LeaseLost as exc:  # another replica holds it now: nothing was committed
+            log.warning("%s", exc)
+            self.metrics.poll_errors.labels(kind="lease").inc()
+            self._unwatch(watcher.key)
+            return
         except Exception as exc:
             log.exception("run %s: evaluating or committing the poll failed", watcher.key)
             self._failed(watcher, "error", f"{type(exc).__name__}: {exc}", exc)
@@ -197,6 +292,12 @@ class PollScheduler:
 
     def _retire(self, watcher: RunWatcher) -> None:
         log.info("run %s ended (%s): retired", watcher.key, watcher.status)
+        if self.leases is not None and watcher.key in self.leased:
+            self.leased.discard(watcher.key)
+            try:
+                self.leases.release([watcher.key])
+            except Exception as exc:  # ended is committed: no replica takes it anyway
+                log.warning("run %s: releasing its lease failed: %s", watcher.key, exc)
         try:
             self.scheduler.remove_job(watcher.key)
         except Exception:  # already removed by a concurrent retire

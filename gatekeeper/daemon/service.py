@@ -22,13 +22,17 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
+from gatekeeper import dburl
 from gatekeeper.daemon import payload as run_state
 from gatekeeper.daemon.config import DaemonConfig
 from gatekeeper.daemon.discovery import Lister, lister
 from gatekeeper.daemon.exporter import DaemonMetrics, MetricView, RunView
 from gatekeeper.daemon.http import Api, HttpServer
+from gatekeeper.daemon.lease import replica_name
+from gatekeeper.daemon.lock import WriterLock
 from gatekeeper.daemon.scheduler import PollScheduler
-from gatekeeper.daemon.state import RunRecord, StateStore
+from gatekeeper.daemon.state import RunRecord
+from gatekeeper.daemon.stores import open_state
 from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched
 from gatekeeper.errors import StateError
 from gatekeeper.notify import Channel, ChannelHooks, build_notifier
@@ -125,19 +129,40 @@ class Daemon:
         RUN`): re-read from their source, their alert state kept."""
         self.config = config
         targets = load_targets(config, open_source or default_open_source)
-        self.store = StateStore(config.state)
+        self._closed = False
+        self.lock = _writer_lock(config.state)
+        try:
+            self._build(config, targets, reset_state)
+        except BaseException:
+            store = getattr(self, "store", None)
+            if store is not None:
+                store.close()
+            if self.lock is not None:
+                self.lock.release()
+            raise
+
+    def _build(
+        self,
+        config: DaemonConfig,
+        targets: list[tuple[Watched, Lister]],
+        reset_state: tuple[str, ...],
+    ) -> None:
+        self.store = open_state(config.state)
         for key in reset_state:
             if not self.store.reset_run(key):
-                raise StateError(f"state file {config.state} has no run {key} to reset")
+                raise StateError(f"state {self.store.path} has no run {key} to reset")
             log.warning("run %s: judging state reset; it is re-read from its source", key)
-        records = self.store.load_runs()
-        restore_states(records, [w for w, _ in targets], config.state)
+        self.replica = replica_name()
+        self.leases = self.store.lease_as(self.replica, config.poll.lease)
+        # replicas read a run's record when they take it; the one writer reads all now
+        records = self.store.load_runs() if self.leases is None else {}
+        restore_states(records, [w for w, _ in targets], self.store.path)
         self.registry = CollectorRegistry()
         self.metrics = DaemonMetrics(self.registry, self._views, config.metrics)
         self.channels = {n.name: self._channel(n) for n in config.notifiers}
         self.metrics.prime(self.channels)
         self.scheduler = PollScheduler(
-            config.poll, targets, self.store, self.metrics, self._offer, records
+            config.poll, targets, self.store, self.metrics, self._offer, records, self.leases
         )
         http = config.http
         self.http = HttpServer(
@@ -149,7 +174,6 @@ class Daemon:
             max_connections=http.max_connections,
         )
         self.stopped = threading.Event()
-        self._closed = False
 
     def _channel(self, n: Any) -> Channel:
         hooks = ChannelHooks(
@@ -194,10 +218,19 @@ class Daemon:
             for w in watchers
         ]
 
+    def _holder(self) -> str | None:
+        """The replica polling this daemon's runs: this one on a shared store."""
+        return self.replica if self.leases is not None else None
+
     def _find(self, ident: str) -> dict[str, Any] | None:
         for w in self.scheduler.snapshot():
             if ident in (w.key, w.name):
-                return {**w.summary(), "verdict": w.verdict, "rules": _rules(w)}
+                return {
+                    **w.summary(),
+                    "replica": self._holder(),
+                    "verdict": w.verdict,
+                    "rules": _rules(w),
+                }
         return None
 
     def _api(self) -> Api:
@@ -205,8 +238,10 @@ class Daemon:
             registry=self.registry,
             metrics_app=self.metrics.wsgi_app(),
             healthy=lambda: self.scheduler.scheduler.running,
-            ready=self.scheduler.discovered.is_set,
-            runs=lambda: [w.summary() for w in self.scheduler.snapshot()],
+            ready=lambda: self.scheduler.discovered.is_set() and self.store.reachable(),
+            runs=lambda: [
+                {**w.summary(), "replica": self._holder()} for w in self.scheduler.snapshot()
+            ],
             run=self._find,
             alerts=lambda: self.store.alert_log(),
             token=self.config.http.token(),
@@ -217,7 +252,13 @@ class Daemon:
         for ch in self.channels.values():
             ch.start()
         # Committed before a stop or crash, not yet delivered: their retry horizon goes on.
-        for alert_id, channel, payload, created in self.store.pending_alerts():
+        # A replica delivers its own and those of replicas that are gone, never another's.
+        if self.leases is not None:
+            self.leases.cycle()  # seen alive first, so its claim below is its due
+            pending = self.leases.claim_alerts(mine=True)
+        else:
+            pending = self.store.pending_alerts()
+        for alert_id, channel, payload, created in pending:
             self._offer(alert_id, channel, payload, created)
         self.scheduler.start()
         self.http.start()
@@ -228,11 +269,21 @@ class Daemon:
         if self._closed:
             return
         self._closed = True
+        log.info("stopping: polls end, then the channels and the HTTP server")
         self.http.stop()
         self.scheduler.stop()
         for ch in self.channels.values():
             ch.stop()
+        left = {ch.name: ch.waiting() for ch in self.channels.values() if ch.waiting()}
+        if self.leases is not None:
+            try:
+                self.leases.leave()  # the others take its runs now, not after expiry
+            except Exception as exc:
+                log.warning("leases: handing them back failed (they expire): %s", exc)
         self.store.close()
+        if self.lock is not None:
+            self.lock.release()
+        _log_stopped(left)
 
     def serve(self) -> None:
         """Run until SIGTERM or SIGINT."""
@@ -243,6 +294,22 @@ class Daemon:
             self.stopped.wait()
         finally:
             self.stop()
+
+
+def _writer_lock(state: str) -> WriterLock | None:
+    """The SQLite state's one-writer lock, taken before the file is opened; PostgreSQL
+    is shared by replicas (each run leased by one, see lease.py)."""
+    url = dburl.parse(state)
+    return WriterLock.take(url.path) if url.engine == "sqlite" else None
+
+
+def _log_stopped(left: dict[str, int]) -> None:
+    """The daemon's last line: what it leaves undelivered (pending, offered at next start)."""
+    kept = ", ".join(f"{n} on {name}" for name, n in left.items())
+    if kept:
+        log.info("stopped; undelivered alerts stay pending for the next start: %s", kept)
+    else:
+        log.info("stopped; no alert left undelivered")
 
 
 def _rules(w: RunWatcher) -> list[dict[str, Any]]:

@@ -5,19 +5,21 @@ poll into the persisted state in one transaction and returns the alerts to enque
 The judging itself is a `session.JudgingSession`, as for `check` and `watch`; a watcher
 adds persistence, debounce and alerts. The in-memory session always matches the
 committed cursor: a failed fetch changes
-nothing, a failed commit drops the in-memory state so it is reloaded from the store.
+nothing, a failed commit drops the in-memory state so it is reloaded from the store (at
+once, or before the next fetch when the store cannot be read either).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from gatekeeper.daemon import payload
-from gatekeeper.daemon.state import AlertState, PollCommit, RuleRow, RunRecord, StateStore
+from gatekeeper.daemon.state import AlertState, PollCommit, RuleRow, RunRecord, SqlState
 from gatekeeper.daemon.tracking import track
 from gatekeeper.engine import Evaluation
 from gatekeeper.notify.grouping import ChannelState, alert_payload, decide
@@ -75,7 +77,7 @@ class Watched:
 class RunWatcher:
     key: str
     watched: Watched
-    store: StateStore
+    store: SqlState
     record: RunRecord | None = None
     source: LiveSource | None = None
     cursor: dict[str, Any] | None = None
@@ -92,6 +94,8 @@ class RunWatcher:
     last_success: float | None = None
     last_error: str | None = None
     in_flight: Future[Poll] | None = None  # an abandoned (timed-out) fetch still running
+    stale: bool = False  # the in-memory state is ahead of the store: reload before polling
+    polling: threading.RLock = field(default_factory=threading.RLock)  # held by a poll
 
     def __post_init__(self) -> None:
         self.name = self.name or _default_name(self.key)
@@ -132,6 +136,9 @@ class RunWatcher:
     # ---- polling ------------------------------------------------------------------------
     def fetch(self) -> Poll:
         """Source I/O only: open (resuming from the committed cursor) and poll."""
+        if self.stale:  # a commit failed and the store could not be read back then
+            self._load(self.store_record())
+            self.stale = False
         if self.source is None:
             source = self.watched.open_source(self.key)
             if self.cursor:
@@ -185,7 +192,7 @@ class RunWatcher:
         try:
             ids = self.store.commit_poll(commit)
         except Exception:
-            self._load(self.store_record())  # back to what is committed
+            self._reload()
             raise
         self.cursor, self.verdict, self.status = commit.cursor, commit.verdict, commit.status
         self.points, self.ended, self.name = commit.points, poll.ended, run.name or self.name
@@ -193,6 +200,14 @@ class RunWatcher:
         self.alerts.update(states)
         self.errors, self.last_success, self.last_error = 0, now, None
         return [(i, ch, p) for i, (ch, p) in zip(ids, alerts, strict=True)]
+
+    def _reload(self) -> None:
+        """Back to what is committed; when the store cannot be read either (a shared
+        store that is away), at the start of the next fetch."""
+        try:
+            self._load(self.store_record())
+        except Exception:
+            self.stale, self.source = True, None
 
     def _idle(self, poll: Poll, now: float) -> bool:
         """Nothing new and no repeat due: the committed state already says it all."""
@@ -264,7 +279,7 @@ class RunWatcher:
         return [(m, p.last_step[m], v) for m, v in sorted(p.last_value.items())]
 
     def store_record(self) -> RunRecord | None:
-        return self.store.load_runs().get(self.key)
+        return self.store.load_run(self.key)
 
     def failed(self, error: str, now: float, backoff_max: float) -> None:
         """Count a failed poll and back off: interval x 2^(errors-1), capped."""

@@ -215,8 +215,12 @@ def _plot(tracker: RuleTracker, overlay: dict[str, list[float]] | None) -> dict[
     """What a plot of the rule needs beyond the outcome: bound parameters, the judged
     selection and the violating steps (reporters draw; the engine only records)."""
     if tracker.plot_params is None:  # dumped once: a live verdict is asked on every poll
-        check = tracker.rule.check
-        tracker.plot_params = {"kind": check.kind, **check.model_dump(mode="json")}
+        check, rule = tracker.rule.check, tracker.rule
+        params = {"kind": check.kind, **check.model_dump(mode="json")}
+        value = params.get("value")
+        if rule.check_from is not None and isinstance(value, float) and value != value:
+            params["value"] = rule.check_from  # not bound to a run: the key, never a NaN
+        tracker.plot_params = params
     violating: tuple[int, ...] = tracker.marked  # ints already (_judge_finite, decode)
     if overlay is not None:  # an aggregate check's own violating steps (history: drifting)
         overlay = dict(overlay)

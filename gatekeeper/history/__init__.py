@@ -3,6 +3,7 @@ by URL for teams sharing one baseline across CI machines."""
 
 from __future__ import annotations
 
+from gatekeeper.dburl import is_postgres
 from gatekeeper.history.base import (
     Baselines,
     Coordinate,
@@ -12,10 +13,6 @@ from gatekeeper.history.base import (
     StoredRun,
 )
 from gatekeeper.history.sql import SqlStore
-
-
-def is_postgres(url: str) -> bool:
-    return url.startswith(("postgresql://", "postgres://"))
 
 
 def open_store(url: str, *, migrate: bool = False) -> SqlStore:

@@ -16,7 +16,6 @@ trust revoked for the same runs. `tests/history/test_store_contract.py` holds th
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from gatekeeper.checks.baseline import Points as Points
 from gatekeeper.checks.baseline import RuleBaseline as RuleBaseline
 from gatekeeper.checks.baseline import python_sum as python_sum
 from gatekeeper.checks.baseline import stats_of as stats_of
+from gatekeeper.dburl import redact as redact
 from gatekeeper.errors import StateError
 
 DEFAULT_LIMIT = 20
@@ -95,11 +95,6 @@ class StoredRun:
     commit: str | None
     created_at: str
     values: int
-
-
-def redact(url: str) -> str:
-    """A store URL with any password replaced, fit for logs and reports."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
 def check_record(run: RunRecord) -> None:

@@ -10,8 +10,7 @@ from typing import Any
 
 import psycopg  # gatekeeper[postgres]: open_store asks for it before importing this
 
-from gatekeeper.errors import StateError
-from gatekeeper.history.base import redact
+from gatekeeper.dburl import connect_postgres, redact
 from gatekeeper.history.sql import SqlStore
 
 _DDL = (
@@ -51,16 +50,8 @@ class PostgresStore(SqlStore):
     errors = (psycopg.Error,)
 
     def __init__(self, url: str, *, migrate: bool = False):
-        shown = redact(url)
-        try:
-            conn = psycopg.connect(url, connect_timeout=10, autocommit=True)
-        except psycopg.Error as exc:
-            # psycopg's message can echo the conninfo; keep only its first line, redacted.
-            first = redact(
-                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            )
-            raise StateError(f"history store {shown}: cannot connect: {first}") from None
-        super().__init__(conn, shown)
+        conn = connect_postgres(url, "history store")
+        super().__init__(conn, redact(url))
         try:
             self.migrated = self.create_schema(migrate=migrate)
         except BaseException:

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from gatekeeper.dburl import sqlite_path
 from gatekeeper.errors import StateError
 from gatekeeper.history.sql import SqlStore
 
@@ -38,14 +39,6 @@ _DDL = (
     "CREATE INDEX IF NOT EXISTS gk_runs_series ON gk_runs (series, seq DESC)",
     "CREATE INDEX IF NOT EXISTS gk_runs_commit ON gk_runs (commit_sha)",
 )
-
-
-def sqlite_path(url: str) -> str:
-    if url.startswith("sqlite:///"):
-        return url[len("sqlite://") :]
-    if url.startswith("sqlite:"):
-        return url[len("sqlite:") :]
-    return url
 
 
 class SqliteStore(SqlStore):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -57,6 +58,9 @@ class Follower:
         self.started = time.monotonic()
         self.forwarded_at: float | None = None  # when a SIGINT/SIGTERM was passed to the child
         self._errors = 0
+        # while it returns True the run is not judged yet (`run --miles`: the trainer's
+        # config is not known); called once a poll, before the source is read
+        self.hold: Callable[[], bool] | None = None
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -68,7 +72,8 @@ class Follower:
         exited = False
         while True:
             now = time.time()
-            tick = self._poll(now)
+            held = self.hold is not None and self.hold()
+            tick = None if held else self._poll(now)
             if tick is not None:
                 self.printer.tick(tick, self.gate.progress, self.elapsed())
                 # Once CMD has exited (or the record ended under `run`), the final

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gatekeeper.errors import one_line
 from gatekeeper.notify.base import Notifier, RateLimiter, SendError
 from gatekeeper.notify.grouping import group_alerts
 
@@ -41,6 +42,18 @@ class Pending:
     id: int
     payload: dict[str, Any]
     created: float  # wall-clock time the alert was committed: its retry horizon starts here
+
+    def label(self, channel: str) -> str:
+        """What the log says of the alert: run, rule and channel (never a URL or secret:
+        the channel is named by its config name), each on one line."""
+        p = self.payload
+        rule = f"{p.get('policy')}/{p.get('rule')}"
+        return one_line(f"run {p.get('run')}, rule {rule}, channel {channel}")
+
+
+# An operator reads these at INFO: what was raised and sent; what never arrived, louder.
+_LEVEL = {"sent": logging.INFO, "failed": logging.WARNING, "expired": logging.WARNING,
+          "dropped": logging.WARNING}
 
 
 class Channel:
@@ -95,6 +108,9 @@ class Channel:
         """Queue an alert; a full queue drops it (counted, recorded), never blocks. An alert
         already past its retry horizon (offered again after a long stop) expires."""
         item = Pending(alert_id, payload, time.time() if created is None else created)
+        state = str(payload.get("state", "firing")) + (" again" if payload.get("repeat") else "")
+        again = "" if created is None else " (kept from before the restart)"
+        log.info("alert %s: %s%s", state, item.label(self.name), again)
         if self.retry_for > 0 and self._expired(item, time.time()):
             self._finish([item], "expired", f"older than retry_for ({self.retry_for:g}s)")
             return False
@@ -209,5 +225,10 @@ class Channel:
         return now - item.created >= self.retry_for
 
     def _finish(self, items: list[Pending], outcome: str, detail: str) -> None:
+        level = _LEVEL.get(outcome, logging.INFO)
+        for p in items:
+            why = f": {detail}" if detail else ""
+            log.log(level, "alert %s %s: %s%s", p.payload.get("state"), outcome,
+                    p.label(self.name), why)
         self.hooks.mark([p.id for p in items], outcome, detail)
         self.hooks.count(self.name, outcome, len(items))

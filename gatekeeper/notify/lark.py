@@ -54,8 +54,8 @@ class LarkNotifier(Notifier):
 
     def _text(self, group: Group) -> str:
         head = f"**{group.title}**"
-        if group.reason:
-            head += f"\n{group.reason}"
+        # no group.reason line: it is the grouping key, numbers masked as `#`; each run's
+        # line below carries its own message with the real values
         lines = ["- " + run_line(a, "[{text}]({url})") for a in group.alerts]
         return group_text(head, lines, self.max_lines, MAX_TEXT)
 

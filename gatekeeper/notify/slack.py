@@ -40,8 +40,8 @@ class SlackNotifier(Notifier):
     def _text(self, group: Group) -> str:
         icon = ":white_check_mark:" if group.state == "resolved" else _EMOJI.get(group.status, "")
         head = f"{icon} *{_escape(group.title)}*"
-        if group.reason:
-            head += f"\n_{_escape(group.reason)}_"
+        # no group.reason line: it is the grouping key, numbers masked as `#`; each run's
+        # line below carries its own message with the real values
         lines = [
             "• "
             + run_line(

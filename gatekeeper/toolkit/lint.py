@@ -30,20 +30,10 @@ from gatekeeper.fmt import fmt
 from gatekeeper.model import Run
 from gatekeeper.policy.conditions import first_failing
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
+from gatekeeper.toolkit.lintcodes import Finding
 from gatekeeper.verdict import Severity
 
 FAR = 100.0  # a bound this many times the largest |value| logged is "far outside"
-
-
-@dataclass(frozen=True)
-class Finding:
-    source: str  # policy file:line of the rule
-    rule: str  # policy/rule
-    kind: str  # never-fails/-passes/-applies, shadowed, far-threshold, fails-examples, not-logged
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.source}: {self.rule}: [{self.kind}] {self.message}"
 
 
 @dataclass(frozen=True)

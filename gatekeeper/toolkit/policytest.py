@@ -5,7 +5,8 @@ test expects. A mismatch is a diff of expected vs got at the test's file:line.""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -237,6 +238,17 @@ def diff_result(exp: Expectation, got: RuleResult) -> str:
 
 
 def run_file(path: str) -> list[CaseResult]:
+    return run_chosen(path)[0]
+
+
+def run_chosen(
+    path: str, keep: Callable[[str], bool] | None = None
+) -> tuple[list[CaseResult], int]:
+    """The results of the file's cases that `keep` takes (on "FILE::NAME"; all without
+    it), and how many cases it left out."""
     loaded = load_tests(path)
     policies = load_policies(loaded.policy_paths)
-    return [CaseRunner(loaded, i, policies).run() for i in range(len(loaded.spec.tests))]
+    cases = loaded.spec.tests
+    name = os.path.basename(path)
+    chosen = [i for i, c in enumerate(cases) if keep is None or keep(f"{name}::{c.name}")]
+    return [CaseRunner(loaded, i, policies).run() for i in chosen], len(cases) - len(chosen)

@@ -1,5 +1,6 @@
-"""Reports of a policy test run: a text summary with diffs, and JUnit XML (one testcase
-per test, classname = test file) so a policy repository gates its own CI."""
+"""Reports of a policy test run: a text summary with diffs (`-v`: one line per case), the
+same as JSON or GitHub annotations, and JUnit XML (one testcase per test, classname =
+test file) so a policy repository gates its own CI."""
 
 from __future__ import annotations
 
@@ -7,21 +8,60 @@ import xml.etree.ElementTree as ET
 from typing import TextIO
 
 from gatekeeper.report.files import write_atomic
+from gatekeeper.toolkit.output import Item, split_source, write_github, write_json
 from gatekeeper.toolkit.policytest import CaseResult
 
 
-def render(results: list[CaseResult], out: TextIO) -> None:
-    for r in results:
-        if r.passed:
-            continue
-        out.write(f"FAIL {r.where}: {r.name}\n")
-        for problem in r.problems:
-            out.write(f"  {problem}\n")
+def summary(results: list[CaseResult], deselected: int = 0) -> str:
     failed = sum(not r.passed for r in results)
     files = len({r.file for r in results})
     verdict = "FAILED" if failed else "ok"
     passed = len(results) - failed
-    out.write(f"{verdict}: {passed} of {len(results)} policy tests passed in {files} file(s)\n")
+    left = f", {deselected} deselected by -k" if deselected else ""
+    return f"{verdict}: {passed} of {len(results)} policy tests passed in {files} file(s){left}"
+
+
+def render(
+    results: list[CaseResult], out: TextIO, verbose: bool = False, deselected: int = 0
+) -> None:
+    for r in results:
+        if r.passed:
+            if verbose:
+                out.write(f"PASS {r.where}: {r.name}\n")
+            continue
+        out.write(f"FAIL {r.where}: {r.name}\n")
+        for problem in r.problems:
+            out.write(f"  {problem}\n")
+    out.write(summary(results, deselected) + "\n")
+
+
+def _items(results: list[CaseResult], every: bool) -> list[Item]:
+    return [
+        Item(
+            "notice" if r.passed else "error",
+            f"gatekeeper test: {r.name}",
+            "passed" if r.passed else "\n".join(r.problems),
+            *split_source(r.where),
+        )
+        for r in results
+        if every or not r.passed
+    ]
+
+
+def render_as(
+    fmt: str, results: list[CaseResult], out: TextIO, verbose: bool, deselected: int
+) -> None:
+    """`--output-format`: text as above; github annotates each failing case (each case
+    with -v) at its line; json lists every case with its problems."""
+    if fmt == "text":
+        render(results, out, verbose, deselected)
+    elif fmt == "github":
+        write_github(_items(results, verbose), summary(results, deselected), out)
+    else:
+        failed = sum(not r.passed for r in results)
+        counts = {"ok": not failed, "passed": len(results) - failed, "failed": failed}
+        doc = {"command": "test", **counts, "deselected": deselected}
+        write_json(_items(results, True), doc, out)
 
 
 def to_junit(results: list[CaseResult]) -> bytes:

@@ -120,7 +120,7 @@ def test_chunked_feeding_with_nan_gives_the_whole_run_verdict(tmp_path, seed):
             whole.violations,
             whole.judged,
         )
-    if seed % 2:  # the first violation in step order (README, Statuses)
+    if seed % 2:  # the first violation in step order (docs/policy.md, Statuses)
         if whole.status is Status.FAIL:
             assert whole.step < nan and f"non-finite value NaN at train/step {nan}" in (
                 whole.message

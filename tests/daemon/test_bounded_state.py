@@ -32,7 +32,8 @@ METRICS = (
     "train/train_rollout_logprob_abs_diff",
 )
 # ci-consistency's keys but the period (num_steps_per_rollout): its `every` rules wait
-CONFIG = {"lora_rank": 0, "multi_latent_attention": False, "use_rollout_routing_replay": False}
+CONFIG = {"lora_rank": 0, "multi_latent_attention": False, "use_rollout_routing_replay": False,
+          "train_backend": "megatron", "start_rollout_id": 0}
 
 
 def _append(

@@ -1,5 +1,5 @@
 """A differential verdict oracle for the threshold rules: random policies on random series,
-judged by the engine and by a small plain-Python reading of the README's semantics.
+judged by the engine and by a small plain-Python reading of docs/policy.md's semantics.
 
 Each case (reproducible from its seed: `random.Random(seed)`) is a run of up to five
 metrics on three named axes and the plain `step` -- lengths 0..60, steps from 0 or
@@ -28,8 +28,8 @@ the seeds at N (see tests/fuzz/harness.py). A failure prints the seed, the polic
 the series and both verdicts; `python -m tests.fuzz.test_verdict_oracle SEED` prints a
 case.
 
-The oracle is written from the README ("Statuses", "Steps and reductions", "Checks") and
-judges in exact arithmetic (`fractions.Fraction`). Where the README is silent, the engine
+The oracle is written from docs/policy.md ("Statuses", "Steps and reductions", "Checks") and
+judges in exact arithmetic (`fractions.Fraction`). Where the reference is silent, the engine
 was read for the intent, and the choice is written down at the place it matters
 ("ENGINE READING"). The one deliberate tolerance: a mean, a median and a `reach` window
 mean are float sums in the engine, so a value within n ulps of a bound may land either
@@ -384,7 +384,7 @@ def Q(x: float) -> Fraction | float:
 
 
 def violates(kind: str, p: dict[str, Any], x: Fraction) -> bool:
-    """Does the finite value x break the check? Exact arithmetic, the README's table."""
+    """Does the finite value x break the check? Exact arithmetic, docs/policy.md's table."""
     if kind == "max":
         return not x <= Q(p["value"])
     if kind == "min":
@@ -463,7 +463,7 @@ def exact_reduce(how: str, xs: list[Fraction]) -> Fraction:
 
 
 def stale(rule: RuleCase, d: Data, case: Case) -> bool:
-    """README (A `last` point that is stale): `last`/`{last: n}` judge the run's end, so a
+    """docs/policy.md (A `last` point that is stale): `last`/`{last: n}` judge the run's end, so a
     metric whose last point lies further before the last step of its named axis (any
     metric on that axis) than its own widest step gap (at least 1) is an error: its last
     value is not the run's. On the plain `step` each metric counts its own steps (epochs
@@ -477,7 +477,7 @@ def stale(rule: RuleCase, d: Data, case: Case) -> bool:
 
 
 def oracle(rule: RuleCase, case: Case) -> Expect:
-    """The final verdict on one rule, from the README; `Status.FAIL` before severity."""
+    """The final verdict on one rule, from docs/policy.md; `Status.FAIL` before severity."""
     d = case.data.get(rule.metric)
     if d is None:
         if rule.if_logged:
@@ -490,7 +490,7 @@ def oracle(rule: RuleCase, case: Case) -> Expect:
     selected, missing = select(rule, d)
     if stale(rule, d, case):
         return Expect(Status.ERROR, step=d.steps[-1], why="metric stopped before the run")
-    # ENGINE READING on precedence, where the README lists several errors at once: a
+    # ENGINE READING on precedence, where docs/policy.md lists several errors at once: a
     # non-finite point inside a reduction is the error (one value of the whole selection);
     # judged point by point, the first event in step order (below); a violation is
     # reported over a missing listed step.
@@ -534,7 +534,7 @@ def oracle(rule: RuleCase, case: Case) -> Expect:
 
 
 def first_in_step_order(rule: RuleCase, selected: list[tuple[int, float]], nan: int) -> Expect:
-    """README (Statuses): judged point by point, the first non-finite point ends judging,
+    """docs/policy.md (Statuses): judged point by point, the first non-finite point ends judging,
     and the first violation in step order is reported: a `for` that fires at a point
     before it is a FAIL there (naming the non-finite point too), else an ERROR at it.
     `reach` is judged on the whole selection: a non-finite point anywhere is its ERROR."""

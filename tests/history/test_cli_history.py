@@ -52,7 +52,7 @@ def test_five_trusted_runs_then_a_drift(tmp_path, store_url):
         out = check(
             tmp_path, store_url, i, v, "--record", "--run-id", f"run{i}", "--commit", f"c{i}"
         )
-        # the cold start judges nothing (exit 5, README's exit codes) and still seeds
+        # the cold start judges nothing (exit 5, docs/cli.md's exit codes) and still seeds
         assert out.returncode == (5 if i == 1 else 0), out.stdout + out.stderr
         assert "as trusted" in out.stdout
     first = json.loads((tmp_path / "v1.json").read_text())

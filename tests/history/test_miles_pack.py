@@ -37,7 +37,7 @@ RULE_OF = {
 
 
 # the documented CI command needs no flag for shadow: the pack's allow_nothing_judged
-# counts because every policy loaded is shadow (README "Nothing judged")
+# counts because every policy loaded is shadow (docs/policy.md "Nothing judged")
 SHADOW: tuple[str, ...] = ()
 
 

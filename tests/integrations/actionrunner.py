@@ -4,7 +4,8 @@ Follows GitHub's documented behaviour (metadata syntax for composite actions; wo
 commands; `GITHUB_OUTPUT`, `GITHUB_PATH`, `GITHUB_STEP_SUMMARY` files): inputs take
 their defaults when not given; `${{ ... }}` in `run`, `env`, `with` and `if` is replaced
 before the step runs (here: `inputs.*`, `github.action_path`, `steps.<id>.outputs.*`,
-and `always()`/`success()`/`==`/`&&` in `if`); a `shell: bash` step runs as
+the `github`/`runner`/`strategy` values in `CONTEXT`, `a || b` (the first non-empty),
+and `always()`/`success()`/`==`/`!=`/`&&` in `if`); a `shell: bash` step runs as
 `bash --noprofile --norc -eo pipefail FILE`; each step gets fresh output/summary files;
 after a failed step only `always()` steps run; `uses:` steps are recorded, not run.
 """
@@ -21,6 +22,9 @@ from typing import Any
 import yaml
 
 EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}", re.S)
+# What the runner knows of the job: a test passes its own (a matrix index, say).
+CONTEXT = {"github.job": "gate", "github.action_ref": "v1", "strategy.job-index": "0",
+           "runner.os": "Linux", "runner.arch": "X64"}
 
 
 def load_action(path: Path) -> dict[str, Any]:
@@ -54,8 +58,9 @@ class ActionRun:
 
 class Runner:
     def __init__(self, action_dir: Path, workspace: Path, inputs: dict[str, str],
-                 env: dict[str, str]):
+                 env: dict[str, str], context: dict[str, str] | None = None):
         self.action_dir = action_dir
+        self.context = {**CONTEXT, **(context or {})}
         self.workspace = workspace
         self.meta = load_action(action_dir / "action.yml")
         declared = self.meta.get("inputs") or {}
@@ -71,6 +76,13 @@ class Runner:
     # ---- expressions ---------------------------------------------------------------
     def value(self, expr: str) -> str:
         expr = expr.strip()
+        if "||" in expr:  # GitHub's `a || b`: the first value that is not empty
+            values = [self.value(part) for part in expr.split("||")]
+            return next((v for v in values if v), values[-1])
+        if expr in self.context:
+            return self.context[expr]
+        if expr == "runner.temp":
+            return str(self.temp)
         if expr.startswith("inputs."):
             return self.inputs[expr[len("inputs."):]]
         if expr == "github.action_path":
@@ -100,6 +112,9 @@ class Runner:
             elif term == "success()":
                 has_status_function = True
                 result &= not failed
+            elif "!=" in term:
+                left, right = (s.strip() for s in term.split("!="))
+                result &= self.value(left) != self.value(right)
             elif "==" in term:
                 left, right = (s.strip() for s in term.split("=="))
                 result &= self.value(left) == self.value(right)

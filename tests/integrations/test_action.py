@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,8 @@ SCHEMA = json.loads((REPO / "tests" / "data" / "github-action.schema.json").read
 VENV_BIN = str(Path(sys.executable).parent)  # the gatekeeper the tests run
 
 
-def run_action(tmp: Path, env_extra: dict[str, str] | None = None, **inputs: str) -> ActionRun:
+def run_action(tmp: Path, env_extra: dict[str, str] | None = None,
+               context: dict[str, str] | None = None, **inputs: str) -> ActionRun:
     workspace = tmp / "workspace"
     if not workspace.exists():
         shutil.copytree(REPO / "examples", workspace / "examples")
@@ -36,7 +38,7 @@ def run_action(tmp: Path, env_extra: dict[str, str] | None = None, **inputs: str
     inputs.setdefault("install", "false")
     env = {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp),
            "LANG": "C.UTF-8", **(env_extra or {})}
-    return Runner(REPO, workspace, inputs, env).run()
+    return Runner(REPO, workspace, inputs, env, context).run()
 
 
 def test_action_yml_is_valid_action_metadata() -> None:
@@ -50,8 +52,8 @@ def test_action_yml_is_valid_action_metadata() -> None:
 
 def test_upload_step_uploads_the_report_dir_even_after_a_failing_gate() -> None:
     steps = load_action(REPO / "action.yml")["runs"]["steps"]
-    upload = next(s for s in steps if "uses" in s)
-    assert upload["uses"].startswith("actions/upload-artifact@v")
+    upload = next(s for s in steps if s["name"] == "Upload gate reports")
+    assert upload["uses"].startswith("actions/upload-artifact@")
     assert upload["with"]["path"] == "${{ inputs.report-dir }}"
     assert "always()" in upload["if"]
 
@@ -71,6 +73,7 @@ def test_check_of_a_broken_run_fails_with_outputs_reports_and_summary(tmp_path: 
     assert "| rule | status |" in result.summary
     upload = result.step("Upload gate reports")
     assert not upload.skipped and upload.with_["path"] == "gatekeeper-reports"
+    assert upload.with_["name"] == "gatekeeper-reports-gate-0"  # the job id, no matrix
 
 
 def test_check_of_a_healthy_run_passes(tmp_path: Path) -> None:
@@ -166,7 +169,8 @@ def test_run_stops_a_training_command_that_goes_nan(tmp_path: Path) -> None:
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # Stands in for python3 in the install step: `-m venv DIR` makes DIR/bin/python (this
-# script again) and DIR/bin/gatekeeper (the real CLI); `-m pip install ...` is logged.
+# script again) and DIR/bin/gatekeeper (the real CLI); `-m pip install ...` is logged;
+# `-c CODE` runs in the real interpreter.
 set -euo pipefail
 if [ "$1 $2" = "-m venv" ]; then
   mkdir -p "$3/bin"
@@ -174,8 +178,10 @@ if [ "$1 $2" = "-m venv" ]; then
   printf '#!/usr/bin/env bash\\necho "venv gatekeeper $*" >&2\\nexec %s -m gatekeeper "$@"\\n' \\
     "$REAL_PYTHON" > "$3/bin/gatekeeper"
   chmod +x "$3/bin/gatekeeper"
+elif [ "$1" = "-c" ]; then
+  exec "$REAL_PYTHON" "$@"
 elif [ "$1 $2 $3" = "-m pip install" ]; then
-  echo "$@" >> "$PIP_LOG"
+  echo "$@ (PIP_CACHE_DIR=$PIP_CACHE_DIR)" >> "$PIP_LOG"
 fi
 """
 
@@ -196,8 +202,11 @@ def test_install_step_puts_a_fresh_venv_on_path(tmp_path: Path, version: str) ->
     assert install.code == 0, install.stdout + install.stderr
     venv = tmp_path / "workspace/_runner_temp/gatekeeper-venv"
     assert f"installed gatekeeper 0.1.0 into {venv}" in install.stdout
-    installed = pip_log.read_text().split()[-1]
-    assert installed == (version or f"{REPO}[wandb]")  # the checkout with the default extras
+    installed, cache_dir = pip_log.read_text().rsplit(" (PIP_CACHE_DIR=", 1)
+    assert installed.split()[-1] == (version or f"{REPO}[wandb]")  # the checkout + extras
+    assert cache_dir == f"{tmp_path}/workspace/_runner_temp/gatekeeper-pip-cache)\n"
+    cache = result.step("Cache the install")  # what the install fills, restored next time
+    assert cache.uses and cache.with_["path"] == cache_dir[:-2]
     assert "venv gatekeeper check" in result.step("Gate the run").stderr
     assert result.outputs["status"] == "pass"
 
@@ -244,3 +253,74 @@ def test_a_gate_that_judged_nothing_fails_the_step_with_its_own_status(tmp_path:
                          reports="json", upload="false",
                          args="--allow-nothing-judged 'nightly policy on a PR run'")
     assert not allowed.failed and allowed.outputs["status"] == "pass"
+
+
+PINNED = re.compile(r"^\s*(?:-\s*)?uses:\s*([\w.-]+/[\w.-]+)@([0-9a-f]{40}) # (v\d+\.\d+\.\d+)$")
+
+
+@pytest.mark.parametrize("path", ["action.yml", ".github/workflows/release.yml"])
+def test_sub_actions_are_pinned_by_commit_with_the_tag_named(path: str) -> None:
+    """A tag can be moved under a workflow; a commit cannot. Each `uses:` names a full
+    commit SHA and, in a comment, the release it is (looked up in each action's own
+    repository: v4.6.2 of upload-artifact is the commit its v4 tag pointed at)."""
+    lines = [x for x in (REPO / path).read_text().splitlines() if re.match(r"\s*(-\s*)?uses:", x)]
+    assert lines
+    for line in lines:
+        assert PINNED.match(line), f"{path}: not pinned by commit: {line.strip()}"
+    pins = {m[1]: (m[2], m[3]) for m in map(PINNED.match, lines) if m}
+    known = {
+        "actions/upload-artifact": ("ea165f8d65b6e75b540449e92b4886f43607fa02", "v4.6.2"),
+        "actions/setup-python": ("a26af69be951a213d495a4c3e4e4022e16d87065", "v5.6.0"),
+        "actions/cache": ("0057852bfaa89a56745cba8c7296529d2fc39830", "v4.3.0"),
+        "actions/checkout": ("11d5960a326750d5838078e36cf38b85af677262", "v4.4.0"),
+    }
+    for action, pin in pins.items():
+        assert known[action] == pin, action
+
+
+def test_the_default_artifact_name_is_per_job_and_matrix_index(tmp_path: Path) -> None:
+    """Matrix jobs share a job id; upload-artifact v4 refuses a second artifact of the
+    same name in a workflow run. The default adds the job's matrix index."""
+    names = set()
+    for index in ("0", "1"):
+        result = run_action(tmp_path, context={"github.job": "e2e", "strategy.job-index": index},
+                            source="examples/runs/healthy", policies="policies", reports="json")
+        assert not result.failed
+        names.add(result.step("Upload gate reports").with_["name"])
+    assert names == {"gatekeeper-reports-e2e-0", "gatekeeper-reports-e2e-1"}
+    given = run_action(tmp_path, source="examples/runs/healthy", policies="policies",
+                       reports="json", **{"artifact-name": 'nightly: "a/b"'})
+    assert given.step("Upload gate reports").with_["name"] == "nightly- -a-b-"
+    off = run_action(tmp_path, source="examples/runs/healthy", policies="policies",
+                     reports="json", upload="false")
+    assert off.step("Name the artifact").skipped and off.step("Upload gate reports").skipped
+
+
+def test_the_install_cache_key_names_the_version_the_python_and_the_extras(
+    tmp_path: Path,
+) -> None:
+    """The key changes with what is installed and the interpreter, never holds a comma
+    (actions/cache refuses one) and restores from the same runner and Python."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    env = {"REAL_PYTHON": sys.executable, "PIP_LOG": str(tmp_path / "pip.log")}
+
+    def key(**inputs: str) -> dict[str, str]:
+        result = run_action(tmp_path, env, install="true", python=str(fake),
+                            source="examples/runs/healthy", policies="policies", reports="json",
+                            **inputs)
+        step = result.step("Cache the install")
+        assert not step.skipped and step.uses and step.uses.startswith("actions/cache@")
+        return step.with_
+    py = ".".join(map(str, sys.version_info[:3]))
+    plain = key(version="gatekeeper==1.0.0", extras="")
+    assert plain["key"].startswith(f"gatekeeper-pip-Linux-X64-py{py}-")
+    assert plain["restore-keys"] == f"gatekeeper-pip-Linux-X64-py{py}-"
+    other = key(version="gatekeeper==1.0.1", extras="")
+    checkout = key(version="", extras="wandb,tensorboard")
+    assert len({plain["key"], other["key"], checkout["key"]}) == 3
+    assert "," not in checkout["key"] and len(checkout["key"]) < 512
+    off = run_action(tmp_path, env, install="true", cache="false", python=str(fake),
+                     source="examples/runs/healthy", policies="policies", reports="json")
+    assert off.step("Cache the install").skipped and off.step("Key the install cache").skipped

@@ -93,8 +93,8 @@ def test_record_says_how_many_rules_it_could_not_judge(tmp_path: Path, layout: s
 
 
 def test_a_required_metric_the_record_cannot_carry_is_counted_not_judged(tmp_path: Path) -> None:
-    """MetricChecker's eval/gsm8k on a record (its key in the config, as `run --miles` reads
-    it from the trainer's command line): no record can hold it, so it is not judged there —
+    """MetricChecker's eval/gsm8k on a record (its key in the config, e.g. a run.json copied
+    from the test's args): no record can hold it, so it is not judged there —
     a skip the verdict line counts, with the log to judge it on — never an error failing
     every healthy record of a MetricChecker test, and never a pass of the rule."""
     source = capture_run(tmp_path / "k" / "attempt-0", Variant())

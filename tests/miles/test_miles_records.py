@@ -185,7 +185,7 @@ def test_record_without_config_is_an_error_naming_the_flags(tmp_path: Path) -> N
     assert verdict.exit_code == 1
     kl = by_rule(verdict)["miles-ci-consistency/ppo-kl-rollout-start"]
     assert kl.status is Status.ERROR
-    assert "--config lora_rank=0" in kl.message and "num_steps_per_rollout=1" in kl.message
+    assert "--config lora_rank=0" in kl.message and "num_steps_per_rollout=..." in kl.message
     # the policies that need no config are still judged
     assert by_rule(verdict)["miles-ci-capture/grad-norm-finite"].status is Status.PASS
 

@@ -1,7 +1,7 @@
 """What a JSONL run means, read the plainest way: `json.loads` per line, point by point.
 
 The definition-level oracle for `gatekeeper.sources.jsonl.reader`: slow, obvious, and
-written from docs (README's record forms, docs/jsonl-reading.md), not from the reader.
+written from docs (docs/sources.md's record forms, docs/jsonl-reading.md), not from the reader.
 `reference(data)` gives each metric's points as (step, value bits) in file order, its
 step axis, the metrics a null record step makes unjudgeable and the end markers; or
 raises `Refused` (with the line) where the reader must give a file:line error.

@@ -173,7 +173,8 @@ def test_strict_checks_shadow_by_their_open_ends_and_exact_zero_is_a_real_bound(
     out = gatekeeper("lint", str(policy))
     assert out.returncode == 1, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    found = {x.split(": ", 2)[1]: x for x in lines if ": [" in x}
+    # FILE:LINE: CODE RULE: [kind] message
+    found = {x.split(": ", 2)[1].split()[-1]: x for x in lines if ": [" in x}
     # |x| < v fails wherever |x| <= v does (and at exactly v): the inclusive twin is shadowed
     assert "[shadowed] is shadowed by strict/kl-strict" in found["strict/kl-inclusive"]
     assert "strict/kl-strict" not in found

@@ -1,0 +1,142 @@
+"""The daemon's state on PostgreSQL (`state: postgresql://USER@HOST:PORT/DB`), shared by
+replicas. The queries are `state.SqlState`'s; this module supplies the connection, the
+schema and the transaction.
+
+Tables are prefixed `gkd_` so the state can share a database with the history store
+(`gk_*`) and miles' own tables. The first daemon to open an empty database creates them,
+under a transaction-scoped advisory lock so that replicas starting together do not race
+on the DDL; afterwards opening runs no DDL, so a role with only SELECT/INSERT/UPDATE/
+DELETE on the tables (and USAGE on their sequence) works.
+
+A connection that breaks (the server restarted, the network dropped) is reopened on the
+next use; until then every operation fails and `reachable()` says so (`/readyz`).
+TCP keepalives bound how long a dead peer can hold a call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg  # gatekeeper[postgres]: dburl.connect_postgres asks for it first
+
+from gatekeeper import dburl
+from gatekeeper.daemon.lease import NOW, LeaseLost, Leases
+from gatekeeper.daemon.state import SqlState
+from gatekeeper.errors import StateError
+
+# A fixed advisory-lock key: "gkd-schema" as an int64.
+SCHEMA_LOCK = 0x676B642D736368
+_KEEPALIVE = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+
+_DDL = [
+    "CREATE TABLE {t}meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE {t}runs (
+        key TEXT PRIMARY KEY, target TEXT NOT NULL, cursor TEXT, state TEXT,
+        fingerprint TEXT, verdict TEXT, status TEXT, points BIGINT NOT NULL DEFAULT 0,
+        polls BIGINT NOT NULL DEFAULT 0, ended INTEGER NOT NULL DEFAULT 0,
+        updated DOUBLE PRECISION)""",
+    """CREATE TABLE {t}rules (
+        run TEXT NOT NULL, policy TEXT NOT NULL, rule TEXT NOT NULL, severity TEXT NOT NULL,
+        status TEXT NOT NULL, since DOUBLE PRECISION NOT NULL, candidate TEXT,
+        candidate_count INTEGER NOT NULL DEFAULT 0, message TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (run, policy, rule))""",
+    """CREATE TABLE {t}alert_state (
+        run TEXT NOT NULL, policy TEXT NOT NULL, rule TEXT NOT NULL, channel TEXT NOT NULL,
+        firing INTEGER NOT NULL, last_sent DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (run, policy, rule, channel))""",
+    # owner: the replica whose poll committed the alert (set per connection, see
+    # lease_as), so a pending alert is delivered by it alone until it is gone
+    """CREATE TABLE {t}alerts (
+        id BIGSERIAL PRIMARY KEY, channel TEXT NOT NULL, payload TEXT NOT NULL,
+        created DOUBLE PRECISION NOT NULL, outcome TEXT NOT NULL DEFAULT 'pending',
+        done DOUBLE PRECISION, detail TEXT,
+        owner TEXT DEFAULT nullif(current_setting('gatekeeper.replica', true), ''))""",
+    "CREATE INDEX {t}alerts_pending ON {t}alerts (outcome) WHERE outcome = 'pending'",
+    """CREATE TABLE {t}leases (
+        run TEXT PRIMARY KEY, target TEXT NOT NULL, holder TEXT,
+        expires DOUBLE PRECISION NOT NULL DEFAULT 0)""",
+    "CREATE INDEX {t}leases_holder ON {t}leases (holder)",
+    "CREATE TABLE {t}replicas (replica TEXT PRIMARY KEY, seen DOUBLE PRECISION NOT NULL)",
+]
+
+
+class PostgresState(SqlState):
+    placeholder = "%s"
+    prefix = "gkd_"
+    errors = (psycopg.Error,)
+
+    def __init__(self, url: str, *, create: bool = True):
+        self._url = url
+        super().__init__(self._connect(), dburl.redact(url))
+        try:
+            self.exists = self._open(create=create)
+        except psycopg.Error as exc:
+            self.conn.close()
+            raise self._failure("opening", exc) from None
+        except BaseException:
+            self.conn.close()
+            raise
+
+    replica: str | None = None  # set by lease_as: this process is one of the replicas
+    ttl = 0.0
+
+    def _connect(self) -> Any:
+        conn = dburl.connect_postgres(self._url, "state store", **_KEEPALIVE)
+        if self.replica is not None:
+            conn.execute("SELECT set_config('gatekeeper.replica', %s, false)", (self.replica,))
+        return conn
+
+    def lease_as(self, replica: str, ttl: float) -> Leases:
+        """From now on this store's commits are fenced by `replica`'s leases."""
+        self.replica, self.ttl = replica, ttl
+        with self._read() as cur:
+            cur.execute("SELECT set_config('gatekeeper.replica', %s, false)", (replica,))
+        return Leases(self, replica, ttl)
+
+    def _fence(self, cur: Any, key: str) -> None:
+        """Renew the run's lease in the commit's transaction, or refuse the commit: a
+        replica whose lease expired writes nothing more for that run."""
+        if self.replica is None:
+            return
+        cur.execute(
+            f"UPDATE gkd_leases SET expires = {NOW} + %s "
+            f"WHERE run = %s AND holder = %s AND expires > {NOW} RETURNING 1",
+            (self.ttl, key, self.replica),
+        )
+        if cur.fetchone() is None:
+            raise LeaseLost(f"run {key}: replica {self.replica} no longer holds its lease")
+
+    def _ensure(self) -> None:
+        if self.conn.closed or self.conn.broken:
+            self.conn = self._connect()  # a StateError while the server is away
+
+    def _transaction(self) -> Any:
+        return self.conn.transaction()  # autocommit + transaction(): a real BEGIN/COMMIT
+
+    def _schema_lock(self, cur: Any) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+
+    def _tables(self, cur: Any) -> set[str]:
+        cur.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = current_schema() AND table_name LIKE 'gkd\\_%%'"
+        )
+        return {str(r[0]) for r in cur.fetchall()}
+
+    def _schema(self) -> list[str]:
+        return _DDL
+
+    def reachable(self) -> bool:
+        """One round trip to the server (reconnecting if need be)."""
+        try:
+            with self._read() as cur:
+                cur.execute("SELECT 1")
+                return True
+        except (psycopg.Error, StateError):
+            return False

@@ -1,0 +1,84 @@
+"""Store URLs, shared by the history store and the daemon's state: which engine a URL
+names, the SQLite path in it, how it is shown (password hidden) and how PostgreSQL is
+connected to.
+
+Accepted: `postgresql://...` / `postgres://...`; `sqlite:///abs/path.db` (three slashes
+and an absolute path), `sqlite:rel/path.db`; a bare path (SQLite). Any other
+`scheme://` is refused, never taken as a file name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gatekeeper.errors import StateError
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+@dataclass(frozen=True)
+class StoreUrl:
+    engine: Literal["sqlite", "postgresql"]
+    url: str  # as given (a PostgreSQL URL keeps its password: never log this)
+    path: str  # the SQLite file; empty for PostgreSQL
+
+    @property
+    def shown(self) -> str:
+        return self.path if self.engine == "sqlite" else redact(self.url)
+
+
+def is_postgres(url: str) -> bool:
+    return url.startswith(POSTGRES_SCHEMES)
+
+
+def sqlite_path(url: str) -> str:
+    if url.startswith("sqlite:///"):
+        return url[len("sqlite://") :]
+    if url.startswith("sqlite:"):
+        return url[len("sqlite:") :]
+    return url
+
+
+def parse(value: str) -> StoreUrl:
+    """The store a URL names; ValueError (saying what is accepted) for anything else."""
+    if is_postgres(value):
+        if not value.split("://", 1)[1].strip("/"):
+            raise ValueError(f"{redact(value)}: no host or database after the scheme")
+        return StoreUrl("postgresql", value, "")
+    scheme = _SCHEME.match(value)
+    if scheme and scheme.group(1).lower() not in ("sqlite",) and len(scheme.group(1)) > 1:
+        # (one letter is a Windows drive, C:\...)
+        raise ValueError(
+            f"{redact(value)}: unknown store scheme {scheme.group(1)!r}; use "
+            "postgresql://USER@HOST:PORT/DB, sqlite:///ABS/PATH.db or a file path"
+        )
+    path = sqlite_path(value)
+    if not path:
+        raise ValueError(f"{value!r}: no file path; use sqlite:///path/to/file.db or a path")
+    return StoreUrl("sqlite", value, path)
+
+
+def redact(url: str) -> str:
+    """A store URL with any password replaced, fit for logs and reports."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def connect_postgres(url: str, what: str, **options: Any) -> Any:
+    """A psycopg connection (autocommit: transactions are explicit); a failure is a
+    StateError naming `what` and the redacted URL, never echoing a password."""
+    from gatekeeper.extras import load
+
+    psycopg = load("psycopg", "postgres", f"a PostgreSQL {what}")
+    try:
+        return psycopg.connect(url, connect_timeout=10, autocommit=True, **options)
+    except psycopg.Error as exc:
+        raise StateError(f"{what} {redact(url)}: cannot connect: {first_line(exc)}") from None
+
+
+def first_line(exc: BaseException) -> str:
+    """An engine error's first line, redacted (psycopg's message can echo the conninfo)."""
+    text = str(exc).strip()
+    return redact(text.splitlines()[0] if text else type(exc).__name__)
