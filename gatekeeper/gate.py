@@ -25,16 +25,17 @@ if TYPE_CHECKING:
 class ReportOptions:
     """What `Gate.finalize()` (and `gatekeeper check`) writes: `json_path`, `junit_path`
     (files, written atomically), `github` (auto: annotations and step summary when
-    GITHUB_ACTIONS=true; always; never), `quiet` (no console table: the default for a
+    GITHUB_ACTIONS=true; always; never), `quiet` (no console report: the default for a
     library call; `quiet=False` prints it on stdout, as `gatekeeper check` does unless
-    `-q`), `show_skipped`, `color` (the table's: auto, always, never; see
-    `gatekeeper.report.color`)."""
+    `-q`), `verbose` (the console adds the table of every rule; `-v`), `show_skipped`,
+    `color` (the console's: auto, always, never; see `gatekeeper.report.color`)."""
 
     json_path: str | None = None
     junit_path: str | None = None
     github: str = "auto"  # auto: when GITHUB_ACTIONS=true | always | never
     quiet: bool = True  # a library call prints no table unless asked; the CLI sets it
     show_skipped: bool = True
+    verbose: bool = False  # the console report: the short form unless asked for the table
     color: str = "auto"  # auto: NO_COLOR, FORCE_COLOR, then a terminal | always | never
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -151,12 +152,15 @@ def write_files(verdict: Verdict, opts: ReportOptions) -> None:
 
 
 def print_reports(verdict: Verdict, opts: ReportOptions, stream: TextIO | None = None) -> None:
-    """The console table (rich: not imported for `--quiet`) and the GitHub annotations."""
+    """The console report (rich: not imported for `--quiet`) and the GitHub annotations."""
     stream = stream or sys.stdout
     if not opts.quiet:
         from gatekeeper.report import console
 
-        console.render(verdict, stream, show_skipped=opts.show_skipped, color=opts.color)
+        console.render(
+            verdict, stream, show_skipped=opts.show_skipped, color=opts.color,
+            verbose=opts.verbose,
+        )
     if github_enabled(opts.github):
         from gatekeeper.report import github
 

@@ -212,6 +212,11 @@ class Verdict:
                 out[r.not_judged] = out.get(r.not_judged, 0) + 1
         return out
 
+    def overridden(self) -> int:
+        """How many results an override changed (switched off, made a warning, judged with
+        another check): every report counts them beside the statuses."""
+        return sum(1 for r in self.results if r.override is not None)
+
     def failing(self) -> list[RuleResult]:
         return [r for r in self.results if r.gating]
 
@@ -220,7 +225,10 @@ class Verdict:
             "status": self.status.value,
             "final": self.final,
             "run": self.run,
-            "counts": {**self.counts(), "not_judged": sum(self.not_judged().values())},
+            "counts": {
+                **self.counts(), "not_judged": sum(self.not_judged().values()),
+                "overridden": self.overridden(),
+            },
             "not_judged": self.not_judged(),
             "stopped": self.stopped,
             "nothing_judged_allowed": self.nothing_allowed,

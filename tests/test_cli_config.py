@@ -67,7 +67,7 @@ def test_flags_win(repo, tmp_path):
     (repo / "pyproject.toml").write_text(PYPROJECT)
     # -p replaces the config's policies, and their override goes with them
     replaced = _check(repo, "-p", str(repo / "policies"), "--json", str(tmp_path / "v.json"))
-    assert replaced.returncode == 1 and "failing: p/kl" in replaced.stdout
+    assert replaced.returncode == 1 and "  FAIL p/kl: " in replaced.stdout
     assert not (repo / "out").exists()  # --json replaced the config's json path
     # --override is applied after the config's: the flag decides the rule
     warned = _check(repo, "--override", "p/kl=warn:only warn here")
@@ -101,7 +101,7 @@ def test_environment_variable_names_the_file(repo, tmp_path):
     ci.parent.mkdir()
     ci.write_text(f'policies = ["{repo / "policies"}"]\n')
     out = _check(repo, env={"GATEKEEPER_CONFIG": str(ci)})
-    assert out.returncode == 1 and "failing: p/kl" in out.stdout  # no override in gate.toml
+    assert out.returncode == 1 and "  FAIL p/kl: " in out.stdout  # no override in gate.toml
     assert out.stderr == f"gatekeeper: config {ci}\n"
     missing = _check(repo, env={"GATEKEEPER_CONFIG": str(tmp_path / "nope.toml")})
     assert missing.returncode == 2 and "GATEKEEPER_CONFIG=" in missing.stderr

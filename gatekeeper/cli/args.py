@@ -183,9 +183,19 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
         "--github", choices=("auto", "always", "never"),
         help="GitHub annotations and step summary (auto, the default: when GITHUB_ACTIONS=true)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="print only the one-line verdict")
+    volume = p.add_mutually_exclusive_group()
+    volume.add_argument(
+        "-q", "--quiet", action="store_true",
+        help="print only the verdict line and the failed or errored rules",
+    )
+    volume.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="add the table of every rule (default: the verdict line, the failed, errored, "
+        "warning and overridden rules, and the counts)",
+    )
     p.add_argument(
-        "--hide-skipped", action="store_true", help="leave skipped rules out of the table"
+        "--hide-skipped", action="store_true",
+        help="leave skipped rules out of the -v table (a rule an override switched off stays)",
     )
     p.add_argument(
         "--color", choices=("auto", "always", "never"),
@@ -211,6 +221,7 @@ def report_options(args: argparse.Namespace) -> ReportOptions:
         junit_path=_report_setting(args, "junit_path", "junit"),
         github=_report_setting(args, "github", "github") or "auto",
         quiet=args.quiet,
+        verbose=args.verbose,
         show_skipped=not args.hide_skipped,
         color=_report_setting(args, "color", "color") or "auto",
     )

@@ -108,7 +108,7 @@ def run_check(opts: CheckOptions, policies: list[PolicySpec]) -> int:
     """Judge `opts.source` whole and write every report asked for; the exit code."""
     from gatekeeper import gate
     from gatekeeper.cli.report import read_run, wants_run, write_plot_reports
-    from gatekeeper.report.text import summary_line
+    from gatekeeper.report.text import quiet_lines
 
     references = gate.read_references(opts.references)
     # Plotting reports need the series: read the run once and judge that.
@@ -131,7 +131,7 @@ def run_check(opts: CheckOptions, policies: list[PolicySpec]) -> int:
 
         print(annotate(opts.source, verdict, report_link(opts.report.json_path)))
     if opts.report.quiet:
-        print(summary_line(verdict))
+        print("\n".join(quiet_lines(verdict)))
     if opts.notify is not None and opts.notify.targets:
         from gatekeeper.cli.notify import post
 

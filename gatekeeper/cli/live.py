@@ -92,7 +92,7 @@ def open_follower(
 def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> int:
     from gatekeeper import gate
     from gatekeeper.cli.report import write_plot_reports
-    from gatekeeper.report.text import summary_line
+    from gatekeeper.report.text import quiet_lines
 
     follower.printer.close()
     # a store's new run (mlflow) is a run of its own: the reports read that one whole
@@ -108,7 +108,7 @@ def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> in
 
         print(annotate(args.source, outcome.verdict, report_link(opts.json_path)))
     if args.quiet:
-        print(summary_line(outcome.verdict))
+        print("\n".join(quiet_lines(outcome.verdict)))
     if card is not None and card.targets:
         from gatekeeper.cli.notify import post
 

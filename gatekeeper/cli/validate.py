@@ -37,9 +37,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
             for r in p.rules:
                 conditions = " and ".join(c.describe() for c in r.conditions)
                 when = f" when {conditions}" if r.conditions else ""
+                # an override's effect and reason: a switched-off rule must not read as live
+                off = " off: true" if r.off else ""
+                why = f" (override: {r.override})" if r.override else ""
                 print("  " + one_line(
                     f"{r.id}: {r.metric} steps={r.steps.describe()} {r.describe_expected()}"
-                    f" [{r.severity.value}]{when} ({r.source})"
+                    f" [{r.severity.value}]{off}{why}{when} ({r.source})"
                 ))
     print(f"ok: {len(policies)} policies, {sum(len(p.rules) for p in policies)} rules")
     return 0

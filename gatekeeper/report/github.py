@@ -13,7 +13,17 @@ from typing import TextIO
 
 from gatekeeper.errors import one_line
 from gatekeeper.model import Run
-from gatekeeper.report.text import ordered, result_line, step_text, summary_line, value_text
+from gatekeeper.report.text import (
+    detail_lines,
+    listed,
+    message_text,
+    ordered,
+    result_line,
+    step_text,
+    summary_line,
+    value_text,
+    verdict_line,
+)
 from gatekeeper.verdict import GateStatus, RuleResult, Status, Verdict
 
 MAX_PER_LEVEL = 10
@@ -92,40 +102,62 @@ def _code(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+TABLE_HEAD = (
+    "| rule | status | metric | step | observed | bound | message |\n"
+    "|---|---|---|---|---|---|---|\n"
+)
+
+
 def step_summary(verdict: Verdict, budget: int = SUMMARY_LIMIT) -> str:
-    """A Markdown table of the results, cut (with a note) to stay within `budget` bytes."""
+    """The verdict line as the heading, its details below, a table of what needs a look
+    (failed, errored, warning, pending and overridden rules), and the passes and skips
+    folded into a `<details>` table; rows are cut (with a note) to stay within `budget`
+    bytes."""
     icon = {"pass": "✅", "fail": "❌", "error": "❌", "pending": "⏳", "nothing_judged": "⚠️"}[
         verdict.status.value
     ]
-    head = [
-        f"### {icon} {_cell(summary_line(verdict))}",
-        "",
-        "| rule | status | metric | step | observed | bound | message |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    rows = []
-    for r in ordered(verdict.results):
-        status = r.status.value + (" (shadow)" if r.mode.value == "shadow" else "")
-        message = r.message + (f" — override: {r.override}" if r.override else "")
-        rows.append(
-            f"| {_code(f'{r.policy}/{r.rule}')} | {status} | {_code(r.metric)} | "
-            f"{_cell(step_text(r))} | {_cell(value_text(r))} | {_cell(r.expected)} | "
-            f"{_cell(message)} ({_cell(r.source)}) |"
-        )
-    text = "\n".join(head) + "\n"
-    size = len(text.encode())
-    reserve = 200
-    for i, row in enumerate(rows):
-        n = len(row.encode()) + 1
-        if size + n + reserve > budget:
-            text += (
-                f"\n_…{len(rows) - i} more rows cut to stay within GitHub's 1 MiB step "
-                "summary limit._\n"
-            )
-            break
-        text += row + "\n"
-        size += n
+    text = f"### {icon} {_cell(verdict_line(verdict))}\n\n"
+    text += "".join(f"- {_cell(line)}\n" for line in detail_lines(verdict))
+    shown = listed(verdict) + [r for r in ordered(verdict.results) if r.status is Status.PENDING
+                               and r.override is None]
+    picked = {id(r) for r in shown}
+    folded = [r for r in ordered(verdict.results) if id(r) not in picked]
+    rows = [_row(r) for r in shown] + [_row(r) for r in folded]
+    tables = [(0, len(shown))] if shown else []
+    if folded:
+        tables.append((len(shown), len(rows)))
+    size = len(text.encode()) + 400
+    for start, stop in tables:
+        if start:  # the passes and skips
+            text += f"\n<details><summary>{_folded_title(folded)}</summary>\n\n"
+        text += "\n" + TABLE_HEAD if not start else TABLE_HEAD
+        for i in range(start, stop):
+            n = len(rows[i].encode()) + 1
+            if size + n > budget:
+                text += (f"\n_…{len(rows) - i} more rows cut to stay within GitHub's 1 MiB "
+                         "step summary limit._\n")
+                return text + ("\n</details>\n\n" if start else "\n")
+            text += rows[i] + "\n"
+            size += n
+        text += "\n</details>\n" if start else ""
     return text + "\n"
+
+
+def _folded_title(results: list[RuleResult]) -> str:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in counts.items())
+
+
+def _row(r: RuleResult) -> str:
+    status = r.status.value + (" (shadow)" if r.mode.value == "shadow" else "")
+    status += " (overridden)" if r.override is not None else ""
+    return (
+        f"| {_code(f'{r.policy}/{r.rule}')} | {status} | {_code(r.metric)} | "
+        f"{_cell(step_text(r))} | {_cell(value_text(r))} | {_cell(r.expected)} | "
+        f"{_cell(message_text(r))} ({_cell(r.source)}) |"
+    )
 
 
 def emit(verdict: Verdict, stream: TextIO, summary_path: str | None) -> None:

@@ -33,6 +33,8 @@ def header(verdict: Verdict) -> str:
     counts = " ".join(
         f'<span class="c-{k}"><b>{n}</b> {k}</span>' for k, n in verdict.counts().items() if n
     )
+    if verdict.overridden():
+        counts += f' <span class="c-overridden"><b>{verdict.overridden()}</b> overridden</span>'
     return (
         f"<header><h1><span class=\"verdict v-{status}\">{status.upper().replace('_', ' ')}"
         "</span> "
@@ -64,6 +66,8 @@ def filters(verdict: Verdict) -> str:
 def rule_section(r: RuleResult, i: int, series: Series | None, chart: bool = True) -> str:
     st = r.status.value
     shadow = " (shadow)" if r.mode.value == "shadow" else ""
+    shadow += " (overridden)" if r.override is not None else ""
+    overridden = ' data-overridden="1"' if r.override is not None else ""
     rows = [
         ("metric", f"<code>{escape(r.metric)}</code>"),
         ("bound", escape(r.expected or "-")),
@@ -71,7 +75,7 @@ def rule_section(r: RuleResult, i: int, series: Series | None, chart: bool = Tru
         ("judged", _judged(r)),
         ("declared", f"<code>{escape(r.source)}</code>"),
     ]
-    if r.override:
+    if r.override and r.override not in r.message:  # an off rule's message has the reason
         rows.append(("override", f'<span class="override">{escape(r.override)}</span>'))
     if r.description:
         rows.append(("why", escape(r.description)))
@@ -80,7 +84,7 @@ def rule_section(r: RuleResult, i: int, series: Series | None, chart: bool = Tru
     return (
         f'<section class="rule s-{st}" id="{rule_anchor(r, i)}" data-status="{st}" '
         f'data-policy="{escape(r.policy)}" data-metric="{escape(r.metric)}" '
-        f'data-step="{"" if r.step is None else r.step}">'
+        f'data-step="{"" if r.step is None else r.step}"{overridden}>'
         f'<h2><span class="badge b-{st}">{st.upper()}</span>{escape(r.policy)}/'
         f"{escape(r.rule)}{shadow}</h2>"
         f'<p class="msg">{escape(r.message)}</p><dl>{dl}</dl>{body}</section>'

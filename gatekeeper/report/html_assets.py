@@ -76,7 +76,8 @@ JS = """
     var want = {}; boxes.forEach(function(b){ want[b.value] = b.checked; });
     var p = policy.value, m = metric.value.toLowerCase(), n = 0;
     rules.forEach(function(r){
-      var ok = want[r.dataset.status] && (!p || r.dataset.policy === p) &&
+      // an overridden rule stays in view whatever its status (a switched-off rule is a skip)
+      var ok = (want[r.dataset.status] || r.dataset.overridden) && (!p || r.dataset.policy === p) &&
         (!m || r.dataset.metric.toLowerCase().indexOf(m) >= 0);
       r.classList.toggle('hidden', !ok); if (ok) n++;
     });

@@ -33,8 +33,6 @@ def _detail(r: RuleResult) -> str:
         f"expected: {r.expected}",
         f"declared: {r.source}",
     ]
-    if r.override:
-        lines.append(f"override: {r.override}")
     if r.mode.value == "shadow":
         lines.append("mode:     shadow (reported, never fails the gate)")
     if r.description:
@@ -85,20 +83,35 @@ def to_xml(verdict: Verdict) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
+def _properties(suite: ET.Element) -> ET.Element:
+    """The suite's one `properties` element, which comes first in a testsuite."""
+    props = suite.find("properties")
+    if props is None:
+        props = ET.Element("properties")
+        suite.insert(0, props)
+    return props
+
+
 def _not_judged(verdict: Verdict, suites: dict[str, ET.Element]) -> None:
     """Each suite with skips its source could not avoid (a metric a miles CI record never
-    keeps) says how many and why, as a property a CI dashboard shows beside the skips."""
+    keeps) says how many and why, as a property a CI dashboard shows beside the skips;
+    each suite with overridden rules, how many (each testcase's message has the reason)."""
     by_suite: dict[str, dict[str, int]] = {}
+    overridden: dict[str, int] = {}
     for r in verdict.results:
         if r.status is Status.SKIP and r.not_judged:
             reasons = by_suite.setdefault(r.policy, {})
             reasons[r.not_judged] = reasons.get(r.not_judged, 0) + 1
+        if r.override is not None:
+            overridden[r.policy] = overridden.get(r.policy, 0) + 1
     for policy, reasons in by_suite.items():
-        props = ET.Element("properties")
+        props = _properties(suites[policy])
         for reason, n in reasons.items():
             text = _x(f"{n} rule{'s' if n != 1 else ''} not judged: {reason}")
             ET.SubElement(props, "property", name="gatekeeper.not_judged", value=text)
-        suites[policy].insert(0, props)  # properties come first in a testsuite
+    for policy, n in overridden.items():
+        ET.SubElement(_properties(suites[policy]), "property", name="gatekeeper.overridden",
+                      value=str(n))
 
 
 NOTHING_SUITE = "gatekeeper"  # the built-in results' policy name (run-state too)
@@ -118,9 +131,8 @@ def _nothing_judged(
     if suite is None:
         suite = suites[NOTHING_SUITE] = ET.SubElement(root, "testsuite", name=NOTHING_SUITE)
         per_suite[NOTHING_SUITE] = dict.fromkeys(totals, 0)
-    props = ET.Element("properties")
-    ET.SubElement(props, "property", name="gatekeeper.status", value=verdict.status.value)
-    suite.insert(0, props)  # properties come first in a testsuite
+    ET.SubElement(_properties(suite), "property", name="gatekeeper.status",
+                  value=verdict.status.value)
     case = ET.SubElement(
         suite, "testcase", name=NOTHING_CASE, classname=NOTHING_SUITE, time="0"
     )

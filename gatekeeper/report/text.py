@@ -25,15 +25,33 @@ def value_text(r: RuleResult) -> str:
     return fmt(r.value) if r.value is not None else "-"
 
 
+def message_text(r: RuleResult) -> str:
+    """The rule's message with its override's reason, said once: a rule switched off says
+    the reason in its message already (`switched off by override: REASON`)."""
+    if r.override and r.override not in r.message:
+        return f"{r.message} [override: {r.override}]"
+    return r.message
+
+
 def result_line(r: RuleResult) -> str:
     """`miles-ci/ppo-kl-step0 fail: |x| = 0.3 > 1e-09 at train/step 0 (policies/x.yaml:12)`."""
-    extra = f" [override: {r.override}]" if r.override else ""
-    return f"{r.policy}/{r.rule} {r.status.value}: {r.message}{extra} ({r.source})"
+    return f"{r.policy}/{r.rule} {r.status.value}: {message_text(r)} ({r.source})"
 
 
-def summary_line(v: Verdict) -> str:
+def counts_text(v: Verdict) -> str:
+    """`23 pass, 2 fail, 46 skip (3 overridden)`: each status with its count, and how many
+    of those results an override changed (off, warn, another check) — a gate passing with
+    its rules relaxed must say so wherever its verdict is."""
     counts = v.counts()
-    parts = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    parts = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no rules"
+    overridden = v.overridden()
+    return f"{parts} ({overridden} overridden)" if overridden else parts
+
+
+def verdict_line(v: Verdict) -> str:
+    """The console's first line: `gate FAILED: RUN: 23 pass, 2 fail, 46 skip`. It carries
+    the outcome, the run (with its recorded end state) and the counts; why and what else
+    (`detail_lines`) go on the lines below."""
     name = v.run.get("name", "run")
     state = v.run.get("state")
     if state and state != "unknown":  # sources that record how a run ends (wandb)
@@ -46,24 +64,67 @@ def summary_line(v: Verdict) -> str:
         "pending": "PENDING",
         "nothing_judged": "NOTHING JUDGED",
     }[v.status.value]
+    command = command_text(v)
+    if command and v.status.value == "pass":  # the exit code is CMD's: the line says why
+        head = f"{head}, but {command}"
+    # one line whatever the run's name holds: a newline could start a workflow command
+    return one_line(f"gate {head}: {name}: {counts_text(v)}")
+
+
+def detail_lines(v: Verdict) -> list[str]:
+    """What the verdict line leaves out, one fact a line: why nothing was judged, the
+    skips the source could not avoid (`19 rules not judged: not captured by the CI
+    record`), when a live run was stopped, how a failing run's CMD ended."""
+    lines = []
+    if v.nothing_judged and not v.failing():
+        allowed = f"nothing judged (allowed: {v.nothing_allowed}): " if v.nothing_allowed else ""
+        lines.append(f"{allowed}{nothing_judged_text(v)}")
+    unjudged = not_judged_text(v)
+    if unjudged:
+        lines.append(unjudged)
+    if v.stopped:
+        lines.append(stopped_text(v.stopped))
+    command = command_text(v)
+    if command and v.status.value != "pass":
+        lines.append(command)
+    return [one_line(line) for line in lines]
+
+
+def summary_line(v: Verdict) -> str:
+    """The verdict in one line, for reports that have one line for it (a JUnit message,
+    an annotation, the HTML report's header): the verdict line, the failing rules (3
+    named) and the detail lines, joined by ` — `."""
     failing = v.failing()
-    why = ""
+    why = []
     if failing:
         shown = ", ".join(f"{r.policy}/{r.rule}" for r in failing[:3])
         more = f" +{len(failing) - 3} more" if len(failing) > 3 else ""
-        why = f" — failing: {shown}{more}"
-    elif v.nothing_judged:
-        allowed = f"nothing judged (allowed: {v.nothing_allowed}): " if v.nothing_allowed else ""
-        why = f" — {allowed}{nothing_judged_text(v)}"
-    stopped = f" — {stopped_text(v.stopped)}" if v.stopped else ""
-    unjudged = not_judged_text(v)
-    why += f" — {unjudged}" if unjudged else ""
-    command = command_text(v)
-    if command and v.status.value == "pass":
-        head, command = f"{head}, but {command}", ""
-    tail = f" — {command}" if command else ""
-    # one line whatever the run's name holds: a newline could start a workflow command
-    return one_line(f"gate {head}: {name}: {parts or 'no rules'}{why}{stopped}{tail}")
+        why.append(f"failing: {shown}{more}")
+    return " — ".join([verdict_line(v), *why, *detail_lines(v)])
+
+
+def finding_lines(v: Verdict, *, warnings: bool = True, overrides: bool = True) -> list[str]:
+    """One line per failed or errored rule (and, asked, per warning and per overridden
+    rule), gating ones first: `FAIL policy/rule: message (file:line)`. Plain text: `-q`
+    prints these without the console's colours."""
+    return [
+        one_line(f"{r.status.value.upper()}{' (shadow)' if r.mode.value == 'shadow' else ''} "
+                 f"{r.policy}/{r.rule}: {message_text(r)} ({r.source})")
+        for r in listed(v, warnings=warnings, overrides=overrides)
+    ]
+
+
+def listed(v: Verdict, *, warnings: bool = True, overrides: bool = True) -> list[RuleResult]:
+    """The results the short console report lists under the verdict line, in order."""
+    shown = {Status.FAIL, Status.ERROR} | ({Status.WARN} if warnings else set())
+    return [r for r in ordered(v.results)
+            if r.status in shown or (overrides and r.override is not None)]
+
+
+def quiet_lines(v: Verdict) -> list[str]:
+    """What `-q` prints: the verdict line, each failed or errored rule, the details."""
+    return [verdict_line(v), *(f"  {line}" for line in finding_lines(
+        v, warnings=False, overrides=False)), *(f"  {line}" for line in detail_lines(v))]
 
 
 def command_text(v: Verdict) -> str:

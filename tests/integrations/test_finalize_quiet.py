@@ -52,7 +52,7 @@ def test_finalize_writes_the_files_asked_for_and_still_prints_nothing(tmp_path):
 
 
 def test_finalize_prints_the_table_when_asked(tmp_path):
-    out = _trainer(tmp_path, ", reports=ReportOptions(quiet=False, color='never')")
+    out = _trainer(tmp_path, ", reports=ReportOptions(quiet=False, verbose=True, color='never')")
     lines = out.stdout.splitlines()
     assert out.returncode == 0 and lines[0].startswith("gate PASSED"), out.stdout + out.stderr
     assert any("rl/loss-finite" in line for line in lines) and lines[-1] == "exit 0"

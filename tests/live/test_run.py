@@ -159,7 +159,7 @@ def test_a_command_killed_by_a_signal_is_named_whatever_the_verdict(tmp_path: Pa
     """
     for extra, code, line in (
         ("", 137, "gate PASSED, but CMD was killed by SIGKILL (137): "),
-        (required, 1, "— CMD was killed by SIGKILL (137)"),
+        (required, 1, "  CMD was killed by SIGKILL (137)"),  # a detail line of -q
     ):
         record = tmp_path / f"m{code}.jsonl"
         proc = gatekeeper(
@@ -307,6 +307,7 @@ def test_watch_waits_for_the_source_and_ends_at_the_end_marker(tmp_path: Path) -
             str(_policy(tmp_path)),
             "--junit",
             str(tmp_path / "j.xml"),
+            "-v",  # the table, whose rows say how many points were judged
             *FAST,
         ],
         stdout=subprocess.PIPE,

@@ -1,4 +1,5 @@
-"""The console report: the verdict line first, the table fitted to the width it is given."""
+"""The console report: the verdict line first, the `-v` table fitted to the width it is given
+(the CLI's default and `-q` shapes, through a terminal and a pipe: test_console_cli.py)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ def verdict(tmp_path_factory: pytest.TempPathFactory):
 def test_table_fits_the_width_and_the_verdict_comes_first(verdict, columns, monkeypatch):
     monkeypatch.setenv("COLUMNS", str(columns))
     out = io.StringIO()
-    console.render(verdict, out)
+    console.render(verdict, out, verbose=True)
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("gate FAILED: grpo-<b>bold</b> (run state: finished): 3 pass, 3 fail, 1 error")
+    head = "gate FAILED: grpo-<b>bold</b> (run state: finished): 3 pass, 3 fail, 1 error"
+    assert lines[0].startswith(head)
     # then one unwrapped, greppable line per finding, then the table within the width
     assert lines[1].startswith("  FAIL demo/kl-step0: |x| = 0.3 > 1e-09 at train/step 0")
     table = [ln for ln in lines if ln[:1] in "┏┃┡│└"]
@@ -34,6 +36,20 @@ def test_table_fits_the_width_and_the_verdict_comes_first(verdict, columns, monk
     # one row per rule (folded, never cut), failing rules first
     statuses = [ln.split("│")[1].strip() for ln in lines if ln.startswith("│")]
     assert [s for s in statuses if s] == ["FAIL"] * 3 + ["ERROR"] + ["PASS"] * 3
+    # a rule id breaks after its "/" when it must, never inside a word
+    rules = "".join(ln.split("│")[2].strip() for ln in lines if ln.startswith("│"))
+    for r in verdict.results:
+        assert f"{r.policy}/{r.rule}" in rules
+
+
+def test_without_verbose_no_table_but_a_line_per_finding(verdict, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    out = io.StringIO()
+    console.render(verdict, out)
+    lines = out.getvalue().splitlines()
+    assert not [ln for ln in lines if ln[:1] in "┏┃┡│└"], lines
+    assert [ln.split()[0] for ln in lines[1:-1]] == ["FAIL"] * 3 + ["ERROR"]
+    assert lines[-1] == f"  -v: the table of all {len(verdict.results)} rules"
 
 
 def test_counts_read_as_english(tmp_path: Path):
