@@ -17,15 +17,15 @@ Two things must agree for every case:
     run is trusted;
 (b) what is recorded trusted afterwards: per metric and step, the trusted values the next
     run's baseline reads, in miles' store and in gatekeeper's.
-The test prints "history: N/29 agree" (the earlier evaluation's 27 cases, plus an Inf
-value and a drift inside the band) and each disagreement.
+The test prints "history: N/31 agree" (the earlier evaluation's 27 cases, plus an Inf
+value, a drift inside the band, the mean over runs and the 20-run window) and each disagreement.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +36,7 @@ import pytest
 from gatekeeper.history import open_store
 from gatekeeper.history.miles import series_of
 from tests.fuzz.harness import run_cli
+from tests.helpers import gatekeeper
 from tests.history import miles_ref
 from tests.history.test_miles_pack import PACK, RULE_OF, TEST_PATH, rule_status
 from tests.miles.capture import VARIANTS, CiCapture, Variant, capture_run, merge_attempt
@@ -127,6 +128,13 @@ CASES: tuple[Case, ...] = (
          Run(edits=(put(TITO1, float("nan"), 3),))),
     Case("healthy after an untrusted drift", "drifted",
          (*THREE, Run(edits=(scale(GRAD, 3.0),))), Run(jitter=0.01)),
+    # ref is the mean of the trusted runs (2x passes against the newest, 1.45x, alone)
+    Case("2x grad_norm after a 1.45x nightly", "spread",
+         (*THREE[:2], Run(edits=(scale(GRAD, 1.45),))), Run(edits=(scale(GRAD, 2.0),))),
+    # only the newest 20 trusted runs count: the 4x cold start has aged out
+    Case("1.6x grad_norm, a 4x run 21 runs back", "aged",
+         (Run(edits=(scale(GRAD, 4.0),)), *(Run(jitter=0.001 * k) for k in range(20))),
+         Run(edits=(scale(GRAD, 1.6),))),
     Case("scope: undeclared 3x grad_norm", "scope", THREE, Run(edits=(scale(GRAD, 3.0),)),
          declared=SCOPE),
     Case("scope: declared tito v1 missing", "scope", THREE, Run(edits=(drop(TITO1),)),
@@ -241,15 +249,17 @@ def build_baseline(root: Path, case: Case, mp: pytest.MonkeyPatch) -> tuple[str,
 
 
 def miles_trusted(miles_db: str, ident: tuple[str, str, str], metric: str) -> dict:
-    with sqlite3.connect(miles_db) as conn:
-        rows = conn.execute(
-            "SELECT mv.step, mv.value FROM metric_values mv JOIN runs r USING (run_id) "
-            "WHERE r.test_path = ? AND r.backend = ? AND r.suite = ? AND mv.metric_key = ? "
-            "AND r.trusted = 1", (*ident, metric)).fetchall()
-    out: dict[int, list[float]] = {}
-    for step, value in rows:
-        out.setdefault(step, []).append(round(value, 12))
-    return {s: sorted(v) for s, v in out.items()}
+    """Per step, the values miles' baseline query (newest 20 trusted) reads next."""
+    spec = miles_ref.GATE_DEFAULTS[metric]
+    keys = (metric, miles_ref.canonical_key(spec["steps"]),
+            miles_ref.canonical_key(spec["constraint"]))
+    miles = miles_ref.MilesStore(miles_db)
+    steps = [r[0] for r in miles.conn.execute(
+        "SELECT DISTINCT step FROM metric_values WHERE metric_key = ?", (metric,))]
+    out = {s: sorted(round(v, 12) for v in miles.recent_trusted_values(ident, (*keys, s), 20))
+           for s in steps}
+    miles.close()
+    return {s: v for s, v in out.items() if v}
 
 
 def gk_trusted(url: str, ident: tuple[str, str, str], metric: str) -> dict:
@@ -288,7 +298,7 @@ def judge_case(case: Case, family: Path, root: Path, mp: pytest.MonkeyPatch) -> 
         out = gk(checkout, mp, "history", "import", miles_db, "--history", url)
         assert f"{len(case.revoke)} run(s) now untrusted here too" in out, out
     record = capture(root / "judged", case.judged)
-    mv = judge_miles(miles_db, case, record, 20)
+    mv = judge_miles(miles_db, case, record, 28)
     verdict = judge_gk(checkout, mp, case, record, url, "judged", root / "v.json")
     want = {r: "skip" for r in RULE_OF.values()}
     want.update({RULE_OF[m]: rule_status(s) for m, s in mv.items()})
@@ -303,8 +313,15 @@ def judge_case(case: Case, family: Path, root: Path, mp: pytest.MonkeyPatch) -> 
                verdict["run"]["history"]["trusted"], diff)
 
 
+def plain_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment tests.helpers.gatekeeper gives a child: no GITHUB_* (annotations),
+    no store named by the environment."""
+    for key in [k for k in os.environ if k.startswith("GITHUB_")] + ["GATEKEEPER_HISTORY"]:
+        monkeypatch.delenv(key, raising=False)
+
+
 def test_history_agrees_with_miles_case_by_case(tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv("GATEKEEPER_HISTORY", raising=False)
+    plain_env(monkeypatch)
     families: dict[str, Path] = {}
     rows = []
     for k, case in enumerate(CASES):
@@ -323,5 +340,31 @@ def test_history_agrees_with_miles_case_by_case(tmp_path, monkeypatch, capsys):
                 print(f"      miles {r.miles}\n      gk    {r.gk}")
                 for d in r.recorded_diff:
                     print(f"      recorded: {d}")
-    assert len(rows) == len(CASES) == 29
+    assert len(rows) == len(CASES) == 31
     assert [r.case.name for r in rows if not r.agrees] == []
+
+
+def test_in_process_judges_as_the_child_process_does(tmp_path, monkeypatch):
+    """The matrix runs the CLI in-process for speed; the same drift judged by a real
+    child process gives the same verdict and records the same run."""
+    plain_env(monkeypatch)
+    case = next(c for c in CASES if c.name == "3x grad_norm drift")
+    build_baseline(tmp_path / "family", case, monkeypatch)
+    record = capture(tmp_path / "judged", case.judged)
+    verdicts = []
+    for how in ("in-process", "child"):
+        shutil.copytree(tmp_path / "family", tmp_path / how)
+        url, out = str(tmp_path / how / "gk.db"), tmp_path / how / "v.json"
+        argv = ("check", record, "-p", PACK, "--history", url, "--record", "--run-id", "j",
+                "--json", str(out))
+        if how == "child":
+            res = gatekeeper(*argv, cwd=tmp_path / how / "miles")
+            assert res.returncode == 0, res.stdout + res.stderr
+        else:
+            gk(tmp_path / how / "miles", monkeypatch, *argv)
+        v = json.loads(out.read_text())
+        verdicts.append(([(r["rule"], r["status"], r["message"]) for r in v["results"]],
+                         {k: v["run"]["history"][k] for k in ("trusted", "values", "series")},
+                         gk_trusted(url, identity(case), GRAD)))
+    assert verdicts[0] == verdicts[1]
+    assert ("grad-norm", "fail") == verdicts[0][0][0][:2] and not verdicts[0][1]["trusted"]
