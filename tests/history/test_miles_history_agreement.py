@@ -68,6 +68,7 @@ class Case:
     declared: tuple[str, ...] = ALL
     imported: bool = False  # baseline written by miles' gate hook, then `history import`
     revoke: tuple[int, ...] = ()  # baseline runs miles marks untrusted, then a re-import
+    revoke_by: str = "run_id"  # mark_untrusted's key: run_id or commit_sha
     stage: str | None = None  # executing stage of a dispatched run (--config suite=)
 
     def __str__(self) -> str:
@@ -146,8 +147,8 @@ CASES: tuple[Case, ...] = (
          imported=True),
     Case("revoked all in miles: cold start", "revoked", THREE, Run(edits=(scale(GRAD, 3.0),)),
          imported=True, revoke=(0, 1, 2)),
-    Case("revoked one in miles: still drift", "revoked", THREE, Run(edits=(scale(GRAD, 3.0),)),
-         imported=True, revoke=(1,)),
+    Case("revoked one (by commit) in miles: still drift", "revoked", THREE,
+         Run(edits=(scale(GRAD, 3.0),)), imported=True, revoke=(1,), revoke_by="commit_sha"),
     # a dispatchable test with nightlies on its home stage and on B200 (grad_norm 3x there)
     Case("stage: healthy B200 run, B200 series", "stage", THREE,
          Run(edits=(scale(GRAD, 3.0),)), declared=(GRAD,), imported=True, stage=B200),
@@ -292,8 +293,9 @@ def judge_case(case: Case, family: Path, root: Path, mp: pytest.MonkeyPatch) -> 
     if case.revoke:
         miles = miles_ref.MilesStore(miles_db)
         ids = [r[0] for r in miles.conn.execute("SELECT run_id FROM runs ORDER BY created_at")]
-        for k in case.revoke:
-            assert miles.mark_untrusted(run_id=ids[k]) == 1
+        for k in case.revoke:  # judge_miles wrote baseline run k with commit c{k + 1}
+            key = ids[k] if case.revoke_by == "run_id" else f"c{k + 1}"
+            assert miles.mark_untrusted(**{case.revoke_by: key}) == 1
         miles.close()
         out = gk(checkout, mp, "history", "import", miles_db, "--history", url)
         assert f"{len(case.revoke)} run(s) now untrusted here too" in out, out
@@ -334,7 +336,7 @@ def test_history_agrees_with_miles_case_by_case(tmp_path, monkeypatch, capsys):
         print(f"\nhistory: {agree}/{len(rows)} agree")
         for r in rows:
             fails = sorted(k for k, v in r.gk.items() if v in ("fail", "error"))
-            print(f"  {'ok ' if r.agrees else 'XX '} {r.case.name:44} trusted "
+            print(f"  {'ok ' if r.agrees else 'XX '} {r.case.name:48} trusted "
                   f"miles={r.miles_trusted!s:5} gk={r.gk_trusted!s:5} flagged={fails}")
             if not r.agrees:
                 print(f"      miles {r.miles}\n      gk    {r.gk}")
