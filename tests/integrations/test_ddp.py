@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,9 +39,18 @@ def run(tmp: Path, framework: str, mode: str, steps: int = 12) -> list[dict[str,
                 "--standalone", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, *args], cwd=out, env=env, capture_output=True,
-                          text=True, timeout=300)  # a hang fails here
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    # its own session: on a hang the whole group (torchrun and both ranks) is killed, so
+    # no rank outlives the test holding its port and a core
+    proc = subprocess.Popen([sys.executable, *args], cwd=out, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=300)  # a hang fails here
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        pytest.fail(f"{framework}/{mode}: no exit within 300 s (a hang); {err[-4000:]}")
+    assert proc.returncode == 0, err[-4000:]
     ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)]
     ranks.append({"reports": sorted(p.name for p in out.glob("gate-*.json")), "out": out})
     return ranks
