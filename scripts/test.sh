@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 scripts/bootstrap.sh --test
 .venv/bin/ruff check gatekeeper bench
 .venv/bin/mypy gatekeeper
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"

@@ -24,6 +24,7 @@ EXAMPLES = {
     "lt": ("train/mtp_loss", "{lt: 1.0}"),
     "max": ("train/pg_clipfrac", "{max: 0.5}"),
     "min": ("rollout/raw_reward", "{min: 0.0}"),
+    "present_at": ("eval/gsm8k", '{present_at: {steps_of: "eval/*", unless: "eval/skipped_*"}}'),
     "reach": ("rollout/raw_reward", "{reach: {value: 0.75, by_step: 80, window: 5}}"),
     "rise": ("eval/aime", "{rise: {from_step: 0, by_step: 9, min: 0.06}}"),
     "spike": ("train/loss", "{spike: {window: 20, factor: 5}}"),

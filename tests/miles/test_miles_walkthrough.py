@@ -125,7 +125,7 @@ def test_a_mid_rollout_value_is_not_a_rollout_start(checkout: Path) -> None:
     assert mid.returncode == 0, _out(mid)
     wrong = gatekeeper(*check, "--config", "num_steps_per_rollout=1", cwd=checkout,
                        env=_env(checkout))
-    assert wrong.returncode == 1 and "train/step=1" in wrong.stdout, _out(wrong)
+    assert wrong.returncode == 1 and "at train/step 1 " in wrong.stdout, _out(wrong)
     # the bare-record example of docs/miles.md's Config section: 2 steps per rollout
     (checkout / "out" / "records" / "run.json").unlink()
     bare = gatekeeper(*bare_record_example(), cwd=checkout, env=_env(checkout))

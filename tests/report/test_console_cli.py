@@ -93,7 +93,7 @@ def test_a_healthy_run_prints_a_few_lines_and_a_failing_one_its_failures(
     lines = ANSI.sub("", out).splitlines()
     assert code == 0 and 1 <= len(lines) <= 5, out
     assert lines[0].startswith("gate PASSED: qwen3-4b-grpo-e2e (run state: finished): ")
-    assert lines[-1] == "  -v: the table of all 71 rules"
+    assert lines[-1] == "  -v: the table of all 72 rules"
     code, out = run("check", BROKEN, "-p", "policies", columns=columns, no_color=no_color)
     lines = ANSI.sub("", out).splitlines()
     assert code == 1 and lines[0].startswith("gate FAILED: qwen3-4b-grpo-e2e-broken "), out
@@ -112,7 +112,7 @@ def test_verbose_adds_the_table_within_the_width_ids_never_cut_in_a_word(
                     no_color=no_color)
     lines = ANSI.sub("", out).splitlines()
     table = [ln for ln in lines if ln[:1] in "┏┃┡│└"]
-    assert code == 1 and len(table) > 71, out
+    assert code == 1 and len(table) > 72, out
     assert max(len(ln) for ln in table) <= columns
     # every id is whole in the rule column, or broken only after a "/" (a part still too
     # long: after a "-"), never inside a word
@@ -124,7 +124,7 @@ def test_verbose_adds_the_table_within_the_width_ids_never_cut_in_a_word(
                 cells.append([])
             if rule:
                 cells[-1].append(rule)
-    assert len(cells) == 71
+    assert len(cells) == 72
     for parts in cells:
         assert all(p.endswith(("/", "-")) for p in parts[:-1]), parts
         assert re.fullmatch(r"[\w.-]+/[\w.-]+", "".join(parts)), parts
@@ -135,7 +135,7 @@ def test_quiet_keeps_every_failure_line_and_nothing_else():
     lines = out.splitlines()
     assert code == 1 and len(lines) == 3, out
     assert lines[0] == ("gate FAILED: qwen3-4b-grpo-e2e-broken (run state: finished): "
-                        "23 pass, 2 fail, 46 skip")
+                        "23 pass, 2 fail, 47 skip")
     assert lines[1].startswith(f"  FAIL {OFF}: |x| = 0.3 >= 1e-09 at train/step 0")
     assert lines[2].startswith(f"  FAIL {WARNED}: x = 10.2 > 0.05")
 
@@ -158,7 +158,7 @@ def test_overrides_are_counted_and_each_reason_said_once(flags, tmp_path):
     )
     console = [ln for ln in out.stdout.splitlines() if not ln.startswith("::")]
     assert out.returncode == 0, out.stdout + out.stderr
-    assert console[0].endswith(": 23 pass, 1 warn, 47 skip (2 overridden)"), console[0]
+    assert console[0].endswith(": 23 pass, 1 warn, 48 skip (2 overridden)"), console[0]
     if flags != ("-q",):  # the short form and -v list each overridden rule, reason once
         off = [ln for ln in console if OFF in ln]
         assert off[0] == (f"  SKIP {OFF}: switched off by override: MLA kernels differ, #123 "
@@ -184,7 +184,7 @@ def test_overrides_are_counted_and_each_reason_said_once(flags, tmp_path):
     assert md.startswith("### ✅ gate PASSED") and "(2 overridden)" in md.splitlines()[0]
     needs_look, folded = md.split("<details>", 1)
     assert f"`{OFF}` | skip (overridden)" in needs_look and md.count("#123") == 1
-    assert "<summary>23 pass, 46 skip</summary>" in folded and "| pass |" in folded
+    assert "<summary>23 pass, 47 skip</summary>" in folded and "| pass |" in folded
     html = (tmp_path / "r.html").read_text()
     assert "<b>2</b> overridden" in html and html.count("MLA kernels differ, #123") == 1
     assert html.count('data-overridden="1"') == 2  # the status filter never hides them
