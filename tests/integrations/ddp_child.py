@@ -111,6 +111,13 @@ def run_hf() -> None:
     )
     trainer.train()
     write(rank, trainer.state.global_step, probe.per_step)
+    # the Trainer leaves the gloo group to the interpreter's exit, where its threads were
+    # once torn down mid-flight ("terminate called without an active exception", SIGABRT
+    # on one rank after both had written their results): tear it down here
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def run_lightning() -> None:
