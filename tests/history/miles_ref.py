@@ -341,3 +341,21 @@ def values_to_write(record: str, verdict: dict[str, dict[int | None, str]]
             rows.append((metric, canonical_key(spec["steps"]), canonical_key(spec["constraint"]),
                          step, value))
     return rows
+
+
+def copy_to_postgres(miles_db: str, pg_url: str) -> None:
+    """miles' SQLite store, as its production PostgreSQL (Neon) holds it: the same tables,
+    `trusted` a BOOLEAN."""
+    import psycopg
+
+    with sqlite3.connect(miles_db) as src, psycopg.connect(pg_url, autocommit=True) as dst:
+        for stmt in PG_SCHEMA_SQL:
+            dst.execute(stmt)
+        for row in src.execute("SELECT run_id, test_path, backend, suite, commit_sha, "
+                               "created_at, trusted FROM runs"):
+            dst.execute("INSERT INTO runs (run_id, test_path, backend, suite, commit_sha, "
+                        "created_at, trusted) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                        (*row[:6], bool(row[6])))
+        with dst.cursor() as cur:
+            cur.executemany("INSERT INTO metric_values VALUES (%s, %s, %s, %s, %s, %s)",
+                            src.execute("SELECT * FROM metric_values").fetchall())

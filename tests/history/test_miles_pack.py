@@ -281,20 +281,8 @@ def test_gk_tables_share_the_miles_database(checkout, tmp_path):
 
 
 def test_import_from_postgres(checkout, tmp_path, pg_url):
-    import psycopg
-
     miles_db, candidates = build_miles_history(tmp_path, checkout, 4)
-    with sqlite3.connect(miles_db) as src, psycopg.connect(pg_url, autocommit=True) as dst:
-        for stmt in miles_ref.PG_SCHEMA_SQL:
-            dst.execute(stmt)
-        for row in src.execute("SELECT run_id, test_path, backend, suite, commit_sha, created_at,"
-                               " trusted FROM runs"):
-            dst.execute("INSERT INTO runs (run_id, test_path, backend, suite, commit_sha, "
-                        "created_at, trusted) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                        (*row[:6], bool(row[6])))
-        with dst.cursor() as cur:
-            cur.executemany("INSERT INTO metric_values VALUES (%s, %s, %s, %s, %s, %s)",
-                            src.execute("SELECT * FROM metric_values").fetchall())
+    miles_ref.copy_to_postgres(miles_db, pg_url)
     url = str(tmp_path / "from-pg.db")
     out = gatekeeper("history", "import", pg_url, "--history", url)
     assert out.returncode == 0 and "imported 4 miles run(s) (3 trusted" in out.stdout

@@ -118,17 +118,7 @@ def test_a_revocation_in_a_postgres_miles_store_syncs(tmp_path, pg_url):
     import psycopg
 
     miles_db, ids = miles_history(tmp_path, [1.0, 1.0, 1.0])
-    with sqlite3.connect(miles_db) as src, psycopg.connect(pg_url, autocommit=True) as dst:
-        for stmt in miles_ref.PG_SCHEMA_SQL:
-            dst.execute(stmt)
-        for row in src.execute("SELECT run_id, test_path, backend, suite, commit_sha, "
-                               "created_at, trusted FROM runs"):
-            dst.execute("INSERT INTO runs (run_id, test_path, backend, suite, commit_sha, "
-                        "created_at, trusted) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                        (*row[:6], bool(row[6])))
-        with dst.cursor() as cur:
-            cur.executemany("INSERT INTO metric_values VALUES (%s, %s, %s, %s, %s, %s)",
-                            src.execute("SELECT * FROM metric_values").fetchall())
+    miles_ref.copy_to_postgres(miles_db, pg_url)
     url = str(tmp_path / "gk.db")
     assert gatekeeper("history", "import", pg_url, "--history", url).returncode == 0
     with psycopg.connect(pg_url, autocommit=True) as conn:
