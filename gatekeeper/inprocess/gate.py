@@ -3,7 +3,8 @@
 Load policies once, `observe()` each step's metrics (or a batch of rows), and the gate
 says at once when a rule fails: no file, no logger flush, no poll interval between the
 bad step and the decision. The judging is the live engine's (`LiveGate` over an
-in-memory source), so verdicts and messages are those of `watch`, `run` and `check`.
+in-memory source, `local.py`), so verdicts and messages are those of `watch`, `run` and
+`check`; an asynchronous gate runs it in a judge process (`remote.py`, `judge.py`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from typing import Any, TextIO
 from gatekeeper.errors import UsageError
 from gatekeeper.gate import PolicyInput, ReportOptions, resolve_policies, write_reports
 from gatekeeper.inprocess.handoff import Handoff
-from gatekeeper.inprocess.rows import MemorySource
-from gatekeeper.live.gate import Change, LiveGate
+from gatekeeper.inprocess.local import LocalJudge
+from gatekeeper.inprocess.remote import RemoteJudge
+from gatekeeper.live.gate import Change
 from gatekeeper.live.progress import change_line
 from gatekeeper.model import Run, RunState
 from gatekeeper.verdict import GateStatus, RuleResult, Status, Verdict
@@ -72,6 +74,25 @@ class Observation:
     points: int = 0  # points this call added
 
 
+def policy_paths(policies: PolicyInput) -> list[str] | None:
+    """The policies as absolute paths, or None when they are loaded `PolicySpec`s."""
+    items = [policies] if isinstance(policies, (str, os.PathLike)) else list(policies)
+    if all(isinstance(p, (str, os.PathLike)) for p in items):
+        return [os.path.abspath(os.fspath(p)) for p in items]  # type: ignore[arg-type]
+    return None
+
+
+def make_judge(policies: PolicyInput, overrides: Sequence[str], run: Run, axis: str,
+               started: float, *, threaded: bool) -> LocalJudge | RemoteJudge:
+    """Where a gate judges: in a judge process (an asynchronous gate given policy files:
+    judging then never holds the trainer's GIL), or in this process (mode="sync",
+    `judge="thread"`, or loaded `PolicySpec`s, which are not handed to a process)."""
+    paths = policy_paths(policies)
+    if not threaded and paths is not None:
+        return RemoteJudge(paths, overrides, run, axis, started)
+    return LocalJudge(run, resolve_policies(policies, overrides), axis, started)
+
+
 class Gate:
     """Judge one run in-process. Thread-safe: a logger thread may observe while the
     training thread asks `should_stop`.
@@ -85,6 +106,10 @@ class Gate:
     - `mode`: how `submit`/`feed` judge: "async" (default: on a worker thread, the stop
       one step after the violation) or "sync" (on the caller's thread, at the very step);
       see `gatekeeper.inprocess.handoff`. `observe` always judges at once.
+    - `judge`: where an async gate judges: "process" (default: a child process,
+      `gatekeeper.inprocess.judge`, so judging never competes with the training thread
+      for the GIL) or "thread" (a worker thread of this process). A sync gate, and one
+      given loaded `PolicySpec`s, judge in this process.
     - `reports`: what `finalize()` writes (JSON, JUnit, GitHub), as `check` does; the
       console table only when asked (`ReportOptions(quiet=False)`); `echo`: where
       status changes are printed as they happen (True: standard error, a stream, or
@@ -105,6 +130,7 @@ class Gate:
         reports: ReportOptions | None = None,
         echo: TextIO | bool | None = True,
         clock: Callable[[], float] = time.time,
+        judge: str = "process",
     ):
         self.on_fail = OnFail(on_fail)
         self.reports = reports if reports is not None else ReportOptions()
@@ -113,14 +139,15 @@ class Gate:
         self._lock = threading.RLock()
         run = Run(name=name, source=f"in-process:{os.getpid()}", tags=tuple(tags),
                   config=dict(config or {}), state=RunState.RUNNING)
-        self._source = MemorySource(run, axis)
         self._started = clock()
-        specs = resolve_policies(policies, overrides)
-        self._live = LiveGate(self._source, specs, started=self._started)
-        self._verdict = self._live.judge(self._started, final=False)
+        self.mode = Mode(mode)
+        self.axis = axis
+        if judge not in ("process", "thread"):
+            raise UsageError(f'judge must be "process" or "thread", got {judge!r}')
+        self._judge = make_judge(policies, overrides, run, axis, self._started,
+                                 threaded=self.mode is Mode.SYNC or judge == "thread")
         self._failed_at: dict[str, Any] | None = None
         self._final: Verdict | None = None
-        self.mode = Mode(mode)
         self._handoff = Handoff(self._judge_handed, threaded=self.mode is Mode.ASYNC)
         self._fed = 0  # the ticket of the previous `feed`
 
@@ -129,7 +156,7 @@ class Gate:
         """Judge one step's metrics. `step` is on the gate's axis; None: the metrics
         carry their steps (`{"train/step": 3, "train/loss": 0.4}`). A None or NaN value
         is a non-finite point: an error at once, never skipped."""
-        row = dict(metrics) if step is None else {self._source.rows.axis: step, **metrics}
+        row = dict(metrics) if step is None else {self.axis: step, **metrics}
         return self.observe_rows([row])
 
     def submit(self, step: int | None, metrics: Mapping[str, Any]) -> int:
@@ -163,23 +190,20 @@ class Gate:
         with self._lock:
             if self._final is not None:
                 raise UsageError("this gate was finalized; start a new Gate for a new run")
-            points = self._source.add_rows(rows)
-            tick = self._live.poll(self._clock())
-            self._verdict = tick.verdict
-            self._say(tick.changes)
-            failing = tick.verdict.failing()
-            newly = bool(failing) and self._failed_at is None
+            judged = self._judge.observe_rows(rows, self._clock())
+            self._say(judged.changes)
+            newly = bool(judged.failing) and self._failed_at is None
             if newly:
-                self._failed_at = self._failure_info(failing[0])
+                self._failed_at = self._failure_info(judged.failing[0])
             obs = Observation(
-                status=tick.verdict.status,
-                changes=tick.changes,
-                failing=failing,
+                status=judged.status,
+                changes=judged.changes,
+                failing=judged.failing,
                 stop=self._failed_at is not None and self.on_fail is not OnFail.REPORT,
-                points=points,
+                points=judged.points,
             )
         if newly and self.on_fail is OnFail.RAISE:
-            raise GateFailed(tick.verdict)
+            raise GateFailed(self.verdict())
         return obs
 
     def update_run(
@@ -191,11 +215,7 @@ class Gate:
     ) -> None:
         """Set run metadata known only once training starts (`when:`/`match:` read it)."""
         with self._lock:
-            run = self._source.run
-            run.name = name if name is not None else run.name
-            run.tags = tuple(tags) if tags is not None else run.tags
-            if config is not None:
-                run.config = {**run.config, **config}
+            self._judge.update_run(name, tags, config)
 
     # ---- asking ------------------------------------------------------------------------
     @property
@@ -214,7 +234,7 @@ class Gate:
         """The verdict on everything observed so far (live: missing data is pending),
         or the final verdict once finalized."""
         with self._lock:
-            return self._final if self._final is not None else self._verdict
+            return self._final if self._final is not None else self._judge.verdict()
 
     # ---- ending ------------------------------------------------------------------------
     def finalize(
@@ -235,8 +255,7 @@ class Gate:
         with self._lock:
             if self._final is not None:
                 return self._final
-            self._source.run.state = RunState(state)
-            verdict = self._live.judge(self._clock(), final=True)
+            verdict = self._judge.final(RunState(state), self._clock())
             cut = self.should_stop if stopped is None else stopped
             if cut and self._failed_at is not None:
                 verdict.stopped = dict(self._failed_at)

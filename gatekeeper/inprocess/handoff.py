@@ -1,10 +1,10 @@
 """The hand-over between the training thread and the judge: the training thread only
 copies a step's values and reads a flag; a worker thread waits for the device and judges.
 
-- A torch tensor on an accelerator is copied to the host without a sync
-  (`tensor.detach().to("cpu", non_blocking=True)`: PyTorch puts the copy in pinned memory
-  from its caching host allocator) and one `torch.cuda.Event` is recorded per hand-over;
-  the worker waits on that event, never the training thread. A host tensor is cloned
+- Torch tensors on an accelerator are stacked there and copied to the host without a
+  sync (`torch.stack(...).to("cpu", non_blocking=True)`: PyTorch puts the copy in pinned
+  memory from its caching host allocator) and one `torch.cuda.Event` is recorded per
+  hand-over; the worker waits on that event, never the training thread. A host tensor is cloned
   (trainers update their loss accumulators in place); anything else is handed as it is.
 - Each hand-over gets a ticket; `wait(ticket)` blocks until that hand-over (and every one
   before it) is judged and says whether any of them stopped the gate. A caller that waits
@@ -28,27 +28,50 @@ from typing import Any
 Judge = Callable[[int | None, dict[str, Any]], bool]  # (step, values) -> stop
 
 
+_STACKS = object()  # the key of the device groups in a captured dict
+
+
 def capture(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
-    """The values as the worker may read them later, and the event that says the device
-    copies landed (None when nothing is on a device). Never synchronizes."""
-    values: dict[str, Any] = {}
-    device = False
+    """The values as the worker may read them later (`landed` turns them into the
+    step's values), and the event that says the device copies landed (None when
+    nothing is on a device). Never synchronizes. Device tensors of one device, dtype and
+    shape are stacked on the device and copied in one transfer: one launch and one copy
+    per group instead of one copy per metric (~10 us each on the training thread)."""
+    values: dict[Any, Any] = {}
+    groups: dict[tuple[Any, ...], list[str]] = {}
     for name, value in metrics.items():
         detach = getattr(value, "detach", None)
         if detach is None or not callable(detach):
             values[name] = value
         elif getattr(value, "is_cuda", False):
-            values[name] = detach().to("cpu", non_blocking=True)
-            device = True
+            groups.setdefault((value.device, value.dtype, tuple(value.shape)), []).append(name)
         else:
             values[name] = detach().clone()
-    event = None
-    if device:
-        import torch  # a tensor on the device: torch is loaded already
+    if not groups:
+        return values, None
+    import torch  # a tensor on the device: torch is loaded already
 
-        event = torch.cuda.Event()
-        event.record()
+    stacks = []
+    for names in groups.values():
+        stacked = torch.stack([metrics[n].detach() for n in names])
+        stacks.append((names, stacked.to("cpu", non_blocking=True)))
+    values[_STACKS] = (list(metrics), stacks)
+    event = torch.cuda.Event()
+    event.record()
     return values, event
+
+
+def landed(values: dict[Any, Any]) -> dict[str, Any]:
+    """A captured dict once its event completed: every metric with its value, in the
+    order handed over."""
+    packed = values.pop(_STACKS, None)
+    if packed is None:
+        return values
+    order, stacks = packed
+    for names, host in stacks:
+        values.update(zip(names, host.tolist() if host.dim() == 1 else host.unbind(0),
+                          strict=True))
+    return {name: values[name] for name in order}
 
 
 class Handoff:
@@ -125,7 +148,7 @@ class Handoff:
             try:
                 if event is not None:
                     event.synchronize()
-                stop = self._judge(step, values)
+                stop = self._judge(step, landed(values))
             except BaseException as exc:  # noqa: BLE001 - handed to the training thread
                 stop = True
                 with self._cond:

@@ -1,0 +1,153 @@
+"""`RemoteJudge`: a `LocalJudge` in a child process (`judge.py`), behind the same calls.
+
+Started when an asynchronous `Gate` is made, so policy errors still surface before the
+first training step. Each call is one request and one answer (`wire.py`), bounded in time
+(`timeout`) and size; the caller serializes calls (the gate's lock). The child is
+`sys.executable -m gatekeeper.inprocess.judge` with this gatekeeper first on its path; it
+imports neither torch nor the trainer, and ends with `final`, `close`, or this process.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gatekeeper.inprocess.local import Judged
+from gatekeeper.inprocess.wire import (
+    MAX_LINE,
+    JudgeProcessError,
+    decode,
+    encode,
+    error_from_dict,
+    judged_from_dict,
+    plain_row,
+)
+from gatekeeper.model import Run, RunState
+from gatekeeper.verdict import Verdict
+
+TIMEOUT = 300.0  # seconds one answer may take: a batch of rows, or the final verdict
+
+
+def _spawn() -> subprocess.Popen[bytes]:
+    home = str(Path(__file__).resolve().parents[2])  # the folder holding `gatekeeper`
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH")) if p)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gatekeeper.inprocess.judge"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, env=env, close_fds=True,
+    )
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """Close the child's input (it ends) and reap it; kill it if it does not end."""
+    if proc.stdin is not None and not proc.stdin.closed:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class RemoteJudge:
+    """The `LocalJudge` calls, answered by the judge process."""
+
+    def __init__(self, policies: Sequence[str], overrides: Sequence[str], run: Run,
+                 axis: str, started: float, *, timeout: float = TIMEOUT):
+        self._run = run
+        self._timeout = timeout
+        self._buf = bytearray()
+        self._proc = _spawn()
+        self._ender = weakref.finalize(self, _end, self._proc)
+        try:
+            self._call({"op": "start", "policies": list(policies), "overrides": list(overrides),
+                        "run": {"name": run.name, "source": run.source, "tags": list(run.tags),
+                                "config": run.config},
+                        "axis": axis, "started": started})
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    def observe_rows(self, rows: Iterable[Mapping[str, Any]], now: float) -> Judged:
+        return judged_from_dict(self._call(
+            {"op": "rows", "rows": [plain_row(r) for r in rows], "now": now}))
+
+    def update_run(self, name: str | None, tags: Iterable[str] | None,
+                   config: Mapping[str, Any] | None) -> None:
+        self._call({"op": "update", "name": name,
+                    "tags": None if tags is None else list(tags), "config": config})
+        run = self._run
+        run.name = name if name is not None else run.name
+        run.tags = tuple(tags) if tags is not None else run.tags
+        if config is not None:
+            run.config = {**run.config, **config}
+
+    def verdict(self) -> Verdict:
+        return Verdict.from_dict(self._call({"op": "verdict"}))
+
+    def final(self, state: RunState, now: float) -> Verdict:
+        verdict = Verdict.from_dict(self._call({"op": "final", "state": state.value,
+                                                "now": now}))
+        self.close()
+        return verdict
+
+    def close(self) -> None:
+        self._ender()
+
+    # ---- the pipe ------------------------------------------------------------------
+    def _call(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        proc = self._proc
+        if proc.stdin is None or proc.stdin.closed:
+            raise JudgeProcessError("the judge process was closed")
+        try:
+            proc.stdin.write(encode(request))
+            proc.stdin.flush()
+        except BrokenPipeError:
+            raise self._gone("ended", with_code=True) from None
+        except OSError as exc:
+            raise self._gone(f"could not be written to ({exc})") from None
+        reply = decode(self._line())
+        if "error" in reply:
+            raise error_from_dict(reply["error"])
+        return reply["ok"]  # type: ignore[no-any-return]
+
+    def _line(self) -> bytes:
+        assert self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + self._timeout
+        while True:
+            end = self._buf.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buf[:end])
+                del self._buf[: end + 1]
+                return line
+            if len(self._buf) > MAX_LINE:
+                raise self._gone(f"answered more than {MAX_LINE} bytes in one line")
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise self._gone(f"did not answer within {self._timeout:g} s")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise self._gone("ended", with_code=True)
+            self._buf += chunk
+
+    def _gone(self, what: str, *, with_code: bool = False) -> JudgeProcessError:
+        self.close()  # reaps it: its exit code is known from here on
+        code = f" (exit code {self._proc.returncode})" if with_code else ""
+        return JudgeProcessError(
+            f"the gate's judge process (pid {self._proc.pid}) {what}{code}; its standard "
+            "error (the trainer's) says why")

@@ -1,0 +1,95 @@
+"""What an asynchronous `Gate` and its judge process say to each other: one JSON object
+per line each way, on the judge's standard input and a private copy of its standard
+output. Python's `json` (not orjson): NaN and the infinities travel as the literals
+`NaN`/`Infinity`, so a non-finite value reaches the judge as the float it was.
+
+Requests: `start` (policies, overrides, the run, the axis, the start time), `rows`
+(rows and the time), `update` (run metadata), `verdict`, `final` (the run's end state and
+the time). Every answer is `{"ok": ...}` or `{"error": {"type", "message", ...}}`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gatekeeper import errors
+from gatekeeper.inprocess.local import Judged
+from gatekeeper.inprocess.rows import to_float
+from gatekeeper.session import Change
+from gatekeeper.verdict import GateStatus, RuleResult, Status
+
+MAX_LINE = 512 << 20  # an answer longer than this is a bug, never read whole
+
+
+class JudgeProcessError(RuntimeError):
+    """The judge process failed, ended or stopped answering: a bug (exit 70), never a
+    verdict."""
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """One message as its line; values that are not JSON (a run config's objects) as
+    their `str`."""
+    return json.dumps(message, separators=(",", ":"), default=str).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    data = json.loads(line)
+    if not isinstance(data, dict):
+        raise JudgeProcessError(f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def plain(key: str, value: Any) -> Any:
+    """A logged value as it travels: numbers, None and strings as they are (the judge
+    reads them as `observe` would), a tensor or array scalar as its number; anything
+    else is refused here as `observe` refuses it."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return to_float(key, value)
+
+
+def plain_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k): plain(str(k), v) for k, v in row.items()}
+
+
+def judged_to_dict(judged: Judged) -> dict[str, Any]:
+    return {
+        "status": judged.status.value,
+        "changes": [[c.before.value if c.before else None, c.result.to_dict()]
+                    for c in judged.changes],
+        "failing": [r.to_dict() for r in judged.failing],
+        "points": judged.points,
+    }
+
+
+def judged_from_dict(data: Mapping[str, Any]) -> Judged:
+    return Judged(
+        status=GateStatus(data["status"]),
+        changes=[Change(RuleResult.from_dict(r), Status(b) if b else None)
+                 for b, r in data["changes"]],
+        failing=[RuleResult.from_dict(r) for r in data["failing"]],
+        points=int(data["points"]),
+    )
+
+
+def error_to_dict(exc: BaseException) -> dict[str, Any]:
+    """A `GatekeeperError` keeps its type across the pipe; anything else is a bug."""
+    if isinstance(exc, errors.GatekeeperError):
+        return {"type": type(exc).__name__, "message": str(exc),
+                "file": getattr(exc, "file", None), "line": getattr(exc, "line", None)}
+    return {"type": "bug", "message": f"{type(exc).__name__}: {exc}"}
+
+
+def error_from_dict(data: Mapping[str, Any]) -> Exception:
+    cls = getattr(errors, str(data.get("type")), None)
+    message = str(data.get("message"))
+    if not (isinstance(cls, type) and issubclass(cls, errors.GatekeeperError)):
+        return JudgeProcessError(f"the judge process failed: {message}")
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, message)
+    for attr in ("file", "line"):
+        if data.get(attr) is not None:
+            setattr(exc, attr, data[attr])
+    return exc
