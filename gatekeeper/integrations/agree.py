@@ -14,6 +14,10 @@ several ranks post, the smallest boundary wins (compare-and-set), so a rank neve
 later than one that stopped before it — which is what would leave the others waiting in
 a collective forever. The rank named in the key is the one whose gate failed first: it
 writes the reports (`owner`), so they say why the run stopped, and only it writes them.
+
+Each gated run in a process group has a key of its own: the store counts each rank's
+runs, and every rank starts the same runs, so the n-th run of every rank shares one key
+and a second `fit()` in the same group never takes the first one's stop for its own.
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ class StopChannel:
             return None
         from torch.distributed import distributed_c10d
 
-        return cls(distributed_c10d._get_default_store(), dist.get_rank())
+        store, rank = distributed_c10d._get_default_store(), dist.get_rank()
+        run = store.add(f"{KEY}/runs/{rank}", 1)  # this rank's n-th run: every rank's n-th
+        return cls(store, rank, key=f"{KEY}/{run}")
 
     def post(self, boundary: int) -> None:
         """Ask every rank to stop at `boundary` (or earlier, if one asked for earlier)."""
