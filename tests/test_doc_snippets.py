@@ -335,3 +335,20 @@ def test_every_relative_link_resolves(doc: Path) -> None:
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             dead.append(f"{target}: no heading with that anchor in {dest.name}")
     assert not dead, f"{doc.relative_to(REPO)}: " + "; ".join(dead)
+
+
+def test_the_architecture_page_names_every_package_and_only_modules_that_exist() -> None:
+    """docs/architecture.md is held to the package: a package or top-level module added
+    is described there, one moved or removed is no longer named."""
+    text = (REPO / "docs/architecture.md").read_text()
+    pkg = REPO / "gatekeeper"
+    modules = {p.relative_to(pkg).as_posix() for p in pkg.rglob("*.py")}
+    ghosts = [name for name in set(re.findall(r"[\w/]+\.py\b", text))
+              if not (REPO / name).exists()
+              and not any(m == name or m.endswith("/" + name) for m in modules)]
+    assert not ghosts, f"named in docs/architecture.md, not in the repository: {ghosts}"
+    packages = [f"{d.name}/" for d in pkg.iterdir() if (d / "__init__.py").exists()
+                or any(d.glob("*.py"))]
+    top = [p.name for p in pkg.glob("*.py") if not p.name.startswith("_")]
+    unnamed = [name for name in packages + top if not re.search(rf"\b{re.escape(name)}", text)]
+    assert not unnamed, f"not described in docs/architecture.md: {unnamed}"
