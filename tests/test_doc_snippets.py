@@ -178,8 +178,13 @@ def plain_argv(cmd: str) -> list[str] | None:
     return words[1:] if words[1:2] and words[1] in IN_PROCESS else None
 
 
+# what would change the output behind the page's back: CI's annotations, a project config,
+# colour forced on (a transcript is plain text)
+DROPPED = ("GITHUB_ACTIONS", "GATEKEEPER_CONFIG", "FORCE_COLOR", "NO_COLOR")
+
+
 def environment(cwd: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GATEKEEPER_CONFIG")}
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED}
     env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
                PYTHONPATH=str(REPO), HOME=str(cwd), COLUMNS="120")
     return env
@@ -198,7 +203,7 @@ def run(cmd: str, cwd: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]
 
     with monkeypatch.context() as patch:
         patch.chdir(cwd)
-        for name in ("GITHUB_ACTIONS", "GATEKEEPER_CONFIG"):
+        for name in DROPPED:
             patch.delenv(name, raising=False)
         patch.setenv("HOME", str(cwd))
         patch.setenv("COLUMNS", "120")
