@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from tests.console.terminal import on_a_terminal
 from tests.helpers import REPO, gatekeeper
 
 COMMANDS = ("check", "validate", "watch", "run", "history")
@@ -75,31 +76,8 @@ BROKEN = ("check", "examples/runs/broken-kl", "-p", "policies")
 
 
 def _on_a_pty(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """The CLI with its stdout on a pseudo-terminal (as an interactive shell runs it):
-    its exit code and what the terminal received."""
-    import os
-    import pty
-    import subprocess
-    import sys
-
-    full = {k: v for k, v in os.environ.items()
-            if k not in ("NO_COLOR", "FORCE_COLOR") and not k.startswith("GITHUB_")}
-    full.update({"COLUMNS": "200", **(env or {})})
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", *args], cwd=REPO, env=full,
-                            stdout=slave, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    return proc.wait(timeout=120), b"".join(chunks).decode()
+    """The CLI on a pseudo-terminal 200 columns wide: its exit code and what it showed."""
+    return on_a_terminal(*args, columns=200, env=env)
 
 
 def test_color_auto_on_a_terminal_and_plain_in_a_pipe():

@@ -106,8 +106,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def run_check(opts: CheckOptions, policies: list[PolicySpec]) -> int:
     """Judge `opts.source` whole and write every report asked for; the exit code."""
+    import sys
+
     from gatekeeper import gate
     from gatekeeper.cli.report import read_run, wants_run, write_plot_reports
+    from gatekeeper.report.color import wants_color
     from gatekeeper.report.text import quiet_lines
 
     references = gate.read_references(opts.references)
@@ -131,7 +134,7 @@ def run_check(opts: CheckOptions, policies: list[PolicySpec]) -> int:
 
         print(annotate(opts.source, verdict, report_link(opts.report.json_path)))
     if opts.report.quiet:
-        print("\n".join(quiet_lines(verdict)))
+        print("\n".join(quiet_lines(verdict, wants_color(opts.report.color, sys.stdout))))
     if opts.notify is not None and opts.notify.targets:
         from gatekeeper.cli.notify import post
 

@@ -17,20 +17,22 @@ def register(sub: Any) -> None:
 
 
 def cmd_checks(args: argparse.Namespace) -> int:
+    import shutil
+
     from gatekeeper.checks import registry
     from gatekeeper.toolkit.checkdoc import doc_of, first_sentence, page
 
     kinds = registry()
+    terminal = shutil.get_terminal_size().columns  # COLUMNS, the terminal, else 80
     if args.kind is not None:
         if args.kind not in kinds:
             raise UsageError(_unknown(args.kind, sorted(kinds)))
-        print(page(args.kind, kinds[args.kind]), end="")
+        print(page(args.kind, kinds[args.kind], max(40, min(terminal, 100))), end="")
         return 0
-    import shutil
     import textwrap
 
     width = max(map(len, kinds)) + 2
-    columns = max(shutil.get_terminal_size().columns, width + 30)
+    columns = max(terminal, width + 30)
     for kind, cls in kinds.items():  # whole sentences, wrapped under the description column
         text = f"{kind:{width}}{first_sentence(doc_of(cls))}"
         print(textwrap.fill(text, columns, subsequent_indent=" " * width))

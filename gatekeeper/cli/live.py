@@ -92,6 +92,7 @@ def open_follower(
 def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> int:
     from gatekeeper import gate
     from gatekeeper.cli.report import write_plot_reports
+    from gatekeeper.report.color import wants_color
     from gatekeeper.report.text import quiet_lines
 
     follower.printer.close()
@@ -108,7 +109,7 @@ def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> in
 
         print(annotate(args.source, outcome.verdict, report_link(opts.json_path)))
     if args.quiet:
-        print("\n".join(quiet_lines(outcome.verdict)))
+        print("\n".join(quiet_lines(outcome.verdict, wants_color(opts.color, sys.stdout))))
     if card is not None and card.targets:
         from gatekeeper.cli.notify import post
 

@@ -105,8 +105,8 @@ def summary_line(v: Verdict) -> str:
 
 def finding_lines(v: Verdict, *, warnings: bool = True, overrides: bool = True) -> list[str]:
     """One line per failed or errored rule (and, asked, per warning and per overridden
-    rule), gating ones first: `FAIL policy/rule: message (file:line)`. Plain text: `-q`
-    prints these without the console's colours."""
+    rule), gating ones first: `FAIL policy/rule: message (file:line)`. Plain text: the
+    console report and `-q` colour the status word themselves."""
     return [
         one_line(f"{r.status.value.upper()}{' (shadow)' if r.mode.value == 'shadow' else ''} "
                  f"{r.policy}/{r.rule}: {message_text(r)} ({r.source})")
@@ -121,10 +121,26 @@ def listed(v: Verdict, *, warnings: bool = True, overrides: bool = True) -> list
             if r.status in shown or (overrides and r.override is not None)]
 
 
-def quiet_lines(v: Verdict) -> list[str]:
-    """What `-q` prints: the verdict line, each failed or errored rule, the details."""
-    return [verdict_line(v), *(f"  {line}" for line in finding_lines(
-        v, warnings=False, overrides=False)), *(f"  {line}" for line in detail_lines(v))]
+def quiet_lines(v: Verdict, color: bool = False) -> list[str]:
+    """What `-q` prints: the verdict line, each failed or errored rule, the details.
+    `color` (report/color.py decides it): the verdict line and each status word in the
+    console report's colours, as plain ANSI escapes (-q never imports rich)."""
+    head, findings = verdict_line(v), finding_lines(v, warnings=False, overrides=False)
+    if color:
+        head = _sgr(head, _VERDICT_SGR.get(v.status.value, "1;31"))
+        findings = [_sgr(word, _STATUS_SGR[word]) + f" {rest}" for word, rest in
+                    (line.split(" ", 1) for line in findings)]
+    return [head, *(f"  {line}" for line in findings), *(f"  {line}" for line in detail_lines(v))]
+
+
+# The console report's styles (report/console.py) as SGR codes: bold green, cyan, yellow;
+# a failed verdict and FAIL bold red, ERROR bold magenta.
+_VERDICT_SGR = {"pass": "1;32", "pending": "1;36", "nothing_judged": "1;33"}
+_STATUS_SGR = {"FAIL": "1;31", "ERROR": "1;35"}
+
+
+def _sgr(text: str, code: str) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m"
 
 
 def command_text(v: Verdict) -> str:

@@ -60,10 +60,22 @@ def example(kind: str) -> str | None:
     )
 
 
-def page(kind: str, cls: type) -> str:
-    """What `gatekeeper checks KIND` prints."""
-    text = f"{kind}\n\n{doc_of(cls) or '(no description)'}\n\n"
+def page(kind: str, cls: type, width: int = 88) -> str:
+    """What `gatekeeper checks KIND` prints: the documentation's prose paragraphs wrapped
+    to `width` (never inside a word; a terminal narrower than the source's lines would
+    cut them anywhere), other paragraphs as written."""
+    doc = "\n\n".join(_wrap(part, width) for part in (doc_of(cls) or "(no description)")
+                       .split("\n\n"))
+    text = f"{kind}\n\n{doc}\n\n"
     shown = example(kind)
     if shown is None:
         return text + "(no example ships with this kind: it comes from a plug-in)\n"
     return text + "Example policy (gatekeeper validate accepts it as written):\n\n" + shown
+
+
+def _wrap(paragraph: str, width: int) -> str:
+    """A prose paragraph refilled to `width`; an indented or list paragraph kept."""
+    if any(line.startswith((" ", "\t", "-", "*", "|", ">")) for line in paragraph.splitlines()):
+        return paragraph
+    return textwrap.fill(" ".join(paragraph.split()), width, break_long_words=False,
+                         break_on_hyphens=False)

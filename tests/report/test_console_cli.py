@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
-import select
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
+from tests.console.terminal import on_a_terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHY, BROKEN = "examples/runs/healthy", "examples/runs/broken-kl"
@@ -45,34 +45,7 @@ def _piped(
 
 
 def _tty(*args: str, columns: int = 80, no_color: bool = False) -> tuple[int, str]:
-    """The command on a pseudo-terminal `columns` wide (its size set on the pty itself,
-    as a terminal emulator does); the output as read from the terminal's side."""
-    import fcntl
-    import struct
-    import termios
-
-    main, child = pty.openpty()
-    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gatekeeper", *args, "--no-config"], cwd=ROOT,
-        env=_env(columns, no_color), stdin=child, stdout=child, stderr=child,
-    )
-    os.close(child)
-    chunks = []
-    while True:
-        ready, _, _ = select.select([main], [], [], 60)
-        if not ready:
-            proc.kill()
-            break
-        try:
-            data = os.read(main, 65536)
-        except OSError:  # EIO: the child side closed
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(main)
-    return proc.wait(timeout=60), b"".join(chunks).decode().replace("\r\n", "\n")
+    return on_a_terminal(*args, "--no-config", columns=columns, no_color=no_color)
 
 
 MODES = [
