@@ -54,7 +54,7 @@ def tick(step: int, warmup: int) -> None:
 def cadence() -> float:
     """Steps/s from the median interval between step ends: robust to a hiccup (another
     tenant, a collection) that moves the mean; equals the mean rate in steady state."""
-    gaps = [b - a for a, b in zip(TICKS, TICKS[1:])]
+    gaps = [b - a for a, b in zip(TICKS, TICKS[1:], strict=False)]
     return 1.0 / statistics.median(gaps) if gaps else 0.0
 
 

@@ -89,7 +89,8 @@ def test_a_judge_that_dies_is_an_error_on_the_training_thread(tmp_path: Path) ->
     assert gate.feed(1, {"loss": 1.0}) is False
     (judge,) = judges_of(os.getpid())
     os.kill(judge, signal.SIGKILL)
-    with pytest.raises(JudgeProcessError, match=r"judge process \(pid \d+\) ended \(exit code -9\)"):
+    ended = r"judge process \(pid \d+\) ended \(exit code -9\)"
+    with pytest.raises(JudgeProcessError, match=ended):
         for step in range(2, 10):
             gate.feed(step, {"loss": 1.0})
     assert issubclass(JudgeProcessError, RuntimeError)  # a bug: the CLI maps it to 70
