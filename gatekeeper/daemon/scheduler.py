@@ -35,6 +35,7 @@ from gatekeeper.errors import RecordError
 log = logging.getLogger("gatekeeper.daemon")
 DISCOVERY_JOB = "__discovery__"
 LEASE_JOB = "__leases__"
+CONTROL = "control"  # the executor of discovery and the lease cycle
 Offer = Callable[[int, str, dict[str, Any]], None]
 
 
@@ -67,11 +68,18 @@ class PollScheduler:
         self.pool = PollPool(max_workers=settings.workers * 4, thread_name_prefix="poll")
         self._scheduled: dict[str, datetime] = {}
         self.scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(settings.workers)},
+            # discovery and the lease cycle have threads of their own: queued behind a
+            # backlog of polls, a replica's leases expired and it dropped its own runs
+            executors={
+                "default": ThreadPoolExecutor(settings.workers),
+                CONTROL: ThreadPoolExecutor(2),
+            },
             job_defaults={"max_instances": 1, "coalesce": True},
             timezone="UTC",
         )
         self.scheduler.add_listener(self._submitted, EVENT_JOB_SUBMITTED)
+        self._stopping = False
+        self._stopping_lock = threading.Lock()
 
     # ---- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -83,6 +91,7 @@ class PollScheduler:
             id=DISCOVERY_JOB,
             next_run_time=datetime.now().astimezone(),
             max_instances=1,
+            executor=CONTROL,
         )
         if self.leases is not None:
             self.scheduler.add_job(
@@ -92,11 +101,26 @@ class PollScheduler:
                 id=LEASE_JOB,
                 max_instances=1,
                 coalesce=True,
+                executor=CONTROL,
             )
 
     def stop(self) -> None:
+        # APScheduler's shutdown holds its job-store lock while it waits for the jobs in
+        # flight, so a poll that removes its job then (a run retired, a lease lost) would
+        # wait for ever: from here on polls leave the jobs alone (`_remove_job`).
+        with self._stopping_lock:
+            self._stopping = True
         self.scheduler.shutdown(wait=True)
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _remove_job(self, key: str) -> None:
+        with self._stopping_lock:
+            if self._stopping:
+                return
+            try:
+                self.scheduler.remove_job(key)
+            except Exception:  # not scheduled (ended) or already removed
+                pass
 
     def snapshot(self) -> list[RunWatcher]:
         with self.lock:
@@ -177,10 +201,7 @@ class PollScheduler:
             watcher = self.watchers.pop(key, None)
         if watcher is None:
             return
-        try:
-            self.scheduler.remove_job(key)
-        except Exception:  # not scheduled (ended) or already removed
-            pass
+        self._remove_job(key)
         with watcher.polling:  # wait for a poll in flight; none starts after this
             pass
         log.info("run %s: no longer polled by this replica", key)
@@ -216,7 +237,7 @@ class PollScheduler:
     # ---- one poll -----------------------------------------------------------------------
     def poll(self, key: str) -> None:
         watcher = self.watchers.get(key)
-        if watcher is None:
+        if watcher is None or self._stopping:  # stopping: a backlog of polls is dropped
             return
         with watcher.polling:
             if self.watchers.get(key) is watcher:  # not dropped meanwhile (_unwatch)
@@ -298,7 +319,4 @@ class PollScheduler:
                 self.leases.release([watcher.key])
             except Exception as exc:  # ended is committed: no replica takes it anyway
                 log.warning("run %s: releasing its lease failed: %s", watcher.key, exc)
-        try:
-            self.scheduler.remove_job(watcher.key)
-        except Exception:  # already removed by a concurrent retire
-            pass
+        self._remove_job(watcher.key)
