@@ -8,12 +8,14 @@
 
 Per daemon: CPU (share of one core) and peak RSS; per phase: polls/s committed (the
 store's `runs.polls`, summed) against the polls/s needed (runs / interval), CPU per
-committed poll, and the ingest lag (steps written minus steps committed, per run: p95 and
-max; "bounded" when the end is no worse than the first half's worst). The writer (a thread
-of this process appending one row to every run each second, bench_daemon.Writer) costs CPU
-of its own: this process's share is printed beside each figure, and on PostgreSQL the
-server's (postmaster and its children). The 1-minute load average is printed beside every
-figure: other jobs on the machine take cores from the daemon.
+committed poll, and the ingest lag (steps written minus steps committed, per run: p95
+and max at the end; "bounded" when the max at the end is no worse than in the first
+half: a run the scheduler does not reach falls behind a step a second while the p95 may
+stay flat). The writer (a thread of this process appending one row to every run each
+second, bench_daemon.Writer) costs CPU of its own: this process's share is printed
+beside each figure, and on PostgreSQL the server's (postmaster and its children). The
+1-minute load average is printed beside every figure: other jobs on the machine take
+cores from the daemon.
 
 Usage: python bench/bench_fleet.py [--runs 1000,3000,10000] [--replicas 3]
        [--replica-runs 3000] [--seconds 60] [--interval 10] [--lengths 1000,10000,100000]
@@ -45,6 +47,7 @@ import bench_fleet_state  # noqa: E402
 from tests.history import pgcluster  # noqa: E402
 
 POLICIES = bench_fleet_state.POLICIES
+RL_HEALTH = os.path.join(REPO, "policies", "rl-health.yaml")
 
 
 def load() -> str:
@@ -154,7 +157,7 @@ def measure(phase: Phase, writer: bd.Writer, args: argparse.Namespace) -> dict[s
     t0 = time.monotonic()
     rss = [0.0] * len(pids)
     lags: list[float] = []
-    lag_max = 0.0
+    maxes: list[float] = []
     loads = []
     while time.monotonic() - t0 < args.seconds:
         time.sleep(min(5.0, max(0.5, args.seconds - (time.monotonic() - t0))))
@@ -165,7 +168,7 @@ def measure(phase: Phase, writer: bd.Writer, args: argparse.Namespace) -> dict[s
             written - p / len(bd.METRICS) for p in points
         ])
         lags.append(behind[int(0.95 * (len(behind) - 1))])
-        lag_max = max(lag_max, behind[-1])
+        maxes.append(behind[-1])
         dt = time.monotonic() - t0
         loads.append(os.getloadavg()[0])
         cpus = [(bd.cpu_seconds(p) - c) / dt for p, c in zip(pids, cpu0, strict=True)]
@@ -180,7 +183,9 @@ def measure(phase: Phase, writer: bd.Writer, args: argparse.Namespace) -> dict[s
     cpus = [(bd.cpu_seconds(p) - c) / dt for p, c in zip(pids, cpu0, strict=True)]
     _, polls = read()
     rate = (polls - polls0) / dt
-    half = lags[: max(1, len(lags) // 2)]
+    # bounded: the worst run's lag at the end is no worse than in the first half (a run
+    # the scheduler never reaches grows by a step a second while p95 may stay flat)
+    half = maxes[: max(1, len(maxes) // 2)]
     return {
         "phase": phase.label,
         "runs": phase.runs,
@@ -191,8 +196,8 @@ def measure(phase: Phase, writer: bd.Writer, args: argparse.Namespace) -> dict[s
         "needed_per_s": phase.runs / args.interval,
         "ms_per_poll": 1000 * sum(cpus) / rate if rate else float("nan"),
         "lag_p95": lags[-1],
-        "lag_max": lag_max,
-        "bounded": lags[-1] <= max(half) + 1,
+        "lag_max": maxes[-1],
+        "bounded": maxes[-1] <= max(half) + 2,
         "writer_cpu": (time.process_time() - own0) / dt,
         "server_cpu": (cpu_of(server) - srv0) / dt if server else None,
         "load": statistics.mean(loads),
@@ -247,16 +252,23 @@ def replica_phases(args: argparse.Namespace) -> list[dict[str, object]]:
 
 
 def lengths(args: argparse.Namespace) -> None:
-    tmp = tempfile.mkdtemp(prefix="gk-bench-fleet-len-")
-    try:
-        for r in bench_fleet_state.measure(tmp, args.lengths, args.polls):
-            print(
-                f"  {r['steps']:>7} steps: state {r['state_bytes']:>8,} B, poll "
-                f"{r['poll_cpu_ms']:.2f} ms CPU in process ({r['rules']} rules) | {load()}",
-                flush=True,
-            )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    """Per policy set, one run per length: its state row and CPU per steady poll (in
+    process, no scheduler), and the runs one core polls every --interval at that cost."""
+    sets = [("shipped", POLICIES, args.lengths), ("rl-health", [RL_HEALTH], args.lengths[:1])]
+    for name, paths, steps in sets:
+        tmp = tempfile.mkdtemp(prefix="gk-bench-fleet-len-")
+        try:
+            for r in bench_fleet_state.measure(tmp, steps, args.polls, paths):
+                ms = float(r["poll_cpu_ms"])  # type: ignore[arg-type]
+                print(
+                    f"  {name} ({r['rules']} rules), {r['steps']:>7} steps: state "
+                    f"{r['state_bytes']:>8,} B, poll {ms:.2f} ms CPU in process = "
+                    f"{1000 * args.interval / ms:,.0f} runs per core at {args.interval:g}s"
+                    f" | {load()}",
+                    flush=True,
+                )
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:

@@ -81,14 +81,20 @@ def cpu() -> float:
 class Watch:
     """One run of `steps` steps, watched: the first poll has read it whole."""
 
-    def __init__(self, tmp: str, steps: int, store: SqlState | None = None):
+    def __init__(
+        self,
+        tmp: str,
+        steps: int,
+        store: SqlState | None = None,
+        policy_paths: list[str] = POLICIES,
+    ):
         """`store`: the state store (default: a SQLite file under tmp)."""
         self.steps, self.polls, self.costs = steps, 0, []
         self.path = os.path.join(tmp, f"run-{steps}.jsonl")
         with open(self.path, "w") as fh:
             for lo in range(0, steps, 10_000):
                 fh.write(rows(lo, min(steps, lo + 10_000)))
-        policies = load_policies(POLICIES)
+        policies = load_policies(policy_paths)
         self.store = store or StateStore(os.path.join(tmp, f"state-{steps}.db"))
         watched = Watched(
             target="bench",
@@ -129,10 +135,12 @@ class Watch:
         }
 
 
-def measure(tmp: str, lengths: list[int], polls: int) -> list[dict[str, object]]:
+def measure(
+    tmp: str, lengths: list[int], polls: int, policy_paths: list[str] = POLICIES
+) -> list[dict[str, object]]:
     """Per length, its figures; the polls interleaved (one of each length in turn), so a
     change of the machine's load falls on every length alike."""
-    watches = [Watch(tmp, n) for n in lengths]
+    watches = [Watch(tmp, n, policy_paths=policy_paths) for n in lengths]
     for _ in range(polls):
         for w in watches:
             w.poll()
