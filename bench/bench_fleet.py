@@ -142,8 +142,18 @@ def running(phase: Phase, tmp: str, args: argparse.Namespace) -> Iterator[bd.Wri
         writer.stop.set()
         for daemon in phase.daemons:
             daemon.terminate()
-        for daemon in phase.daemons:
-            daemon.wait(60)
+        for i, daemon in enumerate(phase.daemons):
+            try:
+                daemon.wait(60)
+            except subprocess.TimeoutExpired:
+                print(f"  replica {i} did not stop within 60 s of SIGTERM: killed")
+                daemon.kill()
+                daemon.wait()
+        lost = 0
+        for i in range(phase.replicas):
+            with open(os.path.join(tmp, f"replica{i}.log"), errors="replace") as fh:
+                lost += sum("no longer holds its lease" in line for line in fh)
+        print(f"  commits refused for a lease lost: {lost}")
 
 
 def measure(phase: Phase, writer: bd.Writer, args: argparse.Namespace) -> dict[str, object]:

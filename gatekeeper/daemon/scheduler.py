@@ -106,8 +106,8 @@ class PollScheduler:
 
     def stop(self) -> None:
         # APScheduler's shutdown holds its job-store lock while it waits for the jobs in
-        # flight, so a poll that removes its job then (a run retired, a lease lost) would
-        # wait for ever: from here on polls leave the jobs alone (`_remove_job`).
+        # flight, so a job that adds or removes a job then (a run retired, a lease lost or
+        # taken) would wait for ever: from here on jobs leave the job store alone.
         with self._stopping_lock:
             self._stopping = True
         self.scheduler.shutdown(wait=True)
@@ -170,6 +170,8 @@ class PollScheduler:
         foreign = [k for k, t in cycle.held.items() if t not in targets]
         self.leases.release(cycle.shed + foreign)
         for key, target in sorted(cycle.held.items()):
+            if self._stopping:
+                return
             if key not in self.leased and key not in cycle.shed and target in targets:
                 self._take(key, targets[target])
         if set(cycle.held) != self.leased:
@@ -219,16 +221,19 @@ class PollScheduler:
         self.metrics.watched.inc()
         interval = watched.interval
         first = datetime.now().astimezone() + timedelta(seconds=random.uniform(0, min(interval, 5)))
-        self.scheduler.add_job(
-            self.poll,
-            "interval",
-            args=[key],
-            id=key,
-            seconds=interval,
-            jitter=self.settings.jitter or None,
-            next_run_time=first,
-            misfire_grace_time=max(1, int(interval)),
-        )
+        with self._stopping_lock:  # see stop()
+            if self._stopping:
+                return
+            self.scheduler.add_job(
+                self.poll,
+                "interval",
+                args=[key],
+                id=key,
+                seconds=interval,
+                jitter=self.settings.jitter or None,
+                next_run_time=first,
+                misfire_grace_time=max(1, int(interval)),
+            )
 
     def _submitted(self, event: JobSubmissionEvent) -> None:
         if event.scheduled_run_times:
