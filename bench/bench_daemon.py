@@ -99,16 +99,31 @@ def histogram_p(text: str, name: str, q: float) -> float:
 
 
 def setup(
-    tmp: str, n_runs: int, interval: float, workers: int, policies: list[str]
+    tmp: str,
+    n_runs: int,
+    interval: float,
+    workers: int,
+    policies: list[str],
+    state: str | None = None,
 ) -> tuple[list[str], int, str]:
     """The daemon config watching `n_runs` JSONL files under tmp/runs: (run paths, HTTP
-    port, config path). Shared with bench_versions.py."""
+    port, config path). `state`: the store URL (default: tmp/state.db). Shared with
+    bench_versions.py and bench_fleet.py."""
     runs = os.path.join(tmp, "runs")
     os.makedirs(runs)
-    paths = [os.path.join(runs, f"run-{i:04d}.jsonl") for i in range(n_runs)]
+    paths = [os.path.join(runs, f"run-{i:05d}.jsonl") for i in range(n_runs)]
+    port, cfg_path = config(tmp, "gatekeeper", interval, workers, policies, state)
+    return paths, port, cfg_path
+
+
+def config(
+    tmp: str, name: str, interval: float, workers: int, policies: list[str], state: str | None
+) -> tuple[int, str]:
+    """A config file tmp/NAME.yaml for one daemon watching tmp/runs/*.jsonl on a free
+    port: (port, its path). Replicas on one shared store each have one."""
     port = free_port()
-    config = {
-        "state": os.path.join(tmp, "state.db"),
+    cfg = {
+        "state": state or os.path.join(tmp, "state.db"),
         "http": {"port": port},
         "poll": {
             "interval": interval,
@@ -117,12 +132,26 @@ def setup(
             "discovery_interval": 10,
             "workers": workers,
         },
-        "targets": [{"glob": os.path.join(runs, "*.jsonl"), "policies": policies}],
+        "targets": [{"glob": os.path.join(tmp, "runs", "*.jsonl"), "policies": policies}],
     }
-    cfg_path = os.path.join(tmp, "gatekeeper.yaml")
+    cfg_path = os.path.join(tmp, f"{name}.yaml")
     with open(cfg_path, "w") as fh:
-        json.dump(config, fh)
-    return paths, port, cfg_path
+        json.dump(cfg, fh)
+    return port, cfg_path
+
+
+def spawn(
+    cfg_path: str, log_path: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`gatekeeper serve -c CFG` as a child process, its output to `log_path`."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gatekeeper", "serve", "-c", cfg_path, "--log-level", "warning"],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
 
 
 def wait_ready(base: str, daemon: subprocess.Popen[bytes], died: str) -> None:
@@ -154,13 +183,7 @@ def main() -> None:
     for path in paths:  # the runs exist before the daemon starts (it also discovers later)
         open(path, "w").close()
     writer.start()
-    log = open(os.path.join(tmp, "daemon.log"), "wb")
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "gatekeeper", "serve", "-c", cfg_path, "--log-level", "warning"],
-        cwd=REPO,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    daemon = spawn(cfg_path, os.path.join(tmp, "daemon.log"))
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(base, daemon, f"daemon exited: see {tmp}/daemon.log")

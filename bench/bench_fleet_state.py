@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from gatekeeper.daemon.exporter import (  # noqa: E402
     RunView,
 )
 from gatekeeper.daemon.service import fingerprint  # noqa: E402
-from gatekeeper.daemon.state import RuleRow, StateStore  # noqa: E402
+from gatekeeper.daemon.state import RuleRow, SqlState, StateStore  # noqa: E402
 from gatekeeper.daemon.watch import RunWatcher, Watched  # noqa: E402
 from gatekeeper.policy.loader import load_policies  # noqa: E402
 from gatekeeper.sources import open_live_source  # noqa: E402
@@ -82,14 +81,21 @@ def cpu() -> float:
 class Watch:
     """One run of `steps` steps, watched: the first poll has read it whole."""
 
-    def __init__(self, tmp: str, steps: int):
+    def __init__(
+        self,
+        tmp: str,
+        steps: int,
+        store: SqlState | None = None,
+        policy_paths: list[str] = POLICIES,
+    ):
+        """`store`: the state store (default: a SQLite file under tmp)."""
         self.steps, self.polls, self.costs = steps, 0, []
         self.path = os.path.join(tmp, f"run-{steps}.jsonl")
         with open(self.path, "w") as fh:
             for lo in range(0, steps, 10_000):
                 fh.write(rows(lo, min(steps, lo + 10_000)))
-        policies = load_policies(POLICIES)
-        self.store = StateStore(os.path.join(tmp, f"state-{steps}.db"))
+        policies = load_policies(policy_paths)
+        self.store = store or StateStore(os.path.join(tmp, f"state-{steps}.db"))
         watched = Watched(
             target="bench",
             policies=policies,
@@ -114,7 +120,9 @@ class Watch:
         self.costs.append(cpu() - c0)
 
     def figures(self) -> dict[str, object]:
-        (state,) = sqlite3.connect(self.store.path).execute("SELECT state FROM runs").fetchone()
+        with self.store._read() as cur:
+            cur.execute(self.store._sql("SELECT state FROM {t}runs"))
+            (state,) = cur.fetchone()
         self.store.close()
         rules = json.loads(state)["evaluation"]["rules"]
         sizes = sorted(((len(json.dumps(r["tracker"])), r["key"]) for r in rules), reverse=True)
@@ -127,10 +135,12 @@ class Watch:
         }
 
 
-def measure(tmp: str, lengths: list[int], polls: int) -> list[dict[str, object]]:
+def measure(
+    tmp: str, lengths: list[int], polls: int, policy_paths: list[str] = POLICIES
+) -> list[dict[str, object]]:
     """Per length, its figures; the polls interleaved (one of each length in turn), so a
     change of the machine's load falls on every length alike."""
-    watches = [Watch(tmp, n) for n in lengths]
+    watches = [Watch(tmp, n, policy_paths=policy_paths) for n in lengths]
     for _ in range(polls):
         for w in watches:
             w.poll()

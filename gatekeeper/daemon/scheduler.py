@@ -35,6 +35,7 @@ from gatekeeper.errors import RecordError
 log = logging.getLogger("gatekeeper.daemon")
 DISCOVERY_JOB = "__discovery__"
 LEASE_JOB = "__leases__"
+CONTROL = "control"  # the executor of discovery and the lease cycle
 Offer = Callable[[int, str, dict[str, Any]], None]
 
 
@@ -67,11 +68,18 @@ class PollScheduler:
         self.pool = PollPool(max_workers=settings.workers * 4, thread_name_prefix="poll")
         self._scheduled: dict[str, datetime] = {}
         self.scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(settings.workers)},
+            # discovery and the lease cycle have threads of their own: queued behind a
+            # backlog of polls, a replica's leases expired and it dropped its own runs
+            executors={
+                "default": ThreadPoolExecutor(settings.workers),
+                CONTROL: ThreadPoolExecutor(2),
+            },
             job_defaults={"max_instances": 1, "coalesce": True},
             timezone="UTC",
         )
         self.scheduler.add_listener(self._submitted, EVENT_JOB_SUBMITTED)
+        self._stopping = False
+        self._stopping_lock = threading.Lock()
 
     # ---- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -83,6 +91,7 @@ class PollScheduler:
             id=DISCOVERY_JOB,
             next_run_time=datetime.now().astimezone(),
             max_instances=1,
+            executor=CONTROL,
         )
         if self.leases is not None:
             self.scheduler.add_job(
@@ -92,11 +101,26 @@ class PollScheduler:
                 id=LEASE_JOB,
                 max_instances=1,
                 coalesce=True,
+                executor=CONTROL,
             )
 
     def stop(self) -> None:
+        # APScheduler's shutdown holds its job-store lock while it waits for the jobs in
+        # flight, so a job that adds or removes a job then (a run retired, a lease lost or
+        # taken) would wait for ever: from here on jobs leave the job store alone.
+        with self._stopping_lock:
+            self._stopping = True
         self.scheduler.shutdown(wait=True)
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _remove_job(self, key: str) -> None:
+        with self._stopping_lock:
+            if self._stopping:
+                return
+            try:
+                self.scheduler.remove_job(key)
+            except Exception:  # not scheduled (ended) or already removed
+                pass
 
     def snapshot(self) -> list[RunWatcher]:
         with self.lock:
@@ -134,6 +158,12 @@ class PollScheduler:
 
     def _rebalance(self) -> None:
         assert self.leases is not None
+        # Taking runs over (a record read and a session built each) stops a third of a
+        # lease period in: the leases the cycle renewed would otherwise expire before the
+        # next cycle could renew them (a lone replica taking 3,000 runs on 2 busy cores
+        # lost its own runs and took them again, over and over). The rest, held and
+        # renewed, are taken next cycle.
+        until = time.monotonic() + self.leases.ttl / 3
         try:
             cycle = self.leases.cycle()
         except Exception as exc:  # the store is away: the commits are fenced meanwhile
@@ -146,6 +176,8 @@ class PollScheduler:
         foreign = [k for k, t in cycle.held.items() if t not in targets]
         self.leases.release(cycle.shed + foreign)
         for key, target in sorted(cycle.held.items()):
+            if self._stopping or time.monotonic() > until:
+                break
             if key not in self.leased and key not in cycle.shed and target in targets:
                 self._take(key, targets[target])
         if set(cycle.held) != self.leased:
@@ -177,10 +209,7 @@ class PollScheduler:
             watcher = self.watchers.pop(key, None)
         if watcher is None:
             return
-        try:
-            self.scheduler.remove_job(key)
-        except Exception:  # not scheduled (ended) or already removed
-            pass
+        self._remove_job(key)
         with watcher.polling:  # wait for a poll in flight; none starts after this
             pass
         log.info("run %s: no longer polled by this replica", key)
@@ -198,16 +227,19 @@ class PollScheduler:
         self.metrics.watched.inc()
         interval = watched.interval
         first = datetime.now().astimezone() + timedelta(seconds=random.uniform(0, min(interval, 5)))
-        self.scheduler.add_job(
-            self.poll,
-            "interval",
-            args=[key],
-            id=key,
-            seconds=interval,
-            jitter=self.settings.jitter or None,
-            next_run_time=first,
-            misfire_grace_time=max(1, int(interval)),
-        )
+        with self._stopping_lock:  # see stop()
+            if self._stopping:
+                return
+            self.scheduler.add_job(
+                self.poll,
+                "interval",
+                args=[key],
+                id=key,
+                seconds=interval,
+                jitter=self.settings.jitter or None,
+                next_run_time=first,
+                misfire_grace_time=max(1, int(interval)),
+            )
 
     def _submitted(self, event: JobSubmissionEvent) -> None:
         if event.scheduled_run_times:
@@ -216,7 +248,7 @@ class PollScheduler:
     # ---- one poll -----------------------------------------------------------------------
     def poll(self, key: str) -> None:
         watcher = self.watchers.get(key)
-        if watcher is None:
+        if watcher is None or self._stopping:  # stopping: a backlog of polls is dropped
             return
         with watcher.polling:
             if self.watchers.get(key) is watcher:  # not dropped meanwhile (_unwatch)
@@ -298,7 +330,4 @@ class PollScheduler:
                 self.leases.release([watcher.key])
             except Exception as exc:  # ended is committed: no replica takes it anyway
                 log.warning("run %s: releasing its lease failed: %s", watcher.key, exc)
-        try:
-            self.scheduler.remove_job(watcher.key)
-        except Exception:  # already removed by a concurrent retire
-            pass
+        self._remove_job(watcher.key)

@@ -123,6 +123,8 @@ class PollCommit:
     points: int
     ended: bool
     now: float
+    # the rule rows and alert states that differ from the committed ones (the rest are
+    # in the store already: a steady poll changes a few of them, not every rule's)
     rules: list[RuleRow]
     alert_states: dict[tuple[str, str, str], AlertState]
     alerts: list[tuple[str, dict[str, Any]]]  # (channel, payload) to enqueue

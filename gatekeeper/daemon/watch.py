@@ -185,8 +185,8 @@ class RunWatcher:
             points=self.points + poll.points,
             ended=poll.ended,
             now=now,
-            rules=rows,
-            alert_states=states,
+            rules=[r for r in rows if self.rules.get((r.policy, r.rule)) != r],
+            alert_states={k: a for k, a in states.items() if self.alerts.get(k) != a},
             alerts=[(ch, p) for ch, p in alerts],
         )
         try:

@@ -209,3 +209,34 @@ def test_min_max_last_reductions_keep_one_value_and_judge_as_check(tmp_path: Pat
             assert statuses == {"top": "pass", "low": "pass", "end": "pass", "mid": "pass"}
         else:
             assert statuses == {"top": "error", "low": "error", "end": "error", "mid": "pass"}
+
+
+def test_a_poll_writes_the_rule_rows_that_changed_and_the_store_matches_memory(
+    tmp_path: Path,
+) -> None:
+    """A steady poll writes only the rule rows (and alert states) that differ from the
+    committed ones; after every poll, a status change and a restart included, the store's
+    rows are the watcher's."""
+    path = tmp_path / "r.jsonl"
+    _sidecar(path, CONFIG)
+    watcher = _watcher(tmp_path, path)
+    written: list[int] = []
+    commit_poll = watcher.store.commit_poll
+
+    def spy(c: Any) -> list[int]:
+        written.append(len(c.rules))
+        return commit_poll(c)
+
+    watcher.store.commit_poll = spy  # type: ignore[method-assign]
+    for start in range(0, 600, 50):
+        _append(path, start, start + 50, {("train/loss", 420): float("nan")})
+        watcher.apply(watcher.fetch(), float(start))
+        rec = watcher.store.load_run(str(path))
+        assert rec is not None and rec.rules == watcher.rules
+    assert watcher.rules[("miles-ci-capture", "ppo-kl-finite")].status == "pass"
+    assert written[0] == len(watcher.rules) and 0 < min(written[1:]) < len(watcher.rules) / 2
+    loss = watcher.rules[("rl-health", "loss-finite")]  # changed by the NaN at step 420
+    assert (loss.status, loss.since) == ("error", 400.0)
+    restarted = _watcher(tmp_path, path)
+    assert restarted.rules == watcher.rules
+    assert restarted.verdict == json.loads(json.dumps(watcher.verdict))
