@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,7 +58,10 @@ def fresh_database(base: str, n: int) -> str:
 def one(base: str, n: int, args: argparse.Namespace) -> ScenarioResult:
     tmp = Path(tempfile.mkdtemp(prefix=f"gk-replicas-{n}-"))
     try:
-        result = run_scenario(tmp, fresh_database(base, n), runs=args.runs, lease=args.lease)
+        try:
+            result = run_scenario(tmp, fresh_database(base, n), runs=args.runs, lease=args.lease)
+        except Exception:  # a bug of the scenario itself: counted, its logs kept
+            result = ScenarioResult(args.runs, args.lease, failures=[traceback.format_exc()])
         if not result.ok:
             kept = Path(args.keep) / f"rep-{n:02d}"
             shutil.rmtree(kept, ignore_errors=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -173,7 +174,7 @@ class Scenario:
         self.result.refused_commits = int(refused)
         before = verdicts(self.url)
         self.mark("stopped")
-        stop_all(self.fleet)
+        self.stop()
         self.start(self.fleet)
         last = self.settle(self.fleet, "restart")
         self.lost(before, last)
@@ -310,11 +311,19 @@ class Scenario:
             row = conn.execute("SELECT coalesce(max(id), 0) FROM scenario_commits").fetchone()
         self.marks[boundary] = int(row[0]) if row else 0
 
+    def stop(self, phase: str = "stop") -> None:
+        t0 = time.monotonic()
+        hung = stop_all(self.fleet)
+        self.result.phases[phase] = time.monotonic() - t0
+        self._clock = time.monotonic()
+        if hung:
+            self.result.failures.append(f"{hung} not stopped 15s after SIGTERM (killed)")
+
     def close(self) -> None:
         for r in self.fleet:
             if r.proc is not None and r.proc.poll() is None:
                 r.proc.send_signal(signal.SIGCONT)
-        stop_all(self.fleet)
+        self.stop("final stop")
         self.hook.close()
 
 
@@ -353,14 +362,20 @@ def replica_config(tmp: Path, i: int, url: str, hook: str, lease: float) -> Path
     return path
 
 
-def stop_all(fleet: list[DaemonProcess]) -> None:
-    """SIGTERM every live replica at once, then wait for each (a clean stop)."""
+def stop_all(fleet: list[DaemonProcess]) -> list[str]:
+    """SIGTERM every live replica at once, then wait for each (a clean stop); the
+    names of those not stopped 15 s after it (killed then)."""
     live = [r for r in fleet if r.proc is not None and r.proc.poll() is None]
     for r in live:
         assert r.proc is not None
         r.proc.send_signal(signal.SIGTERM)
+    hung = []
     for r in live:
-        r.stop()
+        try:
+            r.stop()
+        except subprocess.TimeoutExpired:
+            hung.append(r.env["GATEKEEPER_REPLICA"])
+    return hung
 
 
 def api_runs(r: DaemonProcess) -> list[dict[str, Any]]:
@@ -378,7 +393,8 @@ def listed(fleet: list[DaemonProcess]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for r in fleet:
         for run in api_runs(r):
-            out.setdefault(run["name"], []).append(run["replica"])
+            if not run["ended"]:  # an ended run is listed by every replica, held by none
+                out.setdefault(run["name"], []).append(run["replica"])
     return out
 
 

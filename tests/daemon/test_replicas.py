@@ -16,7 +16,14 @@ import psycopg
 
 from tests.daemon.harness import POLICY, DaemonProcess
 from tests.daemon.recorder import Recorder
-from tests.daemon.replica_scenario import listed, replica_config, run_scenario, wait
+from tests.daemon.replica_scenario import (
+    api_runs,
+    listed,
+    replica_config,
+    run_scenario,
+    stop_all,
+    wait,
+)
 from tests.daemon.test_serve import firing_lines
 
 RUNS = 300
@@ -101,4 +108,54 @@ def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
             if replica.proc is not None and replica.proc.poll() is None:
                 replica.proc.send_signal(signal.SIGCONT)
             replica.stop()
+        hook.close()
+
+
+def test_runs_that_ended_are_listed_by_every_replica_after_a_restart_of_all(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """An ended run is leased by none; every replica lists it (`replica` null) from
+    the store, before and after a restart of every replica, with its verdict."""
+    hook = Recorder()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "kl.yaml").write_text(POLICY)
+    runs = [tmp_path / "runs" / f"run{i}.jsonl" for i in range(4)]
+    for n, path in enumerate(runs):
+        append(path, 0, 0.5 if n == 0 else 0.001)
+        if n < 2:  # run0 (failed) and run1 (passed) end
+            with open(path, "a") as fh:
+                fh.write('{"event": "end", "state": "finished"}\n')
+    fleet = [
+        DaemonProcess(replica_config(tmp_path, i, pg_url, hook.url, STALL_LEASE),
+                      {"GATEKEEPER_REPLICA": f"rep-{i}"})
+        for i in range(2)
+    ]  # fmt: skip
+
+    def shown() -> list[dict[str, dict[str, object]]]:
+        return [{r["name"]: r for r in api_runs(d)} for d in fleet]
+
+    def as_stored() -> bool:
+        lists = shown()
+        live = sorted(n for one in lists for n, r in one.items() if not r["ended"])
+        return live == ["run2", "run3"] and all(  # live runs: one replica each
+            {n for n, r in one.items() if r["ended"]} == {"run0", "run1"}
+            and one["run0"]["status"] == "fail" and one["run1"]["status"] == "pass"
+            and one["run0"]["replica"] is None and one["run1"]["replica"] is None
+            for one in lists
+        )  # fmt: skip
+
+    try:
+        for replica in fleet:
+            replica.start()
+        assert wait(as_stored, 30), (shown(), fleet[0].tail())
+        stop_all(fleet)
+        for replica in fleet:
+            replica.start()
+        assert wait(as_stored, 30), (shown(), fleet[0].tail())
+        for d in fleet:
+            one = d.run("run0")
+            assert one is not None and one["verdict"]["status"] == "fail", one
+            assert {r["rule"]: r["status"] for r in one["rules"]}["kl-small"] == "fail", one
+    finally:
+        assert not stop_all(fleet)
         hook.close()
