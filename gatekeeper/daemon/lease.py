@@ -109,13 +109,17 @@ class Leases:
             )
             cur.execute("DELETE FROM gkd_replicas WHERE replica = %s", (self.replica,))
 
-    def ended(self) -> list[dict[str, Any]]:
+    def ended(self, ident: str | None = None) -> list[dict[str, Any]]:
         """Runs that ended, as committed: leased and polled by no replica (`/api/runs`
-        lists them on every replica, after a restart too)."""
+        lists them on every replica, after a restart too); `ident`: the one of that key
+        or name."""
+        name = "(verdict::json)->'run'->>'name'"
+        where = "" if ident is None else f" AND (key = %(i)s OR {name} = %(i)s)"
         with self.store._read() as cur:
             cur.execute(
-                "SELECT key, target, status, points, updated, (verdict::json)->'run'->>'name' "
-                "FROM gkd_runs WHERE ended <> 0 ORDER BY key"
+                f"SELECT key, target, status, points, updated, {name} FROM gkd_runs "
+                f"WHERE ended <> 0{where} ORDER BY key",
+                {"i": ident},
             )
             rows = cur.fetchall()
         keys = ("key", "target", "status", "points", "last_success", "name")

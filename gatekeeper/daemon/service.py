@@ -249,13 +249,12 @@ class Daemon:
 
     def _find_ended(self, ident: str) -> dict[str, Any] | None:
         """A run that ended under another replica (or before a restart), as committed."""
-        row = next((r for r in self._runs() if ident in (r["key"], r["name"])), None)
-        if row is None or not row["ended"]:
-            return None
-        rec = self.store.load_run(row["key"])
+        assert self.leases is not None
+        found = self.leases.ended(ident)
+        rec = self.store.load_run(found[0]["key"]) if found else None
         if rec is None:
             return None
-        return {**row, "verdict": rec.verdict, "rules": _rules(rec.rules.values())}
+        return {**_ended_row(found[0]), "verdict": rec.verdict, "rules": _rules(rec.rules.values())}
 
     def _api(self) -> Api:
         return Api(
