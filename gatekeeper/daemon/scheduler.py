@@ -66,6 +66,12 @@ class PollScheduler:
         # Room for hung calls on top of the workers; a hung call holds a thread until it returns.
         self.pool = PollPool(max_workers=settings.workers * 4, thread_name_prefix="poll")
         self._scheduled: dict[str, datetime] = {}
+        # Jobs are added and removed under this lock, and not once stopping: APScheduler's
+        # shutdown(wait=True) holds its job-store lock while it waits for the running
+        # jobs, so a job adding or removing one then (a discovery, a lease cycle taking
+        # the runs of replicas that just left) would wait forever.
+        self._jobs_lock = threading.Lock()
+        self.stopping = False
         self.scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(settings.workers)},
             job_defaults={"max_instances": 1, "coalesce": True},
@@ -95,6 +101,8 @@ class PollScheduler:
             )
 
     def stop(self) -> None:
+        with self._jobs_lock:
+            self.stopping = True
         self.scheduler.shutdown(wait=True)
         self.pool.shutdown(wait=False, cancel_futures=True)
 
@@ -177,10 +185,7 @@ class PollScheduler:
             watcher = self.watchers.pop(key, None)
         if watcher is None:
             return
-        try:
-            self.scheduler.remove_job(key)
-        except Exception:  # not scheduled (ended) or already removed
-            pass
+        self._remove_job(key)
         with watcher.polling:  # wait for a poll in flight; none starts after this
             pass
         log.info("run %s: no longer polled by this replica", key)
@@ -198,16 +203,28 @@ class PollScheduler:
         self.metrics.watched.inc()
         interval = watched.interval
         first = datetime.now().astimezone() + timedelta(seconds=random.uniform(0, min(interval, 5)))
-        self.scheduler.add_job(
-            self.poll,
-            "interval",
-            args=[key],
-            id=key,
-            seconds=interval,
-            jitter=self.settings.jitter or None,
-            next_run_time=first,
-            misfire_grace_time=max(1, int(interval)),
-        )
+        with self._jobs_lock:
+            if self.stopping:
+                return
+            self.scheduler.add_job(
+                self.poll,
+                "interval",
+                args=[key],
+                id=key,
+                seconds=interval,
+                jitter=self.settings.jitter or None,
+                next_run_time=first,
+                misfire_grace_time=max(1, int(interval)),
+            )
+
+    def _remove_job(self, key: str) -> None:
+        with self._jobs_lock:
+            if self.stopping:
+                return  # the scheduler is shutting down: no job runs again
+            try:
+                self.scheduler.remove_job(key)
+            except Exception:  # not scheduled (ended) or already removed
+                pass
 
     def _submitted(self, event: JobSubmissionEvent) -> None:
         if event.scheduled_run_times:
@@ -298,7 +315,4 @@ class PollScheduler:
                 self.leases.release([watcher.key])
             except Exception as exc:  # ended is committed: no replica takes it anyway
                 log.warning("run %s: releasing its lease failed: %s", watcher.key, exc)
-        try:
-            self.scheduler.remove_job(watcher.key)
-        except Exception:  # already removed by a concurrent retire
-            pass
+        self._remove_job(watcher.key)
