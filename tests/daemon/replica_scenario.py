@@ -155,7 +155,9 @@ class Scenario:
         self.mark("killed")
         victim, survivors = self.fleet[1], [r for i, r in enumerate(self.fleet) if i != 1]
         theirs = sorted(n for n, r in first.items() if r == "rep-1")
-        bad = next(n for n in theirs if n != self.names[1])
+        bad = next((n for n in theirs if n != self.names[1]), None)
+        if bad is None:
+            raise Abort(f"the replica to kill holds no run but {self.names[1]}: {theirs}")
         victim.kill9()
         killed = server_now(self.url)
         self.write_step({bad: BAD})  # written during the takeover
@@ -177,7 +179,7 @@ class Scenario:
         self.stop()
         self.start(self.fleet)
         last = self.settle(self.fleet, "restart")
-        self.lost(before, last)
+        self.lost(before)
         self.mark("restarted")
         self.write_step({})
         self.complete("after restart")
@@ -260,7 +262,8 @@ class Scenario:
             )
 
     # ---- checks -------------------------------------------------------------------------
-    def lost(self, before: dict[str, tuple[str, str]], listing: dict[str, str]) -> None:
+    def lost(self, before: dict[str, tuple[str, str]]) -> None:
+        """Every run's committed verdict as before the stop, and shown so by a replica."""
         after = verdicts(self.url)
         shown = {run["name"]: run["status"] for r in self.fleet for run in api_runs(r)}
         lost = sorted(n for n in self.names if after.get(n) != before.get(n) or n not in shown
