@@ -119,10 +119,13 @@ def test_runs_that_ended_are_listed_by_every_replica_after_a_restart_of_all(
     hook = Recorder()
     (tmp_path / "runs").mkdir()
     (tmp_path / "kl.yaml").write_text(POLICY)
-    runs = [tmp_path / "runs" / f"run{i}.jsonl" for i in range(4)]
+    runs = [tmp_path / "runs" / f"run{i}.jsonl" for i in range(5)]
     for n, path in enumerate(runs):
         append(path, 0, 0.5 if n == 0 else 0.001)
-        if n < 2:  # run0 (failed) and run1 (passed) end
+        if n == 4:  # a NaN loss: the verdict says so in strings, read as PostgreSQL json
+            with open(path, "a") as fh:
+                fh.write('{"train/step": 1, "train/ppo_kl": 0.001, "train/loss": NaN}\n')
+        if n in (0, 1, 4):  # run0 (fail), run1 (pass) and run4 (error) end
             with open(path, "a") as fh:
                 fh.write('{"event": "end", "state": "finished"}\n')
     fleet = [
@@ -138,8 +141,9 @@ def test_runs_that_ended_are_listed_by_every_replica_after_a_restart_of_all(
         lists = shown()
         live = sorted(n for one in lists for n, r in one.items() if not r["ended"])
         return live == ["run2", "run3"] and all(  # live runs: one replica each
-            {n for n, r in one.items() if r["ended"]} == {"run0", "run1"}
+            {n for n, r in one.items() if r["ended"]} == {"run0", "run1", "run4"}
             and one["run0"]["status"] == "fail" and one["run1"]["status"] == "pass"
+            and one["run4"]["status"] == "error"
             and one["run0"]["replica"] is None and one["run1"]["replica"] is None
             for one in lists
         )  # fmt: skip
