@@ -73,7 +73,7 @@ def connect_postgres(url: str, what: str, **options: Any) -> Any:
 
     psycopg = load("psycopg", "postgres", f"a PostgreSQL {what}")
     try:
-        return psycopg.connect(url, connect_timeout=10, autocommit=True, **options)
+        return psycopg.connect(url, **{"connect_timeout": 10, "autocommit": True, **options})
     except psycopg.Error as exc:
         raise StateError(f"{what} {redact(url)}: cannot connect: {first_line(exc)}") from None
 

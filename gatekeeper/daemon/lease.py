@@ -10,6 +10,7 @@
 - Each poll's commit checks and renews its run's lease in the same transaction
   (`PostgresState._fence`): a replica whose lease expired (stopped, partitioned) commits
   nothing more for that run and drops it; the taker resumes from the committed cursor.
+- A run that ended is leased by none; `ended` lists them for every replica's `/api/runs`.
 - Pending alerts belong to the replica that committed them (`gkd_alerts.owner`); those
   of a replica not seen for a lease period are claimed by a live one and delivered once.
 
@@ -107,6 +108,22 @@ class Leases:
                 (self.replica,),
             )
             cur.execute("DELETE FROM gkd_replicas WHERE replica = %s", (self.replica,))
+
+    def ended(self, ident: str | None = None) -> list[dict[str, Any]]:
+        """Runs that ended, as committed: leased and polled by no replica (`/api/runs`
+        lists them on every replica, after a restart too); `ident`: the one of that key
+        or name."""
+        name = "(verdict::json)->'run'->>'name'"
+        where = "" if ident is None else f" AND (key = %(i)s OR {name} = %(i)s)"
+        with self.store._read() as cur:
+            cur.execute(
+                f"SELECT key, target, status, points, updated, {name} FROM gkd_runs "
+                f"WHERE ended <> 0{where} ORDER BY key",
+                {"i": ident},
+            )
+            rows = cur.fetchall()
+        keys = ("key", "target", "status", "points", "last_success", "name")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def claim_alerts(self, *, mine: bool) -> list[tuple[int, str, dict[str, Any], float]]:
         """Pending alerts whose owner is gone (not seen for a lease period), and with

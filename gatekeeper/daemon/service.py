@@ -16,7 +16,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -31,9 +31,9 @@ from gatekeeper.daemon.http import Api, HttpServer
 from gatekeeper.daemon.lease import replica_name
 from gatekeeper.daemon.lock import WriterLock
 from gatekeeper.daemon.scheduler import PollScheduler
-from gatekeeper.daemon.state import RunRecord
+from gatekeeper.daemon.state import RuleRow, RunRecord
 from gatekeeper.daemon.stores import open_state
-from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched
+from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched, _default_name
 from gatekeeper.errors import StateError
 from gatekeeper.notify import Channel, ChannelHooks, build_notifier
 from gatekeeper.policy.loader import load_policies
@@ -218,20 +218,43 @@ class Daemon:
             for w in watchers
         ]
 
-    def _holder(self) -> str | None:
-        """The replica polling this daemon's runs: this one on a shared store."""
-        return self.replica if self.leases is not None else None
+    def _holder(self, w: RunWatcher) -> str | None:
+        """The replica polling a run: this one on a shared store; none once it ended."""
+        return self.replica if self.leases is not None and not w.ended else None
+
+    def _runs(self) -> list[dict[str, Any]]:
+        """The runs this daemon polls or saw end; on a shared store also every run that
+        ended under any replica, before a restart too (`replica` null: polled by none)."""
+        rows = [{**w.summary(), "replica": self._holder(w)} for w in self.scheduler.snapshot()]
+        if self.leases is None:
+            return rows
+        try:
+            ended = self.leases.ended()
+        except Exception as exc:  # the store is away: what this replica holds
+            log.warning("listing the runs that ended failed: %s", exc)
+            return rows
+        seen = {r["key"] for r in rows}
+        return rows + [_ended_row(e) for e in ended if e["key"] not in seen]
 
     def _find(self, ident: str) -> dict[str, Any] | None:
         for w in self.scheduler.snapshot():
             if ident in (w.key, w.name):
                 return {
                     **w.summary(),
-                    "replica": self._holder(),
+                    "replica": self._holder(w),
                     "verdict": w.verdict,
-                    "rules": _rules(w),
+                    "rules": _rules(w.rules.values()),
                 }
-        return None
+        return self._find_ended(ident) if self.leases is not None else None
+
+    def _find_ended(self, ident: str) -> dict[str, Any] | None:
+        """A run that ended under another replica (or before a restart), as committed."""
+        assert self.leases is not None
+        found = self.leases.ended(ident)
+        rec = self.store.load_run(found[0]["key"]) if found else None
+        if rec is None:
+            return None
+        return {**_ended_row(found[0]), "verdict": rec.verdict, "rules": _rules(rec.rules.values())}
 
     def _api(self) -> Api:
         return Api(
@@ -239,9 +262,7 @@ class Daemon:
             metrics_app=self.metrics.wsgi_app(),
             healthy=lambda: self.scheduler.scheduler.running,
             ready=lambda: self.scheduler.discovered.is_set() and self.store.reachable(),
-            runs=lambda: [
-                {**w.summary(), "replica": self._holder()} for w in self.scheduler.snapshot()
-            ],
+            runs=self._runs,
             run=self._find,
             alerts=lambda: self.store.alert_log(),
             token=self.config.http.token(),
@@ -312,7 +333,14 @@ def _log_stopped(left: dict[str, int]) -> None:
         log.info("stopped; no alert left undelivered")
 
 
-def _rules(w: RunWatcher) -> list[dict[str, Any]]:
+def _ended_row(e: dict[str, Any]) -> dict[str, Any]:
+    """A run that ended, as `RunWatcher.summary` shows one, from `Leases.ended`."""
+    return {**e, "name": e["name"] or _default_name(e["key"]),
+            "status": e["status"] or "pending", "ended": True, "errors": 0,
+            "last_error": None, "hung": False, "replica": None}  # fmt: skip
+
+
+def _rules(rows: Iterable[RuleRow]) -> list[dict[str, Any]]:
     return [
         {
             "policy": r.policy,
@@ -323,5 +351,5 @@ def _rules(w: RunWatcher) -> list[dict[str, Any]]:
             "candidate": r.candidate,
             "message": r.message,
         }
-        for r in w.rules.values()
+        for r in rows
     ]

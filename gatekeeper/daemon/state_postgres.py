@@ -9,12 +9,17 @@ on the DDL; afterwards opening runs no DDL, so a role with only SELECT/INSERT/UP
 DELETE on the tables (and USAGE on their sequence) works.
 
 A connection that breaks (the server restarted, the network dropped) is reopened on the
-next use; until then every operation fails and `reachable()` says so (`/readyz`).
-TCP keepalives bound how long a dead peer can hold a call.
+next use; until then every operation fails. TCP keepalives bound how long a dead peer
+can hold a call. `reachable()` (`/readyz`) asks the server on a connection of its own,
+so a poll or lease call stuck on the shared one does not hold it, and answers within
+`PROBE_DEADLINE` seconds: a probe still waiting then is "not reachable".
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg  # gatekeeper[postgres]: dburl.connect_postgres asks for it first
@@ -22,8 +27,8 @@ import psycopg  # gatekeeper[postgres]: dburl.connect_postgres asks for it first
 from gatekeeper import dburl
 from gatekeeper.daemon.lease import NOW, LeaseLost, Leases
 from gatekeeper.daemon.state import SqlState
-from gatekeeper.errors import StateError
 
+PROBE_DEADLINE = 1.5  # seconds /readyz waits for the store to answer
 # A fixed advisory-lock key: "gkd-schema" as an int64.
 SCHEMA_LOCK = 0x676B642D736368
 _KEEPALIVE = {
@@ -73,6 +78,7 @@ class PostgresState(SqlState):
 
     def __init__(self, url: str, *, create: bool = True):
         self._url = url
+        self._probe = Probe(self._probe_once, PROBE_DEADLINE)
         super().__init__(self._connect(), dburl.redact(url))
         try:
             self.exists = self._open(create=create)
@@ -132,11 +138,59 @@ class PostgresState(SqlState):
     def _schema(self) -> list[str]:
         return _DDL
 
+    _probe_conn: Any = None
+
     def reachable(self) -> bool:
-        """One round trip to the server (reconnecting if need be)."""
+        """One round trip to the server on the probe's own connection, bounded."""
+        return self._probe()
+
+    def _probe_once(self) -> bool:
+        conn = self._probe_conn
+        if conn is None or conn.closed or conn.broken:
+            # libpq's shortest connect timeout is 2 s; the probe's deadline is shorter
+            conn = dburl.connect_postgres(self._url, "state store", **_KEEPALIVE, connect_timeout=2)
+            self._probe_conn = conn
+        conn.execute("SELECT 1")
+        return True
+
+    def close(self) -> None:
+        super().close()
+        if self._probe_conn is not None:
+            with contextlib.suppress(Exception):  # a probe may still be waiting on it
+                self._probe_conn.close()
+
+
+class Probe:
+    """A check answered within `deadline` seconds. The check runs on a thread of its
+    own, one at a time; a caller waits for the one in flight (or starts one) at most
+    `deadline`, and a check not done by then, or failed, is False."""
+
+    def __init__(self, check: Callable[[], bool], deadline: float):
+        self.check, self.deadline = check, deadline
+        self._lock = threading.Lock()
+        self._flight: _Attempt | None = None
+
+    def __call__(self) -> bool:
+        with self._lock:
+            attempt = self._flight
+            if attempt is None:
+                attempt = self._flight = _Attempt()
+                threading.Thread(target=self._run, args=(attempt,), daemon=True,
+                                 name="store-probe").start()  # fmt: skip
+        return attempt.done.wait(self.deadline) and attempt.ok
+
+    def _run(self, attempt: _Attempt) -> None:
         try:
-            with self._read() as cur:
-                cur.execute("SELECT 1")
-                return True
-        except (psycopg.Error, StateError):
-            return False
+            attempt.ok = bool(self.check())
+        except Exception:  # unreachable, refused, broken: not ready
+            attempt.ok = False
+        finally:
+            with self._lock:
+                self._flight = None
+            attempt.done.set()
+
+
+class _Attempt:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.ok = False

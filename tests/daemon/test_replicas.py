@@ -1,41 +1,45 @@
-"""Three `gatekeeper serve` replicas (child processes) sharing ~100 runs on a real
+"""Three `gatekeeper serve` replicas (child processes) sharing 300 runs on a real
 PostgreSQL state: each run is polled by one replica; a replica killed with -9 loses its
 runs when its leases expire and the others take them over from the committed cursor;
-an alert is sent once whichever replica judged the point."""
+an alert is sent once whichever replica judged the point; a restart of every replica
+loses no verdict and sends nothing twice. The scenario is tests/daemon/replica_scenario.py
+(bench/bench_replicas.py repeats it)."""
 
 from __future__ import annotations
 
 import json
 import signal
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
-from tests.daemon.harness import POLICY, DaemonProcess, free_port
+from tests.daemon.harness import POLICY, DaemonProcess
 from tests.daemon.recorder import Recorder
+from tests.daemon.replica_scenario import (
+    api_runs,
+    listed,
+    replica_config,
+    run_scenario,
+    stop_all,
+    wait,
+)
 from tests.daemon.test_serve import firing_lines
 
-RUNS = 96
-LEASE = 3.0
+RUNS = 300
+LEASE = 4.0
+STALL_LEASE = 3.0
 
 
-def replica_config(tmp: Path, i: int, url: str, hook: str) -> Path:
-    home = tmp / f"replica{i}"
-    home.mkdir()
-    config = {
-        "state": url,
-        "http": {"port": free_port()},
-        "poll": {"interval": 1.0, "jitter": 0.1, "timeout": 5, "discovery_interval": 1.0,
-                 "lease": LEASE},
-        "targets": [{"glob": str(tmp / "runs" / "*.jsonl"), "policies": [str(tmp / "kl.yaml")]}],
-        "notifiers": [{"name": "hook", "kind": "webhook", "url": hook, "group_wait": 0.2}],
-    }  # fmt: skip
-    path = home / "gatekeeper.yaml"
-    path.write_text(json.dumps(config, indent=2))
-    return path
+def test_three_replicas_share_300_runs_take_over_a_killed_one_and_restart(
+    tmp_path: Path, pg_url: str
+) -> None:
+    result = run_scenario(tmp_path, pg_url, runs=RUNS, lease=LEASE)
+    print(result.summary())
+    assert result.ok, result.report()
+    # the figures the checks rest on, so a scenario that checked nothing cannot pass
+    assert result.taken_over > 50 and result.takeover_s is not None, result.report()
+    assert result.alerted_once and len(result.expected) == 2, result.report()
 
 
 def append(path: Path, step: int, kl: float = 0.001) -> None:
@@ -43,113 +47,10 @@ def append(path: Path, step: int, kl: float = 0.001) -> None:
         fh.write(json.dumps({"train/step": step, "train/ppo_kl": kl, "train/loss": 1.0}) + "\n")
 
 
-def held(replicas: list[DaemonProcess]) -> dict[str, list[str]]:
-    """run name -> the replicas listing it in /api/runs (by the name they report)."""
-    out: dict[str, list[str]] = {}
-    for r in replicas:
-        answer = None
-        for _ in range(3):  # a loaded machine may time one request out
-            answer = r.api("/api/runs")
-            if answer is not None:
-                break
-        assert answer is not None, r.tail()
-        for run in answer["runs"]:
-            out.setdefault(run["name"], []).append(run["replica"])
-    return out
-
-
 def stored(url: str) -> dict[str, tuple[int, float]]:
     with psycopg.connect(url) as conn:
         rows = conn.execute("SELECT key, points, updated FROM gkd_runs").fetchall()
     return {Path(k).stem: (int(p), float(u or 0)) for k, p, u in rows}
-
-
-def wait(pred: Any, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def test_three_replicas_share_the_runs_and_take_over_a_killed_ones(
-    tmp_path: Path, pg_url: str
-) -> None:
-    hook = Recorder()
-    (tmp_path / "runs").mkdir()
-    (tmp_path / "kl.yaml").write_text(POLICY)
-    runs = [tmp_path / "runs" / f"run{i:03d}.jsonl" for i in range(RUNS)]
-    steps = 0
-    for path in runs:
-        append(path, 0)
-    env = [{"GATEKEEPER_REPLICA": f"rep-{i}"} for i in range(3)]
-    fleet = [DaemonProcess(replica_config(tmp_path, i, pg_url, hook.url), env[i]) for i in range(3)]
-    try:
-        for replica in fleet:
-            replica.start()
-
-        def balanced() -> bool:
-            found = held(fleet)
-            counts = Counter(r for names in found.values() for r in names)
-            return len(found) == RUNS and all(20 <= counts[f"rep-{i}"] <= 45 for i in range(3))
-
-        assert wait(balanced, 60), (Counter(len(v) for v in held(fleet).values()), fleet[0].tail())
-        found = held(fleet)
-        assert all(len(names) == 1 for names in found.values()), found  # one replica each
-        for _ in range(3):  # new points, a bad one on run 1: polled once, alerted once
-            steps += 1
-            for n, path in enumerate(runs):
-                append(path, steps, 0.5 if n == 1 and steps == 2 else 0.001)
-            time.sleep(1.0)
-        assert hook.wait(lambda: len(firing_lines(hook.bodies)) == 1, 20)
-
-        victim = fleet[1]
-        theirs = sorted(name for name, names in held(fleet).items() if names == ["rep-1"])
-        bad_run = runs[int(theirs[0].removeprefix("run"))]
-        victim.kill9()
-        killed = time.time()
-        steps += 1
-        for path in runs:  # written during the takeover: one of the victim's runs goes bad
-            append(path, steps, 0.5 if path == bad_run else 0.001)
-        survivors = [fleet[0], fleet[2]]
-
-        def taken_over() -> bool:
-            now = stored(pg_url)
-            return all(now[name][1] > killed for name in theirs)
-
-        assert wait(taken_over, 2 * LEASE + 2), (len(theirs), survivors[0].tail())
-        took = max(stored(pg_url)[name][1] for name in theirs) - killed
-        print(f"takeover of {len(theirs)} runs: {took:.2f}s after the kill (lease {LEASE}s)")
-        assert took <= 2 * LEASE, took
-        assert wait(lambda: len(held(survivors)) == RUNS, 10), held(survivors)
-        found = held(survivors)
-        assert all(len(v) == 1 for v in found.values()), found
-
-        def complete() -> bool:
-            now = stored(pg_url)
-            return len(now) == RUNS and all(p == 2 * (steps + 1) for p, _ in now.values())
-
-        assert wait(complete, 30), Counter(p for p, _ in stored(pg_url).values())
-        expected = {("run001", "kl-small", "firing"): 1, (bad_run.stem, "kl-small", "firing"): 1}
-        assert hook.wait(lambda: len(firing_lines(hook.bodies)) == 2, 20)
-        time.sleep(2.0)
-        assert firing_lines(hook.bodies) == expected
-        before = stored(pg_url)
-        for replica in fleet:  # all of them restarted: nothing lost, nothing sent again
-            replica.stop()
-        for replica in fleet:
-            replica.start()
-        assert wait(lambda: len(held(fleet)) == RUNS, 30), fleet[0].tail()
-        time.sleep(2.0)
-        assert {k: p for k, (p, _) in stored(pg_url).items()} == {
-            k: p for k, (p, _) in before.items()
-        }
-        assert firing_lines(hook.bodies) == expected
-    finally:
-        for replica in fleet:
-            replica.stop()
-        hook.close()
 
 
 def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
@@ -166,7 +67,8 @@ def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
         append(path, 0)
     fleet = [
         DaemonProcess(
-            replica_config(tmp_path, i, pg_url, hook.url), {"GATEKEEPER_REPLICA": f"rep-{i}"}
+            replica_config(tmp_path, i, pg_url, hook.url, STALL_LEASE),
+            {"GATEKEEPER_REPLICA": f"rep-{i}"},
         )
         for i in range(2)
     ]
@@ -175,28 +77,28 @@ def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
             replica.start()
         assert wait(
             lambda: (
-                len(held(fleet)) == 24
-                and {n for v in held(fleet).values() for n in v} == {"rep-0", "rep-1"}
+                len(listed(fleet)) == 24
+                and {n for v in listed(fleet).values() for n in v} == {"rep-0", "rep-1"}
             ),
             40,
         )
         stalled = fleet[0]
-        theirs = sorted(n for n, names in held(fleet).items() if names == ["rep-0"])
+        theirs = sorted(n for n, names in listed(fleet).items() if names == ["rep-0"])
         assert stalled.proc is not None
         stalled.proc.send_signal(signal.SIGSTOP)
         stopped = time.time()
         for path in runs:  # new data while it is stalled; one of its runs goes bad
             append(path, 1, 0.5 if path.stem == theirs[0] else 0.001)
-        assert wait(lambda: all(stored(pg_url)[n][1] > stopped for n in theirs), 4 * LEASE), fleet[
-            1
-        ].tail()
+        assert wait(lambda: all(stored(pg_url)[n][1] > stopped for n in theirs), 4 * STALL_LEASE), (
+            fleet[1].tail()
+        )
         for path in runs:  # more data for the stalled one to find when it resumes
             append(path, 2)
         stalled.proc.send_signal(signal.SIGCONT)
         assert wait(lambda: all(p == 6 for p, _ in stored(pg_url).values()), 30), stored(pg_url)
-        time.sleep(2 * LEASE)  # the resumed replica has polled, been refused, rebalanced
+        time.sleep(2 * STALL_LEASE)  # the resumed replica has polled, been refused, rebalanced
         assert all(p == 6 for p, _ in stored(pg_url).values()), stored(pg_url)  # none doubled
-        found = held(fleet)
+        found = listed(fleet)
         assert len(found) == 24 and all(len(v) == 1 for v in found.values()), found
         assert hook.wait(lambda: len(firing_lines(hook.bodies)) == 1, 20)
         time.sleep(1.0)
@@ -206,4 +108,58 @@ def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
             if replica.proc is not None and replica.proc.poll() is None:
                 replica.proc.send_signal(signal.SIGCONT)
             replica.stop()
+        hook.close()
+
+
+def test_runs_that_ended_are_listed_by_every_replica_after_a_restart_of_all(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """An ended run is leased by none; every replica lists it (`replica` null) from
+    the store, before and after a restart of every replica, with its verdict."""
+    hook = Recorder()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "kl.yaml").write_text(POLICY)
+    runs = [tmp_path / "runs" / f"run{i}.jsonl" for i in range(5)]
+    for n, path in enumerate(runs):
+        append(path, 0, 0.5 if n == 0 else 0.001)
+        if n == 4:  # a NaN loss: the verdict says so in strings, read as PostgreSQL json
+            with open(path, "a") as fh:
+                fh.write('{"train/step": 1, "train/ppo_kl": 0.001, "train/loss": NaN}\n')
+        if n in (0, 1, 4):  # run0 (fail), run1 (pass) and run4 (error) end
+            with open(path, "a") as fh:
+                fh.write('{"event": "end", "state": "finished"}\n')
+    fleet = [
+        DaemonProcess(replica_config(tmp_path, i, pg_url, hook.url, STALL_LEASE),
+                      {"GATEKEEPER_REPLICA": f"rep-{i}"})
+        for i in range(2)
+    ]  # fmt: skip
+
+    def shown() -> list[dict[str, dict[str, object]]]:
+        return [{r["name"]: r for r in api_runs(d)} for d in fleet]
+
+    def as_stored() -> bool:
+        lists = shown()
+        live = sorted(n for one in lists for n, r in one.items() if not r["ended"])
+        return live == ["run2", "run3"] and all(  # live runs: one replica each
+            {n for n, r in one.items() if r["ended"]} == {"run0", "run1", "run4"}
+            and one["run0"]["status"] == "fail" and one["run1"]["status"] == "pass"
+            and one["run4"]["status"] == "error"
+            and one["run0"]["replica"] is None and one["run1"]["replica"] is None
+            for one in lists
+        )  # fmt: skip
+
+    try:
+        for replica in fleet:
+            replica.start()
+        assert wait(as_stored, 30), (shown(), fleet[0].tail())
+        stop_all(fleet)
+        for replica in fleet:
+            replica.start()
+        assert wait(as_stored, 30), (shown(), fleet[0].tail())
+        for d in fleet:
+            one = d.run("run0")
+            assert one is not None and one["verdict"]["status"] == "fail", one
+            assert {r["rule"]: r["status"] for r in one["rules"]}["kl-small"] == "fail", one
+    finally:
+        assert not stop_all(fleet)
         hook.close()

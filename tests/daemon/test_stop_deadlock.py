@@ -1,0 +1,46 @@
+"""Stopping while a job changes the schedule: APScheduler 3's `shutdown(wait=True)` holds
+its job-store lock while it waits for the running jobs, and `add_job`/`remove_job` take
+that lock, so a discovery (or, on a shared store, a lease cycle taking the runs of
+replicas that just left) adding a run's job at that moment waited forever and the daemon
+never stopped. bench/bench_replicas.py saw it as a replica still running 15 s after
+SIGTERM when every replica was stopped at once (1 repetition in ~10)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from gatekeeper.daemon.config import load_config
+from gatekeeper.daemon.service import Daemon
+from tests.daemon.harness import write_config
+from tests.daemon.sources import open_test_source
+
+
+def test_a_discovery_that_adds_a_run_while_the_daemon_stops_does_not_hang_it(
+    tmp_path: Path,
+) -> None:
+    config = load_config(str(write_config(tmp_path, interval=0.2, discovery_interval=0.2)))
+    new_run = tmp_path / "runs" / "late.jsonl"
+    new_run.write_text(json.dumps({"train/step": 0, "train/loss": 1.0}) + "\n")
+    listing, release = threading.Event(), threading.Event()
+
+    def slow_listing() -> list[str]:  # the discovery job, caught inside its listing
+        listing.set()
+        release.wait(10)
+        return [str(new_run)]
+
+    daemon = Daemon(config, open_test_source)
+    watched = daemon.scheduler.targets[0][0]
+    daemon.scheduler.targets = [(watched, slow_listing)]
+    daemon.start()
+    stopper = threading.Thread(target=daemon.stop, daemon=True)
+    try:
+        assert listing.wait(10)
+        stopper.start()  # shutdown now waits for the discovery job, holding its lock
+        stopper.join(0.5)
+        release.set()  # the job goes on to add the run's job
+        stopper.join(10)
+        assert not stopper.is_alive(), "the daemon did not stop: deadlocked in shutdown"
+    finally:
+        release.set()
