@@ -5,8 +5,10 @@
 check_kl, check_grad_norm, check_mtp_loss, the log-prob checker, the TITO asserts and
 MetricChecker) says whether miles' run passes. Each run is written twice, as miles writes
 it: a wandb offline run (the real SDK, `wandb_writer.py`) and a CI record (`capture.py`,
-miles' CiHistoryBackend and harness merge). `gatekeeper check -p policies/miles` judges both
-in a child process. Expected:
+miles' CiHistoryBackend and harness merge). `gatekeeper check -p policies/miles` judges both,
+through the CLI's own entry point (`gatekeeper.cli.main.main`) in-process for speed; a
+real child process judges two of them the same (test_a_child_process_judges_as_in_process).
+Expected:
 
 - wandb: gatekeeper's verdict is miles' verdict (a fail for the same metric), except the
   cases in STRICTER_ON_PURPOSE (gatekeeper fails a run miles passes, on purpose; each is
@@ -24,16 +26,17 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fuzz.harness import run_cli
 from tests.helpers import REPO, gatekeeper, marker
 from tests.miles.capture import TARGET_METRIC_KEYS, CiCapture, Variant, miles_log
 from tests.miles.miles_checks_ref import Event, Failure, miles_verdict
@@ -287,37 +290,74 @@ def _write_record(root: Path, case: Case) -> Path:
     return attempt
 
 
-def _judge(source: Path, case: Case, reference: Path, out: Path, record: bool) -> Judged:
+def _argv(source: Path, case: Case, reference: Path, out: Path, record: bool) -> list[str]:
     cmd = ["check", str(source), "-p", PACK, "-q", "--json", str(out)]
     if record:  # a record carries no config: pass the args the test passes to miles
         for key, value in case.args.items():
             cmd += ["--config", f"{key}={json.dumps(value)}"]
     if case.replay:
         cmd += ["--reference", f"grad-norm={reference}"]
-    proc = gatekeeper(*cmd, timeout=300)
+    return cmd
+
+
+def _judged(code: int, out: Path, output: str) -> Judged:
     results = json.loads(out.read_text())["results"] if out.exists() else []
-    return Judged(proc.returncode, results, proc.stdout[-3000:] + proc.stderr[-3000:])
+    return Judged(code, results, output[-6000:])
+
+
+@dataclass
+class Written:
+    """Every case written both ways, where the cases' verdicts go."""
+
+    root: Path
+    wandb: dict[str, Path]
+    record: dict[str, Path]
+
+    def argv(self, case: Case, source: str, out: Path) -> list[str]:
+        runs = self.wandb if source == "wandb" else self.record
+        return _argv(runs[case.name], case, runs[REFERENCE.name], out, source == "record")
 
 
 @pytest.fixture(scope="module")
-def judged(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Judged]:
-    """Every case written both ways and judged by the CLI, a few child processes at a time."""
+def written(tmp_path_factory: pytest.TempPathFactory) -> Written:
     root = tmp_path_factory.mktemp("agreement")
     everything = (REFERENCE, *CASES)
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        wandb = _write_wandb(root / "wandb", everything)
-        record = {c.name: _write_record(root / "records", c) for c in everything}
-        jobs = [(c, s) for c in CASES for s in SOURCES]
+    return Written(root, _write_wandb(root / "wandb", everything),
+                   {c.name: _write_record(root / "records", c) for c in everything})
 
-        def judge(job: tuple[Case, str]) -> Judged:
-            case, source = job
-            written = wandb if source == "wandb" else record
-            out = root / "verdicts" / f"{case.name}.{source}.json"
-            out.parent.mkdir(exist_ok=True)
-            return _judge(written[case.name], case, written[REFERENCE.name], out,
-                          source == "record")
 
-        return {(c.name, s): j for (c, s), j in zip(jobs, pool.map(judge, jobs), strict=True)}
+@pytest.fixture(scope="module")
+def judged(written: Written) -> dict[tuple[str, str], Judged]:
+    """Every case judged by the CLI's entry point, in this process, in the environment a
+    child gets from tests.helpers.gatekeeper (no GITHUB_*: no annotations)."""
+    out: dict[tuple[str, str], Judged] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        for key in [k for k in os.environ if k.startswith("GITHUB_")]:
+            mp.delenv(key)
+        for case in CASES:
+            for source in SOURCES:
+                verdict = written.root / "verdicts" / f"{case.name}.{source}.json"
+                verdict.parent.mkdir(exist_ok=True)
+                code, stdout, stderr, _ = run_cli(written.argv(case, source, verdict))
+                out[case.name, source] = _judged(code, verdict, stdout + stderr)
+    return out
+
+
+@pytest.mark.parametrize(("name", "source"), [("grad-norm-replay-outside", "wandb"),
+                                              ("ppo-kl-step7", "record")])
+def test_a_child_process_judges_as_in_process(
+    name: str, source: str, written: Written, judged: dict[tuple[str, str], Judged]
+) -> None:
+    """The matrix runs the CLI in-process for speed; `gatekeeper check` in a child process
+    (a wandb run with --reference, a record with --config) gives the same verdict."""
+    case = next(c for c in CASES if c.name == name)
+    verdict = written.root / "child" / f"{name}.{source}.json"
+    verdict.parent.mkdir(exist_ok=True)
+    proc = gatekeeper(*written.argv(case, source, verdict), timeout=300)
+    child = _judged(proc.returncode, verdict, proc.stdout + proc.stderr)
+    inproc = judged[name, source]
+    assert (child.exit_code, child.results) == (inproc.exit_code, inproc.results), child.output
+    assert outcome(case, child) == expected(case, source) == "agree"
 
 
 def miles_of(case: Case) -> Failure | None:

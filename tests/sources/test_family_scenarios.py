@@ -4,7 +4,9 @@ Each case writes its run with the family's real library in child processes
 (tests/sources/family_writer.py: plain JSONL lines as miles/HF recorders write them, the
 wandb SDK 0.31 offline, torch 2.13's `SummaryWriter`, mlflow 3.17's client on a file
 store), the last process as CMD of `gatekeeper run --source SPEC -- CMD` (followed poll by
-poll), then `gatekeeper check` of the run it wrote. Both verdicts — exit code and every
+poll), then `gatekeeper check` of the run it wrote (through the CLI's entry point in this
+process, `check_in_process`; the run and every writer are child processes, as a user
+runs them). Both verdicts — exit code and every
 rule that did not pass, with its status and step — must equal the scenario's expected
 one, stated in SCENARIOS, so the two cannot agree on a wrong answer.
 
@@ -28,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.harness import free_port
+from tests.fuzz.harness import run_cli
 from tests.helpers import gatekeeper, wait_ready, write_policy
 from tests.wandb.conftest import sdk_env
 
@@ -224,9 +227,21 @@ def _case(family: type[Family], sc: Scenario, tmp: Path) -> tuple[Verdict, Verdi
         "--", *_write(fam, 0 if sc.resume else 1, cmd), env=env, cwd=tmp, timeout=180,
     )
     by_run = _verdict(proc, live)
-    proc = gatekeeper("check", fam.check_spec(sc), "-p", str(policy), "--json", str(whole),
-                      env=env, cwd=tmp)
+    proc = check_in_process(fam.check_spec(sc), "-p", str(policy), "--json", str(whole),
+                            env=fam.env())
     return by_run, _verdict(proc, whole)
+
+
+def check_in_process(*args: str, env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+    """`gatekeeper check ARGS` through `gatekeeper.cli.main.main` in this process, in the
+    environment tests.helpers.gatekeeper gives a child (no GITHUB_*) plus `env`."""
+    with pytest.MonkeyPatch.context() as mp:
+        for key in [k for k in os.environ if k.startswith("GITHUB_")]:
+            mp.delenv(key)
+        for key, value in (env or {}).items():
+            mp.setenv(key, value)
+        code, out, err, _ = run_cli(["check", *args])
+    return subprocess.CompletedProcess(["gatekeeper", "check", *args], code, out, err)
 
 
 # the known false verdicts of main, each (scenario, family): reason

@@ -4,11 +4,14 @@ prometheus_client (0.2x) exporter in this process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -37,6 +40,32 @@ class Prom:
         self.gauge = gauge
 
 
+SLOW = 0.4  # s the slow exporter takes to answer: its samples reach the TSDB that late
+
+
+class SlowExporter(BaseHTTPRequestHandler):
+    """A /metrics that answers SLOW s after the scrape began (a busy trainer's exporter):
+    Prometheus stamps the sample with the scrape's start and stores it when the answer
+    is in. `slow_scrapes` counts the scrapes, so a lost sample is a gap in the values."""
+
+    scrapes = 0
+
+    def do_GET(self) -> None:
+        SlowExporter.scrapes += 1
+        n = SlowExporter.scrapes
+        time.sleep(SLOW)
+        body = f"# TYPE slow_scrapes gauge\nslow_scrapes {n}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        with contextlib.suppress(OSError):  # a scrape given up on (timeout) closed it
+            self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 def _openmetrics() -> str:
     lines = ["# TYPE gpu_util gauge"]
     for run, values in (("good", GOOD), ("bad", BAD)):
@@ -56,9 +85,13 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
     gauge = Gauge("trainer_loss", "loss", ["run"], registry=registry)
     exporter_port = free_port()
     server, _ = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
+    slow = ThreadingHTTPServer(("127.0.0.1", free_port()), SlowExporter)
+    threading.Thread(target=slow.serve_forever, daemon=True).start()
     config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [{
         "job_name": "trainer", "scrape_interval": "300ms",
-        "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}]}
+        "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}, {
+        "job_name": "slow", "scrape_interval": "1s", "scrape_timeout": "1s",
+        "static_configs": [{"targets": [f"127.0.0.1:{slow.server_address[1]}"]}]}]}
     (tmp / "prometheus.yml").write_text(json.dumps(config))
     port = free_port()
     proc = subprocess.Popen(
@@ -74,6 +107,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
         proc.terminate()
         proc.wait(10)
         server.shutdown()
+        slow.shutdown()
 
 
 def _policy(tmp: Path) -> Path:
@@ -155,6 +189,35 @@ def test_live_poll_reads_only_samples_scraped_since_the_last_poll(prom: Prom) ->
             steps, new = s.steps.tolist(), [v for v in s.values.tolist() if v != 1.0]
     assert new and all(v != v for v in new)  # NaN scraped, read as NaN
     assert steps[0] >= len(seen)  # indices continue where the last poll stopped
+
+
+def test_live_poll_keeps_samples_stored_after_their_time(prom: Prom) -> None:
+    """A scraped sample carries the scrape's start time but is stored when the answer is
+    in: a poll in between must not step past it for good. Polled every 0.1 s, each sample
+    of an exporter slow by SLOW s lands in the live series, on the index the whole read
+    gives it (it failed under load as a NaN one index early live: the live verdict must
+    be the final one on the same data)."""
+    spec = f'prom+{prom.url}?selector={{__name__="slow_scrapes"}}&start={time.time() - 1:.3f}'
+    src = open_live_source(spec)
+    live: list[tuple[int, float]] = []
+    deadline = time.monotonic() + 30
+    while len(live) < 3 and time.monotonic() < deadline:
+        for s in src.poll().series.values():
+            live += zip(s.steps.tolist(), s.values.tolist(), strict=True)
+        time.sleep(0.1)
+    whole = open_source(spec).read().series["slow_scrapes"]
+    assert len(live) >= 3, live
+    assert live == list(zip(whole.steps.tolist(), whole.values.tolist(), strict=True))[:len(live)]
+    values = [v for _, v in live]
+    assert values == [values[0] + i for i in range(len(values))]  # no scrape missed
+    # a saved cursor goes on where the polls stopped; one saved before it kept each
+    # series' newest time (no "last") takes "done" for it: nothing is delivered twice
+    for cursor in (src.cursor(), {k: v for k, v in src.cursor().items() if k != "last"}):
+        again = open_live_source(spec)
+        again.restore(cursor)
+        new = [p for s in again.poll().series.values()
+               for p in zip(s.steps.tolist(), s.values.tolist(), strict=True)]
+        assert all(step >= len(live) and value > values[-1] for step, value in new), new
 
 
 def test_daemon_discovery_lists_one_run_per_label_value(prom: Prom) -> None:

@@ -11,7 +11,15 @@ PromQL on a grid of `resolution` (a range query). A series' metric name is its `
 aside. Steps are the sample's index since `start` (`axis=index`, the default; on the grid
 for a query) or its Unix time in whole seconds (`axis=time`). A relative `start` (`-6h`,
 default `-24h`) is fixed when the source is opened and kept in the cursor. Prometheus runs
-carry no state; a run with an `end` ends when a poll has read past it.
+carry no state; a run with an `end` ends when a poll has read past it (for `selector`,
+LATE s past it).
+
+A scraped sample is stamped with the time its scrape began but stored when the answer is
+in, so a poll may not yet see a sample older than the time it asks up to. A `selector`
+poll therefore asks again for the last LATE seconds and keeps, per series, only samples
+newer than the newest it delivered (a target's scrapes are stored in order), so a live
+run gets every sample, on the index `check` gives it. A sample stored more than LATE s
+after its time is seen by `check`, not by a poll that has passed it.
 """
 
 from __future__ import annotations
@@ -37,6 +45,9 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 _RAW_WINDOW = 6 * 3600.0  # seconds of raw samples asked per request
+# s a scraped sample may reach the TSDB after its time: Prometheus' default scrape_timeout
+# (10 s) bounds a scrape, plus the time to store it
+LATE = 15.0
 _GRID_POINTS = 10000  # Prometheus refuses range queries over 11,000 points per series
 _KEYS = {"selector", "query", "name", "start", "end", "resolution", "axis", "run"}
 
@@ -127,6 +138,7 @@ class PrometheusSource(LiveSource):
         self._start = self.prom.start
         self._done = self._start  # everything at or before this time has been read
         self._counts: dict[str, int] = {}
+        self._last: dict[str, float] = {}  # per series, the newest sample time delivered
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -137,27 +149,31 @@ class PrometheusSource(LiveSource):
         return f"{scheme}://{rest.rpartition('@')[2]}"
 
     def read(self) -> Run:
-        self._done, self._counts = self._start, {}
+        self._done, self._counts, self._last = self._start, {}, {}
         poll = self.poll()
         poll.run.series = poll.series
         return poll.run
 
     def poll(self) -> Poll:
-        upper = time.time()
-        if self.prom.query is not None:
+        now = upper = time.time()
+        raw = self.prom.selector is not None
+        if not raw:
             upper -= self.prom.resolution  # the newest grid point may still change
         if self.prom.end is not None:
             upper = min(upper, self.prom.end)
+        # raw: ask again for the last LATE s, where samples may have been stored since
+        lower = max(self._start, self._done - LATE) if raw else self._done
         found: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-        if upper > self._done:
-            read = self._raw if self.prom.selector is not None else self._grid
-            for name, steps, values in read(self._done, upper):
+        if upper > lower:
+            read = self._raw if raw else self._grid
+            for name, steps, values in read(lower, upper):
                 found.setdefault(name, []).append(
                     (np.asarray(steps, np.int64), np.asarray(values, np.float64))
                 )
-            self._done = upper
+            self._done = max(self._done, upper)
         series = {n: merge_chunks(n, parts, self.step_key) for n, parts in sorted(found.items())}
-        ended = self.prom.end is not None and self._done >= self.prom.end
+        end = self.prom.end
+        ended = end is not None and self._done >= end and (not raw or now >= end + LATE)
         points = sum(len(s) for s in series.values())
         return Poll(series=series, run=self._run(), ended=ended, points=points)
 
@@ -167,18 +183,22 @@ class PrometheusSource(LiveSource):
 
     def cursor(self) -> dict[str, Any]:
         return {"version": _CURSOR_VERSION, "start": self._start, "done": self._done,
-                "counts": dict(self._counts)}
+                "counts": dict(self._counts), "last": dict(self._last)}
 
     def restore(self, cursor: dict[str, Any]) -> None:
         check_cursor_version(cursor, _CURSOR_VERSION, self.shown)
         self._start = float(cursor["start"])
         self._done = float(cursor["done"])
         self._counts = {str(k): int(v) for k, v in cursor.get("counts", {}).items()}
+        # a cursor saved before "last" was kept: each series was read up to "done"
+        last = cursor.get("last", dict.fromkeys(self._counts, self._done))
+        self._last = {str(k): float(v) for k, v in last.items()}
 
     # -- reading ------------------------------------------------------------------------
 
     def _raw(self, lo: float, hi: float) -> list[tuple[str, list[int], list[float]]]:
-        """Raw samples with lo < t <= hi, in windows, each series' index continuing."""
+        """Raw samples with lo < t <= hi that no earlier poll delivered (t after the
+        series' newest delivered), in windows, each series' index continuing."""
         out = []
         while lo < hi:
             top = min(hi, lo + _RAW_WINDOW)
@@ -188,11 +208,14 @@ class PrometheusSource(LiveSource):
             })
             for item in sorted(_matrix(data, self.shown), key=lambda r: self._name(r["metric"])):
                 name = self._name(item["metric"])
+                after = max(lo, self._last.get(name, self._start))
                 samples = [
-                    (float(t), v) for t, v in item.get("values") or [] if lo < float(t) <= top
+                    (float(t), v) for t, v in item.get("values") or [] if after < float(t) <= top
                 ]
                 first = self._counts.get(name, 0)
                 self._counts[name] = first + len(samples)
+                if samples:
+                    self._last[name] = samples[-1][0]
                 steps = [self._step(t, first + i) for i, (t, _) in enumerate(samples)]
                 out.append((name, steps, [float(v) for _, v in samples]))
             lo = top
