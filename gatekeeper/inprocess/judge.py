@@ -1,4 +1,5 @@
-"""The judge process of an asynchronous `Gate`: `python -m gatekeeper.inprocess.judge`.
+"""The judge process of an asynchronous `Gate` (started by `remote.py`; by hand:
+`python -m gatekeeper.inprocess.judge`, requests on standard input).
 
 It judges off the training process, so judging never holds the trainer's GIL: the
 training thread only hands values over (`handoff.py`) and the gate's worker thread

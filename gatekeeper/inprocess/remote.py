@@ -3,8 +3,8 @@
 Started when an asynchronous `Gate` is made, so policy errors still surface before the
 first training step. Each call is one request and one answer (`wire.py`), bounded in time
 (`timeout`) and size; the caller serializes calls (the gate's lock). The child is
-`sys.executable -m gatekeeper.inprocess.judge` with this gatekeeper first on its path; it
-imports neither torch nor the trainer, and ends with `final`, `close`, or this process.
+`sys.executable` running `gatekeeper.inprocess.judge` of this very gatekeeper; it imports
+neither torch nor the trainer, and ends with `final`, `close`, or this process.
 """
 
 from __future__ import annotations
@@ -35,13 +35,24 @@ from gatekeeper.verdict import Verdict
 TIMEOUT = 300.0  # seconds one answer may take: a batch of rows, or the final verdict
 
 
+# The child's first lines: the gatekeeper this process runs, found first only when the
+# child's own path would import another one (PYTHONPATH would put it before the standard
+# library for every import, where a backport in site-packages could shadow a module).
+_BOOT = """import importlib.util, os, sys
+home = sys.argv[1]
+spec = importlib.util.find_spec("gatekeeper")
+if spec is None or os.path.realpath(os.path.dirname(os.path.dirname(spec.origin))) != home:
+    sys.path.insert(0, home)
+from gatekeeper.inprocess.judge import main
+raise SystemExit(main())
+"""
+
+
 def _spawn() -> subprocess.Popen[bytes]:
-    home = str(Path(__file__).resolve().parents[2])  # the folder holding `gatekeeper`
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH")) if p)
+    home = os.path.realpath(Path(__file__).resolve().parents[2])  # the folder of `gatekeeper`
     return subprocess.Popen(
-        [sys.executable, "-m", "gatekeeper.inprocess.judge"], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, env=env, close_fds=True,
+        [sys.executable, "-c", _BOOT, home], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        close_fds=True,
     )
 
 

@@ -36,7 +36,7 @@ def judges_of(pid: int) -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid and b"gatekeeper.inprocess.judge" in cmd:
+        if ppid == pid and any(b"gatekeeper.inprocess.judge" in part for part in cmd):
             found.append(int(entry.name))
     return found
 
