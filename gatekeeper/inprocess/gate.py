@@ -103,9 +103,10 @@ class Gate:
     - `axis`: the step axis of metrics that name none (`observe(step, ...)`); rows may
       carry their own (`train/step`, `rollout/step`), as in JSONL.
     - `on_fail`: "stop" (default), "raise" or "report"; see `OnFail`.
-    - `mode`: how `submit`/`feed` judge: "async" (default: on a worker thread, the stop
-      one step after the violation) or "sync" (on the caller's thread, at the very step);
-      see `gatekeeper.inprocess.handoff`. `observe` always judges at once.
+    - `mode`: how `submit`/`feed` judge: "async" (default: a worker thread hands the
+      values to the judge, the stop one step after the violation) or "sync" (on the
+      caller's thread, at the very step); see `gatekeeper.inprocess.handoff`. `observe`
+      always judges at once (in the judge process, when there is one).
     - `judge`: where an async gate judges: "process" (default: a child process,
       `gatekeeper.inprocess.judge`, so judging never competes with the training thread
       for the GIL) or "thread" (a worker thread of this process). A sync gate, and one
