@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -80,6 +81,17 @@ def policy_paths(policies: PolicyInput) -> list[str] | None:
     if all(isinstance(p, (str, os.PathLike)) for p in items):
         return [os.path.abspath(os.fspath(p)) for p in items]  # type: ignore[arg-type]
     return None
+
+
+def _weak_judge(gate: Gate) -> Callable[[int | None, dict[str, Any]], bool]:
+    """The hand-over's judge, holding the gate weakly (a gone gate stops its worker)."""
+    ref = weakref.ref(gate)
+
+    def judge(step: int | None, metrics: dict[str, Any]) -> bool:
+        alive = ref()
+        return True if alive is None else alive._judge_handed(step, metrics)
+
+    return judge
 
 
 def make_judge(policies: PolicyInput, overrides: Sequence[str], run: Run, axis: str,
@@ -149,7 +161,10 @@ class Gate:
                                  threaded=self.mode is Mode.SYNC or judge == "thread")
         self._failed_at: dict[str, Any] | None = None
         self._final: Verdict | None = None
-        self._handoff = Handoff(self._judge_handed, threaded=self.mode is Mode.ASYNC)
+        self._handoff = Handoff(_weak_judge(self), threaded=self.mode is Mode.ASYNC)
+        # A gate dropped without finalize ends its worker and (its judge gone with it)
+        # its judge process: the worker holds the gate only weakly.
+        weakref.finalize(self, self._handoff.abandon)
         self._fed = 0  # the ticket of the previous `feed`
 
     # ---- feeding -----------------------------------------------------------------------

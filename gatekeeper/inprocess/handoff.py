@@ -131,6 +131,15 @@ class Handoff:
             self._thread.join()
             self._thread = None
 
+    def abandon(self) -> None:
+        """The gate is gone without `finalize`: let the worker end after what it holds
+        (nothing waits for it; a full queue keeps it until it has room)."""
+        if self._thread is not None:
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                pass
+
     def raise_error(self) -> None:
         """Raise, once, what the worker raised."""
         with self._cond:
