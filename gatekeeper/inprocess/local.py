@@ -38,10 +38,6 @@ class LocalJudge:
         self._live = LiveGate(self._source, specs, started=started)
         self._verdict = self._live.judge(started, final=False)
 
-    @property
-    def run(self) -> Run:
-        return self._source.run
-
     def observe_rows(self, rows: Iterable[Mapping[str, Any]], now: float) -> Judged:
         """Judge a batch of rows; a rejected row raises `UsageError` (the rows before it
         are kept and judged with the next batch)."""
@@ -67,6 +63,3 @@ class LocalJudge:
         self._source.run.state = state
         self._verdict = self._live.judge(now, final=True)
         return self._verdict
-
-    def close(self) -> None:
-        return None

@@ -75,7 +75,6 @@ class RemoteJudge:
 
     def __init__(self, policies: Sequence[str], overrides: Sequence[str], run: Run,
                  axis: str, started: float, *, timeout: float = TIMEOUT):
-        self._run = run
         self._timeout = timeout
         self._buf = bytearray()
         self._proc = _spawn()
@@ -89,10 +88,6 @@ class RemoteJudge:
             self.close()
             raise
 
-    @property
-    def run(self) -> Run:
-        return self._run
-
     def observe_rows(self, rows: Iterable[Mapping[str, Any]], now: float) -> Judged:
         return judged_from_dict(self._call(
             {"op": "rows", "rows": [plain_row(r) for r in rows], "now": now}))
@@ -101,11 +96,6 @@ class RemoteJudge:
                    config: Mapping[str, Any] | None) -> None:
         self._call({"op": "update", "name": name,
                     "tags": None if tags is None else list(tags), "config": config})
-        run = self._run
-        run.name = name if name is not None else run.name
-        run.tags = tuple(tags) if tags is not None else run.tags
-        if config is not None:
-            run.config = {**run.config, **config}
 
     def verdict(self) -> Verdict:
         return Verdict.from_dict(self._call({"op": "verdict"}))
