@@ -85,6 +85,24 @@ def gatekeeper(*args: str, cwd: Path | None = None, env: Mapping[str, str] | Non
     )
 
 
+def gatekeeper_in_process(*args: str, env: Mapping[str, str] | None = None
+                          ) -> subprocess.CompletedProcess[str]:
+    """`gatekeeper ARGS` through the console script's entry (`gatekeeper.cli.main.main`)
+    in this process, in the environment `gatekeeper` gives a child (no GITHUB_*) plus
+    `env`: for tests where a child process proves nothing more."""
+    import pytest
+
+    from tests.fuzz.harness import run_cli
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key in [k for k in os.environ if k.startswith("GITHUB_")]:
+            mp.delenv(key)
+        for key, value in (env or {}).items():
+            mp.setenv(key, value)
+        code, out, err, _ = run_cli(list(args))
+    return subprocess.CompletedProcess(["gatekeeper", *args], code, out, err)
+
+
 def require_built_extension(module: str, source: Path) -> Any:
     """The optional C extension `module`, built from the current `source`, wherever a C
     compiler is (skips without one: the pure-Python/numpy path is expected there). A test

@@ -30,8 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.harness import free_port
-from tests.fuzz.harness import run_cli
-from tests.helpers import gatekeeper, wait_ready, write_policy
+from tests.helpers import gatekeeper, gatekeeper_in_process, wait_ready, write_policy
 from tests.wandb.conftest import sdk_env
 
 pytest.importorskip("torch.utils.tensorboard")
@@ -233,15 +232,8 @@ def _case(family: type[Family], sc: Scenario, tmp: Path) -> tuple[Verdict, Verdi
 
 
 def check_in_process(*args: str, env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
-    """`gatekeeper check ARGS` through `gatekeeper.cli.main.main` in this process, in the
-    environment tests.helpers.gatekeeper gives a child (no GITHUB_*) plus `env`."""
-    with pytest.MonkeyPatch.context() as mp:
-        for key in [k for k in os.environ if k.startswith("GITHUB_")]:
-            mp.delenv(key)
-        for key, value in (env or {}).items():
-            mp.setenv(key, value)
-        code, out, err, _ = run_cli(["check", *args])
-    return subprocess.CompletedProcess(["gatekeeper", "check", *args], code, out, err)
+    """`gatekeeper check ARGS` in this process (tests.helpers.gatekeeper_in_process)."""
+    return gatekeeper_in_process("check", *args, env=env)
 
 
 # the known false verdicts of main, each (scenario, family): reason

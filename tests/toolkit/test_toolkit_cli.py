@@ -9,15 +9,13 @@ once per command."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 
 import pytest
 
 from gatekeeper.checks import registry
-from tests.fuzz.harness import run_cli
-from tests.helpers import gatekeeper, write_policy
+from tests.helpers import gatekeeper, gatekeeper_in_process, write_policy
 
 POLICY = """
 version: 1
@@ -63,15 +61,8 @@ ANNOTATION = re.compile(r"^::(error|warning|notice) (?:file=([^,]*),line=(\d+),)
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`gatekeeper ARGS` through `gatekeeper.cli.main.main` in this process, in the
-    environment tests.helpers.gatekeeper gives a child (no GITHUB_*) plus `env`."""
-    with pytest.MonkeyPatch.context() as mp:
-        for key in [k for k in os.environ if k.startswith("GITHUB_")]:
-            mp.delenv(key)
-        for key, value in (env or {}).items():
-            mp.setenv(key, value)
-        code, out, err, _ = run_cli(list(args))
-    return subprocess.CompletedProcess(["gatekeeper", *args], code, out, err)
+    """`gatekeeper ARGS` in this process (tests.helpers.gatekeeper_in_process)."""
+    return gatekeeper_in_process(*args, env=env)
 
 
 @pytest.fixture()
