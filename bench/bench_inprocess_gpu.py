@@ -8,11 +8,16 @@ trained by seven loops, interleaved, each repetition a fresh model.
 Loops: plain (the metric tensors computed, never read) · item (`loss.item()`,
 `grad_norm.item()` and an assert: the trainer's own check) · gate (`Gate.feed`, mode
 async, the default) · gate-sync (`Gate.feed`, mode sync) · hf (Trainer, logging_steps=1)
-· hf+cb (+ `GatekeeperCallback`) · pl (Lightning, `self.log(on_step=True)`) · pl+cb.
+· hf+cb (+ `GatekeeperCallback`) · hf+cb-eager (the callback handing each step over at
+its log and awaiting it at the next step's end: the placement before the hold, for
+comparison) · pl (Lightning, `self.log(on_step=True)`) · pl+cb.
 Every loop computes the same 14 metrics (loss, grad_norm, learning_rate and 11 more);
 the gated ones judge them with bench/inprocess_policy.yaml (20 rules). Random weights
 and tokens, AdamW, bf16 autocast on CUDA; timing covers N steps after 20 warm-up steps
-(the device synchronized at both ends). Then each loop runs once more with a NaN loss
+(the device synchronized at both ends: the end is the last step's end, so a trainer's
+end of training — the gate's `finalize` included — is timed apart, "after the last
+step"). Beside the rates: the time the gate's calls take on the training thread and the
+judging worker's CPU, per step. Then each loop runs once more with a NaN loss
 at step 60, and the table says where it stopped and which step the gate reported.
 Offline: only torch, transformers, lightning and gatekeeper are imported.
 """
@@ -38,17 +43,48 @@ SIZES = {  # layers, width, batch, tokens, vocabulary
     "bigger": (12, 512, 16, 512, 50257),
     "quick": (2, 64, 4, 32, 512),
 }
-LOOPS = ("plain", "item", "gate", "gate-sync", "hf", "hf+cb", "pl", "pl+cb")
+LOOPS = ("plain", "item", "gate", "gate-sync", "hf", "hf+cb", "hf+cb-eager", "pl", "pl+cb")
 BASELINE = {"item": "plain", "gate": "plain", "gate-sync": "plain", "hf+cb": "hf",
-            "pl+cb": "pl"}
+            "hf+cb-eager": "hf", "pl+cb": "pl"}
 
 
 TICKS: list[float] = []  # the clock at each timed step's end (no sync): the step cadence
+# per loop run: seconds in the gate's calls on the training thread / the worker's CPU,
+# over the timed steps; seconds from the last step's end to the trainer's return
+COST = {"hooks": 0.0, "worker": 0.0, "tail": 0.0}
 
 
 def tick(step: int, warmup: int) -> None:
     if step >= warmup:
         TICKS.append(time.perf_counter())
+
+
+def timed(fn: Callable[..., Any], key: str, clock: Callable[[], float] = time.perf_counter
+          ) -> Callable[..., Any]:
+    """`fn`, its time added to COST[key] while the timed steps run (TICKS started)."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not TICKS:
+            return fn(*args, **kwargs)
+        t = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            COST[key] += clock() - t
+    return wrapper
+
+
+def instrument(g: Any) -> Any:
+    """The gate's worker-side judging timed in worker CPU (thread time)."""
+    handoff = g._handoff
+    handoff._judge = timed(handoff._judge, "worker", time.thread_time)
+    return g
+
+
+def instrument_callback(cb: Any, hooks: tuple[str, ...]) -> Any:
+    instrument(cb.gate)
+    for name in hooks:
+        setattr(cb, name, timed(getattr(cb, name), "hooks"))
+    return cb
 
 
 def cadence() -> float:
@@ -119,7 +155,7 @@ class Extras:
 def gate(mode: str = "async") -> Any:
     from gatekeeper.inprocess import Gate
 
-    return Gate(POLICY, mode=mode, echo=False, axis="train/global_step")
+    return instrument(Gate(POLICY, mode=mode, echo=False, axis="train/global_step"))
 
 
 # ---- hand-written loops -------------------------------------------------------------------
@@ -150,13 +186,15 @@ def custom_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[fl
         if kind == "item":
             if not (math.isfinite(loss.item()) and math.isfinite(grad_norm.item())):
                 break  # the assert a trainer would raise
-        elif g is not None and g.feed(step, metrics):
+        elif g is not None and timed(g.feed, "hooks")(step, metrics):
             break
     b.sync()
     rate = max(last - b.warmup, 0) / (time.perf_counter() - start)
     reported = None
     if g is not None:
+        t = time.perf_counter()
         stopped = g.finalize(write=False).stopped
+        COST["tail"] = time.perf_counter() - t
         reported = stopped["step"] if stopped else None
     elif kind == "item" and last == nan_at:
         reported = last
@@ -191,7 +229,7 @@ def hf_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
 
         def __init__(self, model: Any):
             self.extras = Extras(model, b.batch * b.tokens)
-            self.start = 0.0
+            self.start = self.end = 0.0
 
         def on_step_end(self, args, state, control, **kwargs):
             tick(state.global_step, b.warmup)
@@ -206,9 +244,18 @@ def hf_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
                     logs.get("learning_rate", 0.0), logs.get("epoch", 0.0)).items()
                     if k != "train/epoch"})
 
+        def on_train_end(self, args, state, control, **kwargs):
+            b.sync()
+            self.end = time.perf_counter()  # first in line: before the gate's finalize
+
+
     model = b.model()
     clock = Clock(model)
-    cb = [GatekeeperCallback(POLICY, echo=False)] if kind == "hf+cb" else []
+    cb = []
+    if kind.startswith("hf+cb"):
+        cb = [instrument_callback(GatekeeperCallback(POLICY, echo=False),
+                                  ("on_log", "on_pre_optimizer_step", "on_step_end"))]
+        cb[0]._defer = kind == "hf+cb"
     args = transformers.TrainingArguments(
         output_dir="/tmp/bench-inprocess-hf", max_steps=b.warmup + steps,
         per_device_train_batch_size=b.batch, logging_steps=1, logging_nan_inf_filter=False,
@@ -220,8 +267,9 @@ def hf_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
     trainer.remove_callback(transformers.PrinterCallback)
     trainer.train()
     b.sync()
+    COST["tail"] = time.perf_counter() - clock.end
     last = trainer.state.global_step
-    rate = max(last - b.warmup, 0) / (time.perf_counter() - clock.start)
+    rate = max(last - b.warmup, 0) / (clock.end - clock.start)
     reported = None
     if cb:
         stopped = cb[0].gate.verdict().stopped
@@ -263,7 +311,7 @@ def pl_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
             return torch.optim.AdamW(self.parameters(), lr=1e-4)
 
     class Clock(pl.Callback):
-        start = 0.0
+        start = end = 0.0
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             tick(trainer.global_step, b.warmup)
@@ -271,11 +319,18 @@ def pl_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
                 b.sync()
                 self.start = time.perf_counter()
 
+        def on_train_end(self, trainer, pl_module):
+            b.sync()
+            self.end = time.perf_counter()  # first in line: before the gate's finalize
+
     ids = b.ids()
     loader = torch.utils.data.DataLoader(
         torch.utils.data.TensorDataset(ids.repeat(64, 1)), batch_size=b.batch)
     clock = Clock()
-    cb = [GatekeeperCallback(POLICY, echo=False)] if kind == "pl+cb" else []
+    cb = []
+    if kind == "pl+cb":
+        cb = [instrument_callback(GatekeeperCallback(POLICY, echo=False),
+                                  ("on_before_backward", "on_train_batch_end"))]
     trainer = pl.Trainer(
         max_steps=b.warmup + steps, accelerator="gpu" if b.cuda else "cpu", devices=1,
         precision="bf16-mixed" if b.cuda else "32-true", logger=False, log_every_n_steps=50,
@@ -284,8 +339,9 @@ def pl_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
         limit_val_batches=0, default_root_dir="/tmp/bench-inprocess-pl")
     trainer.fit(Module(), loader)
     b.sync()
+    COST["tail"] = time.perf_counter() - clock.end
     last = trainer.global_step
-    rate = max(last - b.warmup, 0) / (time.perf_counter() - clock.start)
+    rate = max(last - b.warmup, 0) / (clock.end - clock.start)
     reported = None
     if cb:
         stopped = cb[0].gate.verdict().stopped
@@ -295,7 +351,7 @@ def pl_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
 
 RUNNERS: dict[str, Callable[[Bench, str, int, int | None], tuple[float, int, Any]]] = {
     "plain": custom_loop, "item": custom_loop, "gate": custom_loop, "gate-sync": custom_loop,
-    "hf": hf_loop, "hf+cb": hf_loop, "pl": pl_loop, "pl+cb": pl_loop,
+    "hf": hf_loop, "hf+cb": hf_loop, "hf+cb-eager": hf_loop, "pl": pl_loop, "pl+cb": pl_loop,
 }
 
 
@@ -315,6 +371,19 @@ def table(rates: dict[str, list[float]]) -> list[str]:
                      f"{statistics.median(paired):.3f}x, {paired[0]:.2f}-{paired[-1]:.2f}")
         lines.append(f"| {loop} | " + " | ".join(f"{v:.1f}" for v in values)
                      + f" | {median:.1f} | {min(values):.1f}-{max(values):.1f} | {ratio} |")
+    return lines
+
+
+def cost_table(costs: dict[str, list[dict[str, float]]], steps: int) -> list[str]:
+    """Medians over the repetitions of the gate's own costs."""
+    lines = ["\nWhere the gate's time goes (medians over the repetitions):\n",
+             "| loop | gate calls on the training thread (us/step) | judging worker CPU "
+             "(us/step) | after the last step (ms; a trainer's end, finalize included) |",
+             "|---|---|---|---|"]
+    for loop, runs in costs.items():
+        med = {k: statistics.median(r[k] for r in runs) for k in ("hooks", "worker", "tail")}
+        lines.append(f"| {loop} | {med['hooks'] / steps * 1e6:.0f} | "
+                     f"{med['worker'] / steps * 1e6:.0f} | {med['tail'] * 1e3:.0f} |")
     return lines
 
 
@@ -343,18 +412,22 @@ def main() -> int:
           f"x {steps} steps after {opts.warmup} warm-up, torch {torch.__version__}\n")
     rates: dict[str, list[float]] = {name: [] for name in loops}
     cadences: dict[str, list[float]] = {name: [] for name in loops}
+    costs: dict[str, list[dict[str, float]]] = {name: [] for name in loops}
     for rep in range(opts.reps):
         order = loops[rep % len(loops):] + loops[:rep % len(loops)]  # interleaved, rotated
         for name in order:
             TICKS.clear()
+            COST.update(hooks=0.0, worker=0.0, tail=0.0)
             rates[name].append(RUNNERS[name](bench, name, steps, None)[0])
             cadences[name].append(cadence())
+            costs[name].append(dict(COST))
             print(f"rep {rep + 1} {name}: {rates[name][-1]:.1f} steps/s "
                   f"(cadence {cadences[name][-1]:.1f})", file=sys.stderr, flush=True)
     print("Mean rate over the timed steps (device synchronized at both ends):\n")
     print("\n".join(table(rates)))
     print("\nCadence: 1 / the median time between step ends (robust to hiccups):\n")
     print("\n".join(table(cadences)))
+    print("\n".join(cost_table(costs, steps)))
     print(f"\n| loop | NaN at step {opts.nan_at}: last step run | step reported |\n|---|---|---|")
     for name in loops:
         _, last, reported = RUNNERS[name](bench, name, opts.nan_at + 5 - opts.warmup,

@@ -175,12 +175,19 @@ class Gate:
         row = dict(metrics) if step is None else {self.axis: step, **metrics}
         return self.observe_rows([row])
 
-    def submit(self, step: int | None, metrics: Mapping[str, Any]) -> int:
+    def submit(self, step: int | None, metrics: Mapping[str, Any], *, hold: bool = False) -> int:
         """Hand one step's metrics to the judge without waiting for it (under
         mode="sync", judged now): device tensors are copied without a sync and read by
         the worker. Returns a ticket for `wait`. Blocks only while the worker is `depth`
-        hand-overs behind; raises here what the worker raised since the last call."""
-        return self._handoff.submit(step, metrics)
+        hand-overs behind; raises here what the worker raised since the last call.
+        `hold=True` (mode="async"): the values are taken now but the worker gets them at
+        the next `release()` or `wait()` — call `release()` once the next step's device
+        work is queued, so judging overlaps it."""
+        return self._handoff.submit(step, metrics, hold=hold)
+
+    def release(self) -> None:
+        """Give the worker what `submit(..., hold=True)` kept back."""
+        self._handoff.release()
 
     def wait(self, ticket: int) -> bool:
         """Block until the hand-over `ticket` (and every one before it) is judged; True

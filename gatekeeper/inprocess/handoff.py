@@ -15,6 +15,11 @@ copies a step's values and reads a flag; a worker thread waits for the device an
 - An exception in the worker (a bug, a bad value, `GateFailed` under on_fail="raise") is
   kept and raised on the training thread by the next `submit`, `wait` or `drain`, with its
   own type: a `GatekeeperError` stays exit 2, anything else is a bug (exit 70).
+- `submit(..., hold=True)` captures the values at once but keeps them from the worker
+  until `release()` (or a `wait`/`drain`, which release first): a trainer that has just
+  drained its device queue (HF's per-step `.item()`) hands the worker its values once the
+  next step's work is queued, so the worker's Python never delays the first launches of
+  a step the device is idle for.
 - `threaded=False` judges inside `submit`, on the caller's thread (the synchronous mode).
 """
 
@@ -90,14 +95,16 @@ class Handoff:
         self._first_stop: int | None = None  # the first ticket whose judgement said stop
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._held: list[tuple[int, int | None, dict[str, Any], Any]] = []
 
     @property
     def submitted(self) -> int:
         """The last ticket handed out (0: none yet)."""
         return self._submitted
 
-    def submit(self, step: int | None, metrics: Mapping[str, Any]) -> int:
-        """Hand one step's values over; its ticket. Blocks only while the queue is full."""
+    def submit(self, step: int | None, metrics: Mapping[str, Any], *, hold: bool = False) -> int:
+        """Hand one step's values over; its ticket. Blocks only while the queue is full.
+        `hold`: captured now, given to the worker at the next `release` (or `wait`)."""
         self.raise_error()
         self._submitted += 1
         ticket = self._submitted
@@ -109,15 +116,26 @@ class Handoff:
                 self._settle(ticket, stop)
             return ticket
         values, event = capture(metrics)
+        self._held.append((ticket, step, values, event))
+        if not hold:
+            self.release()
+        return ticket
+
+    def release(self) -> None:
+        """Give the worker the hand-overs held so far (in order)."""
+        if not self._held:
+            return
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="gatekeeper-judge",
                                             daemon=True)
             self._thread.start()
-        self._queue.put((ticket, step, values, event))
-        return ticket
+        held, self._held = self._held, []
+        for item in held:
+            self._queue.put(item)
 
     def wait(self, ticket: int) -> bool:
         """Block until `ticket` is judged; True when it or an earlier one said stop."""
+        self.release()
         with self._cond:
             self._cond.wait_for(lambda: self._judged >= ticket)
         self.raise_error()

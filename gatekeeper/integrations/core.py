@@ -66,10 +66,15 @@ class GateCallback:
         self._stop_at: int | None = None  # the boundary this rank stops at
         self.is_zero = True  # global rank 0 (the framework module sets it)
 
-    def hand_over(self, step: int, metrics: dict[str, Any]) -> None:
-        """Give the gate one step's (or one evaluation's) metrics, judged later."""
+    def hand_over(self, step: int, metrics: dict[str, Any], *, hold: bool = False) -> None:
+        """Give the gate one step's (or one evaluation's) metrics, judged later; `hold`:
+        the judge gets them at the next `release` (or settle)."""
         if metrics:
-            self._pending = self.gate.submit(step, metrics)
+            self._pending = self.gate.submit(step, metrics, hold=hold)
+
+    def release(self) -> None:
+        """Let the judge start on what was handed over with `hold`."""
+        self.gate.release()
 
     def settle(self, stop_at: int) -> None:
         """Wait for the judgement of everything handed over so far; when it failed the

@@ -5,9 +5,16 @@ Every `on_log` (training logs and evaluation metrics) is handed to the gate at
 `state.global_step`, with the names `WandbCallback` gives them (`loss` -> `train/loss`,
 `eval_loss` -> `eval/loss`, on the `train/global_step` axis), so a policy written against
 the run's wandb data gates the run in-process unchanged. Under mode="async" (default) a
-worker judges step N while step N+1 runs; `on_step_end` of step N+1 waits for that
-judgement and sets `control.should_training_stop`: the run stops after step N+1. Under
-mode="sync" `on_log` judges at once and the run stops after step N.
+worker judges step N while step N+1 runs, and the run stops after step N+1:
+
+- `on_log(N)` captures step N's values (device tensors copied without a sync) but holds
+  them: with `logging_steps=1` the Trainer has just called `.item()` on the loss, so the
+  device is idle and every moment of Python before step N+1's first launches is lost.
+- `on_pre_optimizer_step(N+1)` (forward and backward are queued) gives them to the worker.
+- The judgement is awaited in `on_log(N+1)`, after the Trainer's own sync, when this step
+  logs (else in `on_step_end(N+1)`), and sets `control.should_training_stop`.
+
+Under mode="sync" `on_log` judges at once and the run stops after step N.
 
 Distributed: every rank judges, with no collective of its own. The values are the same on
 every rank because the Trainer made them so: it all-gathers the loss and averages it
@@ -70,6 +77,11 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
       default the Trainer logs the running mean instead of a NaN/Inf loss, hiding it.
     """
 
+    # async: hold a step's values until the next step's backward is queued and await the
+    # judgement after the Trainer's sync (False: hand over at once, await in on_step_end;
+    # bench/bench_inprocess_gpu.py compares the two)
+    _defer = True
+
     def __init__(
         self, policies: PolicyInput | None = None, *, wandb_names: bool = True, **options: Any
     ):
@@ -77,6 +89,7 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
         exactly as `gatekeeper.integrations.core.GateCallback` takes them."""
         self.wandb_names = wandb_names
         self.axis = AXIS if wandb_names else "global_step"
+        self._settle_in_log = False  # async: this step's log awaits the judgement
         super().__init__(policies, **options)
 
     def on_train_begin(
@@ -102,22 +115,37 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
         logs: Mapping[str, Any] | None = None, **kwargs: Any,
     ) -> None:
+        if self._settle_in_log:  # async: the previous steps, judged during this one
+            self._settle_in_log = False
+            self.settle_at_boundary()
+            self.decide(_stopper(control))
         scalars = {k: v for k, v in (logs or {}).items() if k not in SUMMARY_KEYS and is_scalar(v)}
         if not scalars:
             return
         if self.wandb_names:
             scalars = rewrite_logs(scalars)
-        self.hand_over(state.global_step, scalars)
+        self.hand_over(state.global_step, scalars, hold=self.mode is Mode.ASYNC and self._defer)
         if self.mode is Mode.SYNC:
             self.settle_at_boundary()
             self.decide(_stopper(control))
+
+    def on_pre_optimizer_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        self.release()  # the step's forward and backward are queued: judging overlaps them
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
         **kwargs: Any,
     ) -> None:
         self.begin_boundary()
-        if self.mode is Mode.ASYNC:  # the previous steps; this one is logged after this hook
+        if self.mode is not Mode.ASYNC:
+            return
+        # DefaultFlowCallback (first in line) has set should_log for this step: when it
+        # logs, wait after the Trainer's own sync there, not before it here.
+        self._settle_in_log = bool(control.should_log) and self._defer
+        if not self._settle_in_log:
             self.settle_at_boundary()
             self.decide(_stopper(control))
 

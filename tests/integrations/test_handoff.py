@@ -126,3 +126,34 @@ def test_raise_mode_raises_at_the_next_boundary_after_the_reports(tmp_path: Path
     assert info.value.verdict.failing()[0].step == 3
     gate.finalize()
     assert json.loads((tmp_path / "g.json").read_text())["stopped"]["step"] == 3
+
+
+def test_a_held_hand_over_reaches_the_worker_only_when_released() -> None:
+    seen: list[int | None] = []
+    judged = threading.Event()
+
+    def judge(step: int | None, values: dict[str, Any]) -> bool:
+        seen.append(step)
+        judged.set()
+        return False
+
+    handoff = Handoff(judge)
+    first = handoff.submit(1, {"x": 1.0}, hold=True)
+    second = handoff.submit(2, {"x": 1.0}, hold=True)
+    assert not judged.wait(timeout=0.3) and seen == []  # captured, not judged
+    handoff.release()
+    assert handoff.wait(second) is False and seen == [1, 2]  # in order
+    third = handoff.submit(3, {"x": 1.0}, hold=True)
+    assert first < second < third
+    assert handoff.wait(third) is False and seen == [1, 2, 3]  # a wait releases first
+
+
+def test_a_held_host_tensor_keeps_its_value_at_hand_over(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    gate = Gate(loss_policy(tmp_path), echo=False)
+    running = torch.tensor(1.0)
+    gate.submit(1, {"loss": running}, hold=True)
+    running.fill_(float("nan"))  # updated in place before the worker gets it
+    gate.release()
+    verdict = gate.finalize(write=False)
+    assert verdict.passed, [r.message for r in verdict.results]

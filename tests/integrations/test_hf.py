@@ -65,7 +65,8 @@ class Record(transformers.TrainerCallback):
         self.recorder.add(state.global_step, rewrite_logs(kept))
 
 
-def train(tmp: Path, steps: int, callbacks: list[Any]) -> transformers.Trainer:
+def train(tmp: Path, steps: int, callbacks: list[Any], logging_steps: int = 1
+          ) -> transformers.Trainer:
     torch.manual_seed(0)
     config = transformers.GPT2Config(
         n_layer=1, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=SEQ,
@@ -73,7 +74,8 @@ def train(tmp: Path, steps: int, callbacks: list[Any]) -> transformers.Trainer:
     )
     args = transformers.TrainingArguments(
         output_dir=str(tmp / "hf"), max_steps=steps, per_device_train_batch_size=4,
-        logging_steps=1, logging_nan_inf_filter=False, eval_strategy="steps", eval_steps=10,
+        logging_steps=logging_steps, logging_nan_inf_filter=False, eval_strategy="steps",
+        eval_steps=10,
         per_device_eval_batch_size=8, report_to=[], save_strategy="no", use_cpu=True,
         disable_tqdm=True, learning_rate=1e-3, run_name="tiny-gpt2",
     )
@@ -149,3 +151,46 @@ def test_raise_mode_raises_after_writing_the_reports(tmp_path: Path) -> None:
         train(tmp_path, 40, [Poison(at=3), gate])
     assert info.value.verdict.failing()[0].step == 3
     assert json.loads((tmp_path / "gate.json").read_text())["stopped"]["step"] == 3
+
+
+def test_a_step_that_does_not_log_awaits_the_judgement_at_its_end(tmp_path: Path) -> None:
+    """logging_steps=3: steps 3, 6, .., 15 log; the NaN of step 13 first shows in the log
+    of step 15 (its mean loss), judged while step 16 runs; step 16 does not log, so its
+    `on_step_end` awaits the judgement and the run stops after step 16."""
+    pol = gate_policy(tmp_path)
+    gate = GatekeeperCallback(pol, reports=ReportOptions(json_path=str(tmp_path / "gate.json"),
+                                                         quiet=True))
+    trainer = train(tmp_path, 40, [Poison(at=13), gate], logging_steps=3)
+    assert trainer.state.global_step == 16
+    assert json.loads((tmp_path / "gate.json").read_text())["stopped"]["step"] == 15
+
+
+class Placement(transformers.TrainerCallback):
+    """Placed after the gate's callback: what its hand-over holds at each hook."""
+
+    def __init__(self, gate: GatekeeperCallback):
+        self.handoff = gate.gate._handoff
+        self.held: list[tuple[str, int, int]] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if "loss" in (logs or {}):
+            self.held.append(("log", state.global_step, len(self.handoff._held)))
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.held.append(("pre-optimizer", state.global_step, len(self.handoff._held)))
+
+
+def test_async_hands_a_step_to_the_judge_once_the_next_backward_is_queued(
+    tmp_path: Path,
+) -> None:
+    """transformers 5.25 `_inner_training_loop`: `on_pre_optimizer_step` runs after the
+    step's backward, `on_log` after `on_step_end` and the loss `.item()`."""
+    gate = GatekeeperCallback(gate_policy(tmp_path), reports=ReportOptions(quiet=True))
+    placement = Placement(gate)
+    train(tmp_path, 4, [gate, placement])
+    assert placement.held == [
+        ("pre-optimizer", 0, 0), ("log", 1, 1),  # step 1's values held at its log
+        ("pre-optimizer", 1, 0), ("log", 2, 1),  # and released in step 2
+        ("pre-optimizer", 2, 0), ("log", 3, 1),
+        ("pre-optimizer", 3, 0), ("log", 4, 1),
+    ]
