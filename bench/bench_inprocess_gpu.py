@@ -69,7 +69,10 @@ def timed(fn: Callable[..., Any], key: str, clock: Callable[[], float] = time.pe
         try:
             return fn(*args, **kwargs)
         finally:
-            COST[key] += clock() - t
+            spent = clock() - t
+            COST[key] = COST.get(key, 0.0) + spent
+            if key.startswith("hook:"):  # one of a callback's hooks: also their total
+                COST["hooks"] += spent
     return wrapper
 
 
@@ -83,7 +86,7 @@ def instrument(g: Any) -> Any:
 def instrument_callback(cb: Any, hooks: tuple[str, ...]) -> Any:
     instrument(cb.gate)
     for name in hooks:
-        setattr(cb, name, timed(getattr(cb, name), "hooks"))
+        setattr(cb, name, timed(getattr(cb, name), f"hook:{name}"))
     return cb
 
 
@@ -378,12 +381,15 @@ def cost_table(costs: dict[str, list[dict[str, float]]], steps: int) -> list[str
     """Medians over the repetitions of the gate's own costs."""
     lines = ["\nWhere the gate's time goes (medians over the repetitions):\n",
              "| loop | gate calls on the training thread (us/step) | judging worker CPU "
-             "(us/step) | after the last step (ms; a trainer's end, finalize included) |",
-             "|---|---|---|---|"]
+             "(us/step) | after the last step (ms; a trainer's end, finalize included) |"
+             " by hook (us/step) |",
+             "|---|---|---|---|---|"]
     for loop, runs in costs.items():
-        med = {k: statistics.median(r[k] for r in runs) for k in ("hooks", "worker", "tail")}
+        med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
+        hooks = ", ".join(f"{k[5:]} {v / steps * 1e6:.0f}" for k, v in med.items()
+                          if k.startswith("hook:"))
         lines.append(f"| {loop} | {med['hooks'] / steps * 1e6:.0f} | "
-                     f"{med['worker'] / steps * 1e6:.0f} | {med['tail'] * 1e3:.0f} |")
+                     f"{med['worker'] / steps * 1e6:.0f} | {med['tail'] * 1e3:.0f} | {hooks} |")
     return lines
 
 
@@ -417,6 +423,7 @@ def main() -> int:
         order = loops[rep % len(loops):] + loops[:rep % len(loops)]  # interleaved, rotated
         for name in order:
             TICKS.clear()
+            COST.clear()
             COST.update(hooks=0.0, worker=0.0, tail=0.0)
             rates[name].append(RUNNERS[name](bench, name, steps, None)[0])
             cadences[name].append(cadence())

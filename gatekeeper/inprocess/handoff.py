@@ -4,8 +4,9 @@ copies a step's values and reads a flag; a worker thread waits for the device an
 - Torch tensors on an accelerator are stacked there and copied to the host without a
   sync (`torch.stack(...).to("cpu", non_blocking=True)`: PyTorch puts the copy in pinned
   memory from its caching host allocator) and one `torch.cuda.Event` is recorded per
-  hand-over; the worker waits on that event, never the training thread. A host tensor is cloned
-  (trainers update their loss accumulators in place); anything else is handed as it is.
+  hand-over; the worker waits on that event, never the training thread. A host tensor is
+  copied (trainers update their loss accumulators in place): a one-element one read as
+  its number, any other cloned; anything else is handed as it is.
 - Each hand-over gets a ticket; `wait(ticket)` blocks until that hand-over (and every one
   before it) is judged and says whether any of them stopped the gate. A caller that waits
   for the previous step's ticket at a step boundary stops one step after the violation,
@@ -50,6 +51,8 @@ def capture(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
             values[name] = value
         elif getattr(value, "is_cuda", False):
             groups.setdefault((value.device, value.dtype, tuple(value.shape)), []).append(name)
+        elif getattr(value, "is_cpu", False) and value.numel() == 1:
+            values[name] = value.item()  # host memory: no sync, and a copy
         else:
             values[name] = detach().clone()
     if not groups:

@@ -30,15 +30,17 @@ _MARKERS = {"nan": math.nan, "inf": math.inf, "infinity": math.inf, "+inf": math
 
 
 def is_scalar(value: Any) -> bool:
-    """True for what `to_float` accepts as one number: what trainer callbacks forward."""
+    """True for what `to_float` accepts as one number: what trainer callbacks forward.
+    (Called on every logged value of every step: the common types are tested first,
+    before the abstract `Mapping`, whose isinstance is the slow one.)"""
     if value is None or isinstance(value, (bool, int, float)):
         return True
-    if isinstance(value, (str, bytes, Mapping, list, tuple)):
-        return False
-    size = getattr(value, "size", None)
     numel = getattr(value, "numel", None)
     if callable(numel):  # torch.Tensor: size is a method
         return bool(numel() == 1) and hasattr(value, "item")
+    if isinstance(value, (str, bytes, Mapping, list, tuple)):
+        return False
+    size = getattr(value, "size", None)
     if size is not None and not callable(size):
         return bool(size == 1) and hasattr(value, "item")
     return hasattr(value, "__float__")
