@@ -86,6 +86,25 @@ def test_values_reach_the_judge_as_observe_reads_them(tmp_path: Path) -> None:
         r.to_dict() for r in verdicts["thread"].results]
 
 
+def test_every_observation_of_the_process_equals_the_thread_judges(tmp_path: Path) -> None:
+    """Step by step, quiet steps (an answer the process reuses) between a rule coming in,
+    a failure and a recovery of the loss: the same status, changes, failing and points."""
+    seen: dict[str, list[tuple[object, ...]]] = {}
+    values = [1.0, 1.0, 1.0, 1.0, 1.0, 20.0, 20.0, 1.0, math.nan, 1.0]
+    for judge in ("process", "thread"):
+        gate = Gate(loss_policy(tmp_path), echo=False, judge=judge, on_fail="report")
+        seen[judge] = []
+        for step, value in enumerate(values, 1):
+            obs = gate.observe(step, {"loss": value} if step != 4 else {"loss": 1.0, "x": 2})
+            seen[judge].append((
+                obs.status, obs.points, [(c.before, c.result.to_dict()) for c in obs.changes],
+                [r.to_dict() for r in obs.failing]))
+        gate.finalize(write=False)
+    assert seen["process"] == seen["thread"]
+    assert [s[0].value for s in seen["process"]][:7] == ["pass"] * 5 + ["fail"] * 2
+    assert [s[1] for s in seen["process"]][:5] == [1, 1, 1, 2, 1]
+
+
 def test_a_judge_that_dies_is_an_error_on_the_training_thread(tmp_path: Path) -> None:
     before = set(judges_of(os.getpid()))
     gate = Gate(loss_policy(tmp_path), echo=False)
