@@ -25,7 +25,9 @@ Offline: only torch, transformers, lightning and gatekeeper are imported.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import math
+import pstats
 import statistics
 import sys
 import time
@@ -57,6 +59,15 @@ COST = {"hooks": 0.0, "worker": 0.0, "tail": 0.0}
 def tick(step: int, warmup: int) -> None:
     if step >= warmup:
         TICKS.append(time.perf_counter())
+
+
+PROFILE: list[cProfile.Profile] = []  # --profile: the profiler of the loop running now
+
+
+def profile(on: bool) -> None:
+    """The timed steps begin (on) or end: the training thread's profile covers them only."""
+    for profiler in PROFILE:
+        profiler.enable() if on else profiler.disable()
 
 
 def timed(fn: Callable[..., Any], key: str, clock: Callable[[], float] = time.perf_counter
@@ -174,6 +185,7 @@ def custom_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[fl
         if step == b.warmup + 1:
             b.sync()
             start = time.perf_counter()
+            profile(True)
         with torch.autocast(b.device, dtype=torch.bfloat16, enabled=b.cuda):
             loss = model(input_ids=ids, labels=ids).loss
         if step == nan_at:
@@ -192,6 +204,7 @@ def custom_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[fl
         elif g is not None and timed(g.feed, "hooks")(step, metrics):
             break
     b.sync()
+    profile(False)
     rate = max(last - b.warmup, 0) / (time.perf_counter() - start)
     reported = None
     if g is not None:
@@ -239,6 +252,7 @@ def hf_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
             if state.global_step == b.warmup:
                 b.sync()
                 self.start = time.perf_counter()
+                profile(True)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs is not None and "loss" in logs:
@@ -250,6 +264,7 @@ def hf_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
         def on_train_end(self, args, state, control, **kwargs):
             b.sync()
             self.end = time.perf_counter()  # first in line: before the gate's finalize
+            profile(False)
 
 
     model = b.model()
@@ -321,10 +336,12 @@ def pl_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
             if trainer.global_step == b.warmup:
                 b.sync()
                 self.start = time.perf_counter()
+                profile(True)
 
         def on_train_end(self, trainer, pl_module):
             b.sync()
             self.end = time.perf_counter()  # first in line: before the gate's finalize
+            profile(False)
 
     ids = b.ids()
     loader = torch.utils.data.DataLoader(
@@ -393,6 +410,17 @@ def cost_table(costs: dict[str, list[dict[str, float]]], steps: int) -> list[str
     return lines
 
 
+def profile_table(loop: str, stats: pstats.Stats, top: int, steps: int) -> list[str]:
+    """The training thread's costliest functions (own time) over the timed steps, per step."""
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]  # type: ignore[attr-defined]
+    lines = [f"\nProfile of {loop} (training thread, own time per step):\n",
+             "| function | calls/step | us/step |", "|---|---|---|"]
+    for (file, line, func), (_, calls, own, _, _) in rows:
+        where = f"{Path(file).name}:{line}({func})" if line else func
+        lines.append(f"| {where} | {calls / steps:.1f} | {own / steps * 1e6:.0f} |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=("small", "bigger"), default="small")
@@ -402,6 +430,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--nan-at", type=int, default=60)
     parser.add_argument("--loops", default=",".join(LOOPS))
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="profile the training thread (cProfile) and print each loop's "
+                             "N costliest functions per step (slows every loop)")
     opts = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() and not opts.quick else "cpu"
     size = "quick" if opts.quick or device == "cpu" else opts.size
@@ -419,13 +450,21 @@ def main() -> int:
     rates: dict[str, list[float]] = {name: [] for name in loops}
     cadences: dict[str, list[float]] = {name: [] for name in loops}
     costs: dict[str, list[dict[str, float]]] = {name: [] for name in loops}
+    profiles: dict[str, pstats.Stats] = {}
     for rep in range(opts.reps):
         order = loops[rep % len(loops):] + loops[:rep % len(loops)]  # interleaved, rotated
         for name in order:
             TICKS.clear()
             COST.clear()
             COST.update(hooks=0.0, worker=0.0, tail=0.0)
+            PROFILE[:] = [cProfile.Profile()] if opts.profile else []
             rates[name].append(RUNNERS[name](bench, name, steps, None)[0])
+            for profiler in PROFILE:
+                if name in profiles:
+                    profiles[name].add(profiler)
+                else:
+                    profiles[name] = pstats.Stats(profiler)
+            PROFILE.clear()
             cadences[name].append(cadence())
             costs[name].append(dict(COST))
             print(f"rep {rep + 1} {name}: {rates[name][-1]:.1f} steps/s "
@@ -435,6 +474,8 @@ def main() -> int:
     print("\nCadence: 1 / the median time between step ends (robust to hiccups):\n")
     print("\n".join(table(cadences)))
     print("\n".join(cost_table(costs, steps)))
+    for name, stats in profiles.items():
+        print("\n".join(profile_table(name, stats, opts.profile, opts.reps * steps)))
     print(f"\n| loop | NaN at step {opts.nan_at}: last step run | step reported |\n|---|---|---|")
     for name in loops:
         _, last, reported = RUNNERS[name](bench, name, opts.nan_at + 5 - opts.warmup,
