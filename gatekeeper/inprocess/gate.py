@@ -22,8 +22,8 @@ from typing import Any, TextIO
 
 from gatekeeper.errors import UsageError
 from gatekeeper.gate import PolicyInput, ReportOptions, resolve_policies, write_reports
-from gatekeeper.inprocess.handoff import Direct, Handoff
-from gatekeeper.inprocess.local import Judged, LocalJudge
+from gatekeeper.inprocess.handoff import Handoff
+from gatekeeper.inprocess.local import LocalJudge
 from gatekeeper.inprocess.remote import RemoteJudge
 from gatekeeper.live.gate import Change
 from gatekeeper.live.progress import change_line
@@ -94,24 +94,6 @@ def _weak_judge(gate: Gate) -> Callable[[int | None, dict[str, Any]], bool]:
     return judge
 
 
-def _weak_direct(gate: Gate) -> Direct | None:
-    """The hand-over's send-now, answer-later pair (a judge process only), holding the
-    gate weakly."""
-    if not isinstance(gate._judge, RemoteJudge):
-        return None
-    ref = weakref.ref(gate)
-
-    def post(step: int | None, metrics: dict[str, Any]) -> int:
-        alive = ref()
-        return 0 if alive is None else alive._post_handed(step, metrics)
-
-    def finish(posted: int) -> bool:
-        alive = ref()
-        return True if alive is None else alive._finish_handed(posted)
-
-    return Direct(post, finish)
-
-
 def make_judge(policies: PolicyInput, overrides: Sequence[str], run: Run, axis: str,
                started: float, *, threaded: bool) -> LocalJudge | RemoteJudge:
     """Where a gate judges: in a judge process (an asynchronous gate given policy files:
@@ -179,8 +161,7 @@ class Gate:
                                  threaded=self.mode is Mode.SYNC or judge == "thread")
         self._failed_at: dict[str, Any] | None = None
         self._final: Verdict | None = None
-        self._handoff = Handoff(_weak_judge(self), threaded=self.mode is Mode.ASYNC,
-                                direct=_weak_direct(self))
+        self._handoff = Handoff(_weak_judge(self), threaded=self.mode is Mode.ASYNC)
         # A gate dropped without finalize ends its worker and (its judge gone with it)
         # its judge process: the worker holds the gate only weakly.
         weakref.finalize(self, self._handoff.abandon)
@@ -230,43 +211,23 @@ class Gate:
         Steps of a metric must not go back; a rejected row raises `UsageError` (the rows
         before it are kept and judged with the next call)."""
         with self._lock:
-            self._open()
-            return self._observed(self._judge.observe_rows(rows, self._clock()))
-
-    def _open(self) -> None:
-        if self._final is not None:
-            raise UsageError("this gate was finalized; start a new Gate for a new run")
-
-    def _observed(self, judged: Judged) -> Observation:
-        """What a judged batch means for the gate (with the lock held): the changes said,
-        the first failure kept; GateFailed under on_fail="raise" when it just failed."""
-        self._say(judged.changes)
-        newly = bool(judged.failing) and self._failed_at is None
-        if newly:
-            self._failed_at = self._failure_info(judged.failing[0])
-        obs = Observation(
-            status=judged.status,
-            changes=judged.changes,
-            failing=judged.failing,
-            stop=self._failed_at is not None and self.on_fail is not OnFail.REPORT,
-            points=judged.points,
-        )
+            if self._final is not None:
+                raise UsageError("this gate was finalized; start a new Gate for a new run")
+            judged = self._judge.observe_rows(rows, self._clock())
+            self._say(judged.changes)
+            newly = bool(judged.failing) and self._failed_at is None
+            if newly:
+                self._failed_at = self._failure_info(judged.failing[0])
+            obs = Observation(
+                status=judged.status,
+                changes=judged.changes,
+                failing=judged.failing,
+                stop=self._failed_at is not None and self.on_fail is not OnFail.REPORT,
+                points=judged.points,
+            )
         if newly and self.on_fail is OnFail.RAISE:
-            raise GateFailed(self._judge.verdict())
+            raise GateFailed(self.verdict())
         return obs
-
-    # ---- a hand-over sent now, its answer read later (the judge process only) ----------
-    def _post_handed(self, step: int | None, metrics: dict[str, Any]) -> int:
-        assert isinstance(self._judge, RemoteJudge)
-        row = dict(metrics) if step is None else {self.axis: step, **metrics}
-        with self._lock:
-            self._open()
-            return self._judge.post_rows([row], self._clock())
-
-    def _finish_handed(self, posted: int) -> bool:
-        assert isinstance(self._judge, RemoteJudge)
-        with self._lock:
-            return self._observed(self._judge.rows_answer(posted)).stop
 
     def update_run(
         self,

@@ -1,13 +1,5 @@
 """The hand-over between the training thread and the judge: the training thread only
-copies a step's values and reads a flag; the judging happens elsewhere.
-
-- Where: with the judge process (`Direct`: a request sent now, its answer read later), a
-  hand-over whose values are on the host — numbers, or a device copy that has landed —
-  is sent from the training thread itself and its answer read at the `wait`: a few tens
-  of microseconds there, and no other thread of the trainer takes Python's GIL for it.
-  One still waiting for the device goes to a worker thread, which waits on the device
-  event and then asks the judge; hand-overs that follow queue behind it (the judge's
-  answers come in order). Without a judge process (`judge="thread"`) the worker judges.
+copies a step's values and reads a flag; a worker thread waits for the device and judges.
 
 - Torch tensors on an accelerator are stacked there and copied to the host without a
   sync (`torch.stack(...).to("cpu", non_blocking=True)`: PyTorch puts the copy in pinned
@@ -36,20 +28,10 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 Judge = Callable[[int | None, dict[str, Any]], bool]  # (step, values) -> stop
-Item = tuple[int, int | None, dict[str, Any], Any]  # ticket, step, captured values, event
-
-
-class Direct(NamedTuple):
-    """A judge that takes a hand-over now and answers later (the judge process): `post`
-    sends the values and returns a token, `finish(token)` reads the answer -> stop."""
-
-    post: Callable[[int | None, dict[str, Any]], int]
-    finish: Callable[[int], bool]
 
 
 _STACKS = object()  # the key of the device groups in a captured dict
@@ -103,23 +85,20 @@ def landed(values: dict[Any, Any]) -> dict[str, Any]:
 class Handoff:
     """Tickets in, judgements out: see the module docstring."""
 
-    def __init__(self, judge: Judge, *, threaded: bool = True, depth: int = 64,
-                 direct: Direct | None = None):
+    def __init__(self, judge: Judge, *, threaded: bool = True, depth: int = 64):
         if depth < 1:
             raise ValueError("depth must be at least 1")
         self._judge = judge
         self.threaded = threaded
-        self._direct = direct
-        self._posted: deque[tuple[int, int]] = deque()  # (ticket, token) sent, not answered
-        self._to_worker = 0  # the last ticket given to the worker
-        self._queue: queue.Queue[Item | None] = queue.Queue(maxsize=depth)
+        self._queue: queue.Queue[tuple[int, int | None, dict[str, Any], Any] | None] = (
+            queue.Queue(maxsize=depth))
         self._cond = threading.Condition()
         self._submitted = 0
         self._judged = 0
         self._first_stop: int | None = None  # the first ticket whose judgement said stop
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._held: list[Item] = []
+        self._held: list[tuple[int, int | None, dict[str, Any], Any]] = []
 
     @property
     def submitted(self) -> int:
@@ -146,54 +125,20 @@ class Handoff:
         return ticket
 
     def release(self) -> None:
-        """Give the judge the hand-overs held so far, in order: sent from this thread when
-        their values are on the host (or their device copy has landed) and the worker has
-        nothing in hand — no worker Python, no GIL taken from this thread — else queued
-        for the worker, which waits for the device."""
+        """Give the worker the hand-overs held so far (in order)."""
+        if not self._held:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gatekeeper-judge",
+                                            daemon=True)
+            self._thread.start()
         held, self._held = self._held, []
         for item in held:
-            if self._direct is not None and self._worker_idle() and (
-                    item[3] is None or item[3].query()):
-                self._post(item)
-                continue
-            self._answer(item[0])  # the pipe answers in order: what was posted comes first
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="gatekeeper-judge",
-                                                daemon=True)
-                self._thread.start()
-            self._to_worker = item[0]
             self._queue.put(item)
-
-    def _worker_idle(self) -> bool:
-        with self._cond:
-            return self._judged >= self._to_worker
-
-    def _post(self, item: Item) -> None:
-        assert self._direct is not None
-        ticket, step, values, _ = item
-        try:
-            self._posted.append((ticket, self._direct.post(step, landed(values))))
-        except BaseException as exc:  # noqa: BLE001 - raised by the next call, as the worker's
-            self._failed(exc)
-            self._answer(ticket)  # the ones posted before it settle first, in order
-            self._settle(ticket, True)
-
-    def _answer(self, upto: int) -> None:
-        """Read the answers of the hand-overs posted up to ticket `upto`."""
-        assert self._direct is not None or not self._posted
-        while self._posted and self._posted[0][0] <= upto:
-            ticket, token = self._posted.popleft()
-            stop = True
-            try:
-                stop = self._direct.finish(token)  # type: ignore[union-attr]
-            except BaseException as exc:  # noqa: BLE001 - raised by the wait
-                self._failed(exc)
-            self._settle(ticket, stop)
 
     def wait(self, ticket: int) -> bool:
         """Block until `ticket` is judged; True when it or an earlier one said stop."""
         self.release()
-        self._answer(ticket)
         with self._cond:
             self._cond.wait_for(lambda: self._judged >= ticket)
         self.raise_error()
@@ -236,12 +181,9 @@ class Handoff:
                 stop = self._judge(step, landed(values))
             except BaseException as exc:  # noqa: BLE001 - handed to the training thread
                 stop = True
-                self._failed(exc)
+                with self._cond:
+                    self._error = self._error or exc
             self._settle(ticket, stop)
-
-    def _failed(self, exc: BaseException) -> None:
-        with self._cond:
-            self._error = self._error or exc
 
     def _settle(self, ticket: int, stop: bool) -> None:
         with self._cond:

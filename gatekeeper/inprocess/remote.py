@@ -2,8 +2,7 @@
 
 Started when an asynchronous `Gate` is made, so policy errors still surface before the
 first training step. Each call is one request and one answer (`wire.py`), bounded in time
-(`timeout`) and size; the caller serializes calls (the gate's lock). Rows may be sent
-ahead of their answer (`post_rows`, then `rows_answer`): answers come back in order. The child is
+(`timeout`) and size; the caller serializes calls (the gate's lock). The child is
 `sys.executable` running `gatekeeper.inprocess.judge` of this very gatekeeper; it imports
 neither torch nor the trainer, and ends with `final`, `close`, or this process.
 """
@@ -81,8 +80,6 @@ class RemoteJudge:
         self._buf = bytearray()
         # the last answer that changed nothing and failed nothing, and what it said
         self._quiet: tuple[bytes, Judged] = (b"", Judged(GateStatus.PENDING))
-        self._sent = self._read = 0  # requests sent, answers read
-        self._unread: dict[int, bytes] = {}  # answers read for a later caller
         self._proc = _spawn()
         self._ender = weakref.finalize(self, _end, self._proc)
         try:
@@ -95,16 +92,7 @@ class RemoteJudge:
             raise
 
     def observe_rows(self, rows: Iterable[Mapping[str, Any]], now: float) -> Judged:
-        return self.rows_answer(self.post_rows(rows, now))
-
-    def post_rows(self, rows: Iterable[Mapping[str, Any]], now: float) -> int:
-        """Send a batch of rows without waiting: the number `rows_answer` takes. Answers
-        come in order; any later call reads the earlier ones first and keeps them."""
-        return self._post({"op": "rows", "rows": [plain_row(r) for r in rows], "now": now})
-
-    def rows_answer(self, posted: int) -> Judged:
-        """What the judge concluded on the rows `post_rows` sent as `posted`."""
-        line = self._reply(posted)
+        line = self._exchange({"op": "rows", "rows": [plain_row(r) for r in rows], "now": now})
         if line == self._quiet[0]:  # most steps: the answer of the step before, word for word
             return Judged(self._quiet[1].status, [], [], self._quiet[1].points)
         judged = judged_from_dict(self._answer(line))
@@ -131,7 +119,7 @@ class RemoteJudge:
 
     # ---- the pipe ------------------------------------------------------------------
     def _call(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        return self._answer(self._reply(self._post(request)))
+        return self._answer(self._exchange(request))
 
     @staticmethod
     def _answer(line: bytes) -> dict[str, Any]:
@@ -140,16 +128,8 @@ class RemoteJudge:
             raise error_from_dict(reply["error"])
         return reply["ok"]  # type: ignore[no-any-return]
 
-    def _reply(self, posted: int) -> bytes:
-        """The answer line of request number `posted`, reading (and keeping) the answers
-        of the requests before it that nobody has read yet."""
-        while self._read < posted:
-            self._read += 1
-            self._unread[self._read] = self._line()
-        return self._unread.pop(posted)
-
-    def _post(self, request: Mapping[str, Any]) -> int:
-        """Send one request; its number (answers come back in this order)."""
+    def _exchange(self, request: Mapping[str, Any]) -> bytes:
+        """Send one request; its answer's line."""
         proc = self._proc
         if proc.stdin is None or proc.stdin.closed:
             raise JudgeProcessError("the judge process was closed")
@@ -160,8 +140,7 @@ class RemoteJudge:
             raise self._gone("ended", with_code=True) from None
         except OSError as exc:
             raise self._gone(f"could not be written to ({exc})") from None
-        self._sent += 1
-        return self._sent
+        return self._line()
 
     def _line(self) -> bytes:
         assert self._proc.stdout is not None

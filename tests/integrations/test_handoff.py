@@ -15,7 +15,7 @@ import pytest
 from gatekeeper.errors import GatekeeperError, UsageError
 from gatekeeper.gate import ReportOptions
 from gatekeeper.inprocess import Gate, GateFailed
-from gatekeeper.inprocess.handoff import Direct, Handoff, capture
+from gatekeeper.inprocess.handoff import Handoff
 from tests.helpers import write_policy
 
 
@@ -157,77 +157,3 @@ def test_a_held_host_tensor_keeps_its_value_at_hand_over(tmp_path: Path) -> None
     gate.release()
     verdict = gate.finalize(write=False)
     assert verdict.passed, [r.message for r in verdict.results]
-
-
-class Landed:
-    """A device copy's event (torch.cuda.Event's `query`/`synchronize`), landed or not."""
-
-    def __init__(self, landed: bool):
-        self.landed = threading.Event()
-        if landed:
-            self.landed.set()
-
-    def query(self) -> bool:
-        return self.landed.is_set()
-
-    def synchronize(self) -> None:
-        self.landed.wait(timeout=30)
-
-
-def test_host_values_are_sent_from_the_caller_and_device_ones_through_the_worker() -> None:
-    """With a judge that answers later (the judge process), a hand-over whose values are
-    on the host is sent from the caller's thread and its answer read at the wait — no
-    worker; one waiting for the device goes to the worker, after the answers of what was
-    sent before it, and what comes while the worker holds it queues behind it. Every
-    judgement in ticket order."""
-    order: list[tuple[str, int | None]] = []
-    posted: list[bool] = []
-
-    def post(step: int | None, values: dict[str, Any]) -> int:
-        order.append(("posted", step))
-        posted.append(values["x"] > 1)
-        return len(posted) - 1
-
-    def finish(token: int) -> bool:
-        order.append(("answered", token + 1))
-        return posted[token]
-
-    def judge(step: int | None, values: dict[str, Any]) -> bool:
-        order.append(("worker", step))
-        return bool(values["x"] > 1)
-
-    handoff = Handoff(judge, direct=Direct(post, finish))
-    assert handoff.submit(1, {"x": 1.0}) == 1
-    assert handoff._thread is None and order == [("posted", 1)]  # no worker started
-    assert handoff.wait(1) is False and order[1:] == [("answered", 1)]
-    handoff.submit(2, {"x": 1.0}, hold=True)
-    assert order[2:] == []  # held
-    handoff.release()
-    assert order[2:] == [("posted", 2)]
-    event = Landed(False)  # a device hand-over whose copy has not landed
-    handoff._submitted += 1
-    handoff._held.append((3, 3, capture({"x": 1.0})[0], event))
-    handoff.release()  # 2's answer is read first: the pipe answers in order
-    assert order[3:] == [("answered", 2)] and handoff._thread is not None
-    handoff.submit(4, {"x": 5.0})  # the worker holds 3: 4 queues behind it
-    event.landed.set()
-    assert handoff.wait(4) is True
-    assert order[4:] == [("worker", 3), ("worker", 4)]
-    handoff.submit(5, {"x": 1.0})  # the worker is idle again: sent from here
-    assert order[6:] == [("posted", 5)]
-    assert handoff.wait(5) is True and order[7:] == [("answered", 3)]  # 4 stopped
-    handoff.drain()
-
-
-def test_a_judge_process_that_refuses_a_row_sent_directly_raises_at_the_wait(
-    tmp_path: Path,
-) -> None:
-    gate = Gate(loss_policy(tmp_path), echo=False)
-    gate.submit(5, {"loss": 1.0})
-    assert gate._handoff._thread is None  # sent from this thread
-    gate.submit(4, {"loss": 1.0})
-    with pytest.raises(UsageError, match="loss"):
-        gate.wait(2)
-    gate.submit(6, {"loss": 1.0})
-    assert gate.wait(3) is True  # a refused hand-over asks to stop, as on the worker
-    assert gate.finalize(write=False).passed  # the rows before and after it judged
