@@ -17,6 +17,7 @@ from tests.daemon.recorder import Recorder, Trickler
 # the 2 s cap the test used before, and the test takes 10 s of wall time instead of 35.
 BACKOFF, BACKOFF_MAX = 0.1, 0.5
 OUTAGE = 16 * BACKOFF_MAX
+RETRIES = 'gatekeeper_notification_retries_total{channel="hook"}'  # in this life
 
 
 def delivered(rec: Recorder) -> Counter[tuple[str, str, str]]:
@@ -59,8 +60,7 @@ def test_a_receiver_outage_across_two_restarts_loses_no_alert_and_sends_none_twi
         for i, restart in enumerate(("sigterm", "kill9", None)):
             kids.append(writer(runs / f"r{i}.jsonl", "--steps", "6", "--bad-at", "2", "--end"))
             assert daemon.wait(lambda n=i + 1: pending() == n, 15), daemon.tail()
-            retries = 'gatekeeper_notification_retries_total{channel="hook"}'
-            assert daemon.wait(lambda: daemon.metric(retries) >= 3, 10), daemon.tail()
+            assert daemon.wait(lambda: daemon.metric(RETRIES) >= 3, 10), daemon.tail()
             assert daemon.metric('gatekeeper_notifications_waiting{channel="hook"}') == i + 1
             if restart == "sigterm":
                 assert daemon.stop() == 0
