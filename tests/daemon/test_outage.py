@@ -1,5 +1,6 @@
-"""A receiver outage of 30 s, with the daemon restarted twice during it (SIGTERM, then
-kill -9): every alert raised before and during the outage is delivered once after it."""
+"""A receiver outage of 16 capped retry pauses, with the daemon restarted twice during it
+(SIGTERM, then kill -9): every alert raised before and during the outage is delivered once
+after it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from pathlib import Path
 from tests.daemon.harness import DaemonProcess, free_port, write_config, writer
 from tests.daemon.recorder import Recorder, Trickler
 
-OUTAGE = 30.0  # seconds, as the issue asks: far beyond the old ~7 s of retries
+# The issue asked for 30 s against the default pauses: far beyond the old ~7 s of retries.
+# What matters is the outage in retry pauses, not in seconds: with the pauses scaled down
+# (0.1 s doubling up to 0.5 s) an outage of 8 s spans 16 capped pauses, as 30 s spans 15 at
+# the 2 s cap the test used before, and the test takes 10 s of wall time instead of 35.
+BACKOFF, BACKOFF_MAX = 0.1, 0.5
+OUTAGE = 16 * BACKOFF_MAX
+RETRIES = 'gatekeeper_notification_retries_total{channel="hook"}'  # in this life
 
 
 def delivered(rec: Recorder) -> Counter[tuple[str, str, str]]:
@@ -22,7 +29,7 @@ def delivered(rec: Recorder) -> Counter[tuple[str, str, str]]:
     )
 
 
-def test_a_30s_receiver_outage_across_two_restarts_loses_no_alert_and_sends_none_twice(
+def test_a_receiver_outage_across_two_restarts_loses_no_alert_and_sends_none_twice(
     tmp_path: Path,
 ) -> None:
     port = free_port()  # nobody listens until the outage ends: connections are refused
@@ -35,8 +42,8 @@ def test_a_30s_receiver_outage_across_two_restarts_loses_no_alert_and_sends_none
                 "url": f"http://127.0.0.1:{port}/hook",
                 "group_wait": 0.2,
                 "timeout": 2,
-                "retry_backoff": 0.5,
-                "retry_backoff_max": 2,
+                "retry_backoff": BACKOFF,
+                "retry_backoff_max": BACKOFF_MAX,
             }
         ],
     )
@@ -53,8 +60,7 @@ def test_a_30s_receiver_outage_across_two_restarts_loses_no_alert_and_sends_none
         for i, restart in enumerate(("sigterm", "kill9", None)):
             kids.append(writer(runs / f"r{i}.jsonl", "--steps", "6", "--bad-at", "2", "--end"))
             assert daemon.wait(lambda n=i + 1: pending() == n, 15), daemon.tail()
-            time.sleep(2.0)  # a few failed attempts in this life
-            assert daemon.metric('gatekeeper_notification_retries_total{channel="hook"}') >= 1
+            assert daemon.wait(lambda: daemon.metric(RETRIES) >= 3, 10), daemon.tail()
             assert daemon.metric('gatekeeper_notifications_waiting{channel="hook"}') == i + 1
             if restart == "sigterm":
                 assert daemon.stop() == 0
@@ -68,9 +74,9 @@ def test_a_30s_receiver_outage_across_two_restarts_loses_no_alert_and_sends_none
         back = time.monotonic()
         assert rec.wait(lambda: sum(delivered(rec).values()) >= 3, 15), daemon.tail()
         took = time.monotonic() - back
-        time.sleep(3.0)  # nothing more may arrive
+        time.sleep(3 * BACKOFF_MAX)  # nothing more may arrive
         assert delivered(rec) == {(f"r{i}", "kl-small", "firing"): 1 for i in range(3)}
-        assert took < 4.0, took  # within one capped backoff (2 s) of the recovery
+        assert took < 4 * BACKOFF_MAX, took  # a capped pause after the recovery, + slack
         outcomes = [a["outcome"] for a in daemon.api("/api/alerts")["alerts"]]
         assert outcomes == ["sent"] * 3
         print(

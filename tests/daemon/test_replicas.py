@@ -53,6 +53,13 @@ def stored(url: str) -> dict[str, tuple[int, float]]:
     return {Path(k).stem: (int(p), float(u or 0)) for k, p, u in rows}
 
 
+def once_each(fleet: list[DaemonProcess], found: dict[str, list[str]], runs: int) -> bool:
+    """Every run listed by exactly one replica (who lists which: into `found`)."""
+    found.clear()
+    found.update(listed(fleet))
+    return len(found) == runs and all(len(v) == 1 for v in found.values())
+
+
 def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
     tmp_path: Path, pg_url: str
 ) -> None:
@@ -94,12 +101,17 @@ def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
         )
         for path in runs:  # more data for the stalled one to find when it resumes
             append(path, 2)
+        resumed_at = stalled.log.stat().st_size
         stalled.proc.send_signal(signal.SIGCONT)
         assert wait(lambda: all(p == 6 for p, _ in stored(pg_url).values()), 30), stored(pg_url)
-        time.sleep(2 * STALL_LEASE)  # the resumed replica has polled, been refused, rebalanced
+        # the resumed replica has polled (refused) or rebalanced: it let go of every run taken
+        # over, after a poll in flight; then both replicas share the runs again
+        let_go = [f"/{n}.jsonl: no longer polled by this replica" for n in theirs]
+        assert wait(lambda: all(line in stalled.log.read_text()[resumed_at:] for line in let_go),
+                    4 * STALL_LEASE), stalled.tail()  # fmt: skip
+        found: dict[str, list[str]] = {}
+        assert wait(lambda: once_each(fleet, found, 24), 4 * STALL_LEASE), found
         assert all(p == 6 for p, _ in stored(pg_url).values()), stored(pg_url)  # none doubled
-        found = listed(fleet)
-        assert len(found) == 24 and all(len(v) == 1 for v in found.values()), found
         assert hook.wait(lambda: len(firing_lines(hook.bodies)) == 1, 20)
         time.sleep(1.0)
         assert firing_lines(hook.bodies) == {(theirs[0], "kl-small", "firing"): 1}

@@ -41,7 +41,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -55,6 +54,7 @@ from gatekeeper.model import Run, Series
 from gatekeeper.policy.loader import load_policies
 from gatekeeper.verdict import RuleResult, Status
 from tests.fuzz.harness import FIRST_SEED, scaled
+from tests.helpers import gatekeeper_in_process
 
 # ---- the generator ------------------------------------------------------------------------
 
@@ -805,22 +805,9 @@ def cli_case(case: Case, tmp_path: Path) -> None:
     ]
     run_file.write_text("".join(line + "\n" for line in lines))
     policy_file.write_text(case.policy_text)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gatekeeper",
-            "check",
-            str(run_file),
-            "-p",
-            str(policy_file),
-            "--json",
-            str(out),
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    # the console script's main() in this process: 30 children proved nothing more
+    proc = gatekeeper_in_process(
+        "check", str(run_file), "-p", str(policy_file), "--json", str(out), "-q"
     )
     where = f"{case.describe()}\n--- cli exit {proc.returncode}: {proc.stderr}"
     if not _valid(case):  # refused: exit 2, one line naming the policy file

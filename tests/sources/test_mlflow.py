@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -491,6 +492,34 @@ def test_a_store_without_a_run_id_is_refused_by_check(tmp_path: Path) -> None:
 
 
 RESUMES = [("file", "env"), ("sqlite", "arg"), ("server", "env")]
+FIRST_POLL = "] 70 points (train/loss step 69)"  # the progress line of the first poll
+
+
+def _after_first_poll(args: list[str], env: dict[str, str], go: Path) -> tuple[int, str]:
+    """`gatekeeper ARGS` in a child; `go` is created once it prints FIRST_POLL (the
+    resuming trainer waits for that file): its exit code and output."""
+    env = {k: v for k, v in env.items() if not k.startswith("GITHUB_")}  # as gatekeeper()
+    proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if FIRST_POLL in line:
+                go.touch()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(240)
+    finally:
+        proc.kill()
+    reader.join(10)
+    said = "".join(lines)
+    assert go.exists(), f"no first poll of the 70 steps:\n{said}"
+    return code, said
 
 
 @pytest.mark.parametrize(("store", "by"), RESUMES)
@@ -510,14 +539,14 @@ def test_a_resumed_run_logging_below_its_old_maximum_step_fails_live_as_it_does_
     env = {"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true"}
     if by == "env":
         env["MLFLOW_RUN_ID"] = rid
-    out = tmp_path / "run.json"
-    # the resume waits, so the first polls read steps 0..69 before step 55 comes
-    proc = gatekeeper(
-        "run", "-p", str(_policy(tmp_path)), "--source", source, "--json", str(out),
-        "--interval", "0.2", "--", sys.executable, RESUME, "--wait", "4", "--by", by,
-        *(("--run-id", rid) if by == "arg" else ()), env=env, timeout=240,
-    )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out, go = tmp_path / "run.json", tmp_path / "go"
+    # the resume waits until a poll has read steps 0..69, then logs step 55
+    code, said = _after_first_poll(
+        ["run", "-p", str(_policy(tmp_path)), "--source", source, "--json", str(out),
+         "--interval", "0.2", "--", sys.executable, RESUME, "--go", str(go), "--by", by,
+         *(("--run-id", rid) if by == "arg" else ())], {**os.environ, **env}, go,
+    )  # fmt: skip
+    assert code == 1, said
     live = _result(json.loads(out.read_text()))
     proc, whole = _check(tmp_path, source)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -535,19 +564,20 @@ def test_watch_of_a_run_resumed_below_its_old_maximum_step_exits_1(
 
     uri = _store(store, tmp_path, request, monkeypatch)
     rid = _log_run(MlflowClient(uri), "resumed-w", [1 / (i + 1) for i in range(70)], None)
-    out = tmp_path / "watch.json"
+    out, go = tmp_path / "watch.json", tmp_path / "go"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": rid,
            "MLFLOW_ALLOW_FILE_STORE": "true"}
-    watch = subprocess.Popen(
-        [sys.executable, "-m", "gatekeeper", "watch", f"mlflow+{uri}/runs/{rid}", "-p",
-         str(_policy(tmp_path)), "--json", str(out), "--interval", "0.2"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    # the restarted job starts with the watch and logs once the watch has read steps 0..69
+    resume = subprocess.Popen([sys.executable, RESUME, "--go", str(go)], env=env)
     try:
-        subprocess.run([sys.executable, RESUME, "--wait", "4"], env=env, check=True, timeout=120)
-        assert watch.wait(120) == 1, watch.communicate()[0]
+        code, said = _after_first_poll(
+            ["watch", f"mlflow+{uri}/runs/{rid}", "-p", str(_policy(tmp_path)), "--json",
+             str(out), "--interval", "0.2"], env, go,
+        )  # fmt: skip
+        assert resume.wait(120) == 0
     finally:
-        watch.kill()
+        resume.kill()
+    assert code == 1, said
     res = _result(json.loads(out.read_text()))
     assert res["status"] == "fail" and res["step"] == 55, res
 
