@@ -1,4 +1,5 @@
-"""The stored judging state of one run: versioned JSON of its rule trackers.
+"""What a run's row stores on every poll: its judging state, versioned JSON of its rule
+trackers; and its verdict as JSON (`VerdictText`).
 
 A row holds `{"format", "state_version", "gatekeeper", "evaluation"}`; `evaluation` is
 `engine.Evaluation.to_state()` (numbers, strings, lists — never objects). The store
@@ -9,6 +10,7 @@ declared field types, when the daemon starts (`restore`).
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Any
 
 import orjson
@@ -18,6 +20,7 @@ from gatekeeper.engine import Evaluation
 from gatekeeper.errors import StateError
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.statedata import StateDataError
+from gatekeeper.verdict import RuleResult, Verdict
 
 FORMAT = "gatekeeper-run-state"
 # Bump when a rule tracker's state (engine/tracker.py: its stages' dataclasses) or a
@@ -29,17 +32,62 @@ FORMAT = "gatekeeper-run-state"
 STATE_VERSION = 3
 
 
+# per evaluation: id(rule entry) -> (the entry, its JSON): `Evaluation.to_state` gives
+# the same entry object while its tracker's state is, so an unchanged rule is not
+# encoded again (a steady poll changes a third of the shipped policies' trackers)
+_ENCODED: weakref.WeakKeyDictionary[Evaluation, dict[int, tuple[Any, bytes]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def dumps(evaluation: Evaluation) -> str:
-    """The stored row. statedata.encode has made every non-finite float a string; orjson
+    """The stored row: `orjson.dumps` of the envelope, byte for byte, made of each rule
+    entry's kept JSON. statedata.encode has made every non-finite float a string; orjson
     (every poll writes this, ~5x faster than json) would write a stray NaN as null, which
     decoding by declared type then refuses loudly — never a silent value."""
-    data = {
-        "format": FORMAT,
-        "state_version": STATE_VERSION,
-        "gatekeeper": __version__,
-        "evaluation": evaluation.to_state(),
-    }
-    return orjson.dumps(data).decode()
+    data = evaluation.to_state()
+    kept, encoded = _ENCODED.get(evaluation, {}), {}
+    parts = []
+    for name, value in data.items():
+        if name in ("rules", "made"):
+            for entry in value:
+                hit = kept.get(id(entry))
+                text = hit[1] if hit is not None and hit[0] is entry else orjson.dumps(entry)
+                encoded[id(entry)] = (entry, text)
+            body = b"[" + b",".join(encoded[id(entry)][1] for entry in value) + b"]"
+        else:
+            body = orjson.dumps(value)
+        parts.append(orjson.dumps(name) + b":" + body)
+    _ENCODED[evaluation] = encoded  # only this poll's entries: nothing accumulates
+    head = {"format": FORMAT, "state_version": STATE_VERSION, "gatekeeper": __version__}
+    return (orjson.dumps(head)[:-1] + b',"evaluation":{' + b",".join(parts) + b"}}").decode()
+
+
+class VerdictText:
+    """A run's verdict as stored: `verdict.to_dict()` and its `json.dumps` text (`json`,
+    never orjson: a history corridor may hold a NaN, which orjson writes as null). A
+    result equal to the last poll's in its place (every field, the value's type too) is
+    given as the dict and JSON kept of that one: a steady poll changes a few results."""
+
+    def __init__(self) -> None:
+        self._kept: list[tuple[RuleResult, dict[str, Any], str]] = []
+
+    def encode(self, verdict: Verdict) -> tuple[dict[str, Any], str]:
+        kept, fresh = self._kept, []
+        for i, result in enumerate(verdict.results):
+            hit = kept[i] if i < len(kept) else None
+            if hit is None or not _same(hit[0], result):
+                data = result.to_dict()
+                hit = (result, data, json.dumps(data))
+            fresh.append(hit)
+        self._kept = fresh
+        data = verdict.to_dict(results=[h[1] for h in fresh])
+        head = json.dumps({k: v for k, v in data.items() if k != "results"})
+        return data, f'{head[:-1]}, "results": [{", ".join(h[2] for h in fresh)}]}}'
+
+
+def _same(kept: RuleResult, result: RuleResult) -> bool:
+    return type(kept.value) is type(result.value) and kept == result
 
 
 def loads(text: Any, path: str, key: str) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gatekeeper.checks import AggregateCheck, EvalContext, Outcome
-from gatekeeper.engine import selection, wording
+from gatekeeper.engine import wording
 from gatekeeper.engine.applicability import Applicability
 from gatekeeper.engine.expansion import Templates, concrete
 from gatekeeper.engine.judgement import severity
@@ -65,6 +65,8 @@ class Evaluation:
         self.late: str | None = None  # a config-named metric learned after its points came
         self.unjudged: dict[int, str] = {}  # tracker id -> why its points are not all fed
         self._order: list[int] | None = None  # result order: templates where made ones go
+        # tracker id -> (its state, its saved entry): the same entry while the state is
+        self._entries: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         for rule in rules:
             self._track(RuleTracker(rule, bounded=bounded))
         self.base = len(self.trackers)
@@ -101,6 +103,7 @@ class Evaluation:
             same.remove(tracker)
         self.rounds.pop(id(tracker), None)
         self.unjudged.pop(id(tracker), None)
+        self._entries.pop(id(tracker), None)
         self._order = None
         self.applicability.refresh()
 
@@ -148,7 +151,9 @@ class Evaluation:
     def to_state(self) -> dict[str, Any]:
         """What has been fed, as plain data: per rule its tracker (and a present_at
         rule's unsettled rounds), per derived rule its aligner's buffered inputs, the last
-        step of each step axis; with template rules, the rules made of them."""
+        step of each step axis; with template rules, the rules made of them. An entry of
+        `rules` or `made` is the same object while its tracker's state is (a caller that
+        encodes them may keep what it made of each; none mutates them)."""
         out = {
             "bounded": self.bounded,
             "rules": [self._saved(t) for t in self.trackers[: self.base]],
@@ -156,17 +161,20 @@ class Evaluation:
             "axis_last": dict(self.axis_last),
         }
         if self.templates.patterns or self.templates.configs:
-            out["made"] = [
-                {"of": key, "metric": t.rule.metric, **self._saved(t)}
-                for key, made in self.made.items()
-                for t in made
-            ]
+            out["made"] = [self._saved(t, key) for key, made in self.made.items() for t in made]
         return out
 
-    def _saved(self, tracker: RuleTracker) -> dict[str, Any]:
-        saved = {"key": tracker.rule.key, "tracker": tracker.to_state()}
-        if id(tracker) in self.rounds:
+    def _saved(self, tracker: RuleTracker, of: str | None = None) -> dict[str, Any]:
+        state, kept = tracker.to_state(), self._entries.get(id(tracker))
+        if kept is not None and kept[0] is state:
+            return kept[1]
+        saved = {"key": tracker.rule.key, "tracker": state}
+        if of is not None:
+            saved = {"of": of, "metric": tracker.rule.metric, **saved}
+        if id(tracker) in self.rounds:  # its unsettled rounds change apart from it
             saved["rounds"] = self.rounds[id(tracker)][0].to_state()
+        else:
+            self._entries[id(tracker)] = (state, saved)
         return saved
 
     @classmethod
@@ -272,7 +280,7 @@ class Evaluation:
         self.applicability.update(run)
         if self.bounded:
             for tracker in self.trackers:
-                selection.park(tracker.selection, tracker.rule.steps)
+                tracker.park()
         if final:  # the run has ended: its last rounds are settled
             for rounds, tracker in self.rounds.values():
                 settled = rounds.flush()
@@ -290,7 +298,7 @@ class Evaluation:
                     last_arrival=arrivals.get(rule.metric), metric=rule.metric,
                     references=references,
                 )
-                tracker.selection.axis_last = self.axis_last.get(tracker.step_key or "")
+                tracker.see_axis(self.axis_last.get(tracker.step_key or ""))
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
                 if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
                     overlay = rule.check.overlay(tracker.agg_state, rule_ctx)

@@ -2,7 +2,11 @@
 value of the whole selection) or judgement (point by point), worded by wording.py.
 
 Each stage keeps its state as a dataclass; `to_state`/`restore` carry them as plain
-data (statedata), the daemon saves them on every poll.
+data (statedata), the daemon saves them on every poll. Most of a run's trackers are not
+changed by a poll, so `to_state` keeps what it made until something may have changed
+the state: every method that changes a stage's state (or runs a check's own code on it)
+drops it first (`_touch`); tests/test_engine_state_cache.py holds the kept state equal
+to a fresh one over random polls.
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ class RuleTracker:
     # slots, not a per-instance dict, keep each small.
     __slots__ = (
         "rule", "declared", "selection", "reduction", "judgement", "plot_params", "blind",
-        "_texts", "_memo",
+        "_texts", "_memo", "_state",
     )
 
     def __init__(self, rule: RuleSpec, *, bounded: bool = False):
@@ -94,6 +98,7 @@ class RuleTracker:
         # (selected, final) -> the reduced outcome: a live poll with no new selected point
         # must not re-reduce the whole selection (O(history) per poll)
         self._memo: tuple[tuple[int, bool], Outcome] | None = None
+        self._state: dict[str, Any] | None = None  # to_state() until the state changes
 
     # ---- what reports read ---------------------------------------------------------------
     @property
@@ -127,8 +132,18 @@ class RuleTracker:
 
     # ---- state as data -------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
-        """Everything fed so far as plain data, stage by stage. The daemon saves it on
-        every poll, so the common shapes skip `encode`'s type dispatch (`_state_value`)."""
+        """Everything fed so far as plain data, stage by stage: the same object while
+        nothing changed it (callers never mutate it; the daemon saves it every poll)."""
+        if self._state is None:
+            self._state = self._dump()
+        return self._state
+
+    def _touch(self) -> None:
+        """The state may change now: the next `to_state` makes it again."""
+        self._state = None
+
+    def _dump(self) -> dict[str, Any]:
+        """`to_state` made afresh; the common shapes skip `encode`'s type dispatch."""
         check = self.rule.check
         return {
             "selection": _SELECTION.dump(self.selection),
@@ -155,7 +170,7 @@ class RuleTracker:
             self.judgement.agg = check.load_state(data["aggregate"], f"{where}.aggregate")
         elif data["aggregate"] is not None:
             raise StateDataError(f"{where}.aggregate: a {check.kind} rule keeps none")
-        self._memo = None
+        self._memo = self._state = None
 
     def observations(self) -> tuple[np.ndarray, np.ndarray]:
         """The selected values so far by coordinate step, sorted, finite only: what a
@@ -189,6 +204,7 @@ class RuleTracker:
         when the caller computed them once for every rule reading the metric."""
         if not steps.size:
             return
+        self._touch()
         chunk = selection.take(
             self.selection, self.rule.steps, steps, values, step_key, shape, finite
         )
@@ -197,6 +213,7 @@ class RuleTracker:
 
     def bind(self, run: Run) -> None:
         """Learn what the selection reads from the run's config (steps {every: config.k})."""
+        self._touch()
         for chunk in selection.bind(self.selection, self.rule.steps, run):
             self._judge(*chunk)
 
@@ -216,6 +233,18 @@ class RuleTracker:
             self._texts, self.plot_params, self._memo = None, None, None
         return None
 
+    def park(self) -> None:
+        """`selection.park` (a bounded evaluation's verdict found the period unknown)."""
+        if selection.parks(self.selection, self.rule.steps):
+            self._touch()
+            selection.park(self.selection, self.rule.steps)
+
+    def see_axis(self, last: int | None) -> None:
+        """The run's last step on this rule's step axis (any metric), before `outcome`."""
+        if self.selection.axis_last != last:
+            self._touch()
+            self.selection.axis_last = last
+
     def _judge(self, steps: np.ndarray, values: np.ndarray, finite: bool | None) -> None:
         if self.reduction is not None:
             reduction.add(self.reduction, steps, values, finite, self.rule.reduce)
@@ -227,6 +256,8 @@ class RuleTracker:
         """The rule's outcome on everything fed so far (`final`: the run has ended)."""
         rule, sel = self.rule, self.selection
         axis = sel.step_key or "step"
+        if isinstance(rule.check, AggregateCheck):
+            self._touch()  # its own code judges (and may change: isclose) its state
         if sel.seen == 0:
             return self._absent(final, ctx)
         if sel.period_error is not None:
@@ -271,6 +302,7 @@ class RuleTracker:
     def _judge_tail(self, ctx: EvalContext) -> Outcome:
         """`last` / `{last: n}`: the last n points judged as a whole run of their own."""
         sel = self.selection
+        self._touch()  # sets the span and marked steps
         stopped = selection.stopped_early(sel, self.rule.steps, self.rule.metric)
         if stopped is not None and stopped[1]:
             return Outcome(Status.ERROR, stopped[0], step=sel.max_step)
