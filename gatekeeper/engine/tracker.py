@@ -55,10 +55,14 @@ class _Stage:
 
     def __init__(self, cls: type, names: tuple[str, ...]):
         hints = typing.get_type_hints(cls)
-        self.cls, self.hints = cls, {n: hints[n] for n in names}
+        self.cls, self.hints, self.names = cls, {n: hints[n] for n in names}, names
 
     def dump(self, state: Any) -> dict[str, Any]:
-        return {name: _state_value(getattr(state, name)) for name in self.hints}
+        out = {}
+        for name in self.names:  # `_state_value`, its commonest case without the call
+            value = getattr(state, name)
+            out[name] = value if value is None or type(value) in _PLAIN else _state_value(value)
+        return out
 
     def load(self, data: Any, where: str, into: Any) -> Any:
         for name, value in decode_fields(data, self.hints, where).items():
