@@ -5,10 +5,13 @@ wrong verdict after a restart. Over random polls of every check kind and selecti
 restarts from the saved row, config learned late (periods, bounds, metrics), templates,
 tail rules, reductions, aggregates, the daemon's bounded evaluation and an unbounded one
 given references — the kept state must equal one made afresh after every poll and
-verdict, and the row the kept JSON makes must equal `orjson.dumps` of a fresh one."""
+verdict, the row the kept JSON makes must equal `orjson.dumps` of a fresh one, and a
+verdict made of the last one's kept results (engine: `Evaluation._result`) must equal one
+made afresh."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,8 +108,12 @@ def test_kept_states_equal_fresh_ones_over_random_polls(
         run = _run(i, ended)
         ev.feed(_poll(rng, lo, hi), run)
         _assert_kept_is_fresh(ev)
-        ev.verdict(run, final=ended and bool(rng.random() < 0.5), references=refs)
+        final = ended and bool(rng.random() < 0.5)
+        kept = ev.verdict(run, final=final, references=refs)  # results kept where the same
         _assert_kept_is_fresh(ev)
+        ev._said.clear()
+        fresh = ev.verdict(run, final=final, references=refs)
+        assert json.dumps(kept.to_dict()) == json.dumps(fresh.to_dict())
         if ev.reread() is not None:  # the daemon judges it again from its start
             ev, hi = Evaluation(policies, bounded=bounded), 0
         elif rng.random() < 0.3:  # a restart: from the row the daemon saved

@@ -76,7 +76,7 @@ class VerdictText:
         kept, fresh = self._kept, []
         for i, result in enumerate(verdict.results):
             hit = kept[i] if i < len(kept) else None
-            if hit is None or not _same(hit[0], result):
+            if hit is None or (hit[0] is not result and not _same(hit[0], result)):
                 data = result.to_dict()
                 hit = (result, data, json.dumps(data))
             fresh.append(hit)

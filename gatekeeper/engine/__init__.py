@@ -67,6 +67,8 @@ class Evaluation:
         self._order: list[int] | None = None  # result order: templates where made ones go
         # tracker id -> (its state, its saved entry): the same entry while the state is
         self._entries: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+        # tracker id -> (its rule, its state's changes, outcome, result) of the last verdict
+        self._said: dict[int, tuple[RuleSpec, int, Outcome, RuleResult]] = {}
         for rule in rules:
             self._track(RuleTracker(rule, bounded=bounded))
         self.base = len(self.trackers)
@@ -104,6 +106,7 @@ class Evaluation:
         self.rounds.pop(id(tracker), None)
         self.unjudged.pop(id(tracker), None)
         self._entries.pop(id(tracker), None)
+        self._said.pop(id(tracker), None)
         self._order = None
         self.applicability.refresh()
 
@@ -302,13 +305,34 @@ class Evaluation:
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
                 if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
                     overlay = rule.check.overlay(tracker.agg_state, rule_ctx)
-            results.append(_result(rule, outcome, tracker, overlay))
+            results.append(self._result(tracker, outcome, overlay))
         allowed = self.applicability.allowed  # run states relaxed by the policies that apply
         ended = run_state_result(run, final=final, allowed=allowed)  # how the run ended
         if ended is not None:
             results.append(ended)
         nothing = _nothing_allowed(self.policies, run)
         return Verdict(run=run.summary(), results=results, final=final, nothing_allowed=nothing)
+
+
+    def _result(
+        self, tracker: RuleTracker, outcome: Outcome, overlay: dict[str, list[float]] | None
+    ) -> RuleResult:
+        """The rule's result; the last verdict's when all it is made of is as then: the
+        same rule, a state not changed since, an equal outcome (its value of the same
+        type) and no overlay. A steady poll judges most rules as the last one did."""
+        kept, rule = self._said.get(id(tracker)), tracker.rule
+        if (
+            overlay is None
+            and kept is not None
+            and kept[0] is rule
+            and kept[1] == tracker.changes
+            and kept[2] == outcome
+            and type(kept[2].value) is type(outcome.value)
+        ):
+            return kept[3]
+        result = _result(rule, outcome, tracker, overlay)
+        self._said[id(tracker)] = (rule, tracker.changes, outcome, result)
+        return result
 
 
 def evaluate(

@@ -82,7 +82,7 @@ class RuleTracker:
     # slots, not a per-instance dict, keep each small.
     __slots__ = (
         "rule", "declared", "selection", "reduction", "judgement", "plot_params", "blind",
-        "_texts", "_memo", "_state",
+        "_texts", "_memo", "_state", "changes",
     )
 
     def __init__(self, rule: RuleSpec, *, bounded: bool = False):
@@ -103,6 +103,7 @@ class RuleTracker:
         # must not re-reduce the whole selection (O(history) per poll)
         self._memo: tuple[tuple[int, bool], Outcome] | None = None
         self._state: dict[str, Any] | None = None  # to_state() until the state changes
+        self.changes = 0  # how many times the state may have changed (`_touch`)
 
     # ---- what reports read ---------------------------------------------------------------
     @property
@@ -145,6 +146,7 @@ class RuleTracker:
     def _touch(self) -> None:
         """The state may change now: the next `to_state` makes it again."""
         self._state = None
+        self.changes += 1
 
     def _dump(self) -> dict[str, Any]:
         """`to_state` made afresh; the common shapes skip `encode`'s type dispatch."""
@@ -174,7 +176,8 @@ class RuleTracker:
             self.judgement.agg = check.load_state(data["aggregate"], f"{where}.aggregate")
         elif data["aggregate"] is not None:
             raise StateDataError(f"{where}.aggregate: a {check.kind} rule keeps none")
-        self._memo = self._state = None
+        self._memo = None
+        self._touch()
 
     def observations(self) -> tuple[np.ndarray, np.ndarray]:
         """The selected values so far by coordinate step, sorted, finite only: what a
