@@ -10,7 +10,10 @@ declared field types, when the daemon starts (`restore`).
 from __future__ import annotations
 
 import json
+import operator
 import weakref
+from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 import orjson
@@ -32,53 +35,60 @@ FORMAT = "gatekeeper-run-state"
 STATE_VERSION = 3
 
 
-# per evaluation: id(rule entry) -> (the entry, its JSON): `Evaluation.to_state` gives
-# the same entry object while its tracker's state is, so an unchanged rule is not
-# encoded again (a steady poll changes a third of the shipped policies' trackers)
-_ENCODED: weakref.WeakKeyDictionary[Evaluation, dict[int, tuple[Any, bytes]]] = (
+# per evaluation: id(tracker) -> (the tracker, its `changes`, its entry's JSON): an entry
+# is encoded again only when its tracker's state may have changed (a steady poll changes
+# about a third of the shipped policies' trackers). Kept as text, ~36 KB a run (orjson's
+# bytes of a small entry hold ~8 KB of spare room each).
+_ENCODED: weakref.WeakKeyDictionary[Evaluation, dict[int, tuple[Any, int, str]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
 def dumps(evaluation: Evaluation) -> str:
-    """The stored row: `orjson.dumps` of the envelope, byte for byte, made of each rule
+    """The stored row: `orjson.dumps` of the envelope, to the byte, made of each rule
     entry's kept JSON. statedata.encode has made every non-finite float a string; orjson
     (every poll writes this, ~5x faster than json) would write a stray NaN as null, which
     decoding by declared type then refuses loudly — never a silent value."""
-    data = evaluation.to_state()
     kept, encoded = _ENCODED.get(evaluation, {}), {}
-    parts = []
-    for name, value in data.items():
-        if name in ("rules", "made"):
-            for entry in value:
-                hit = kept.get(id(entry))
-                text = hit[1] if hit is not None and hit[0] is entry else orjson.dumps(entry)
-                encoded[id(entry)] = (entry, text)
-            body = b"[" + b",".join(encoded[id(entry)][1] for entry in value) + b"]"
+
+    def entry(tracker: Any, changes: int | None, make: Callable[[], Any]) -> str:
+        hit = kept.get(id(tracker))
+        if hit is not None and hit[0] is tracker and changes is not None and hit[1] == changes:
+            text = hit[2]
         else:
-            body = orjson.dumps(value)
-        parts.append(orjson.dumps(name) + b":" + body)
+            text = orjson.dumps(make()).decode()
+        if changes is not None:
+            encoded[id(tracker)] = (tracker, changes, text)
+        return text
+
+    parts = []
+    for name, value in evaluation.to_state(entry).items():
+        listed = name in ("rules", "made")  # of the entries' JSON
+        body = f"[{','.join(value)}]" if listed else orjson.dumps(value).decode()
+        parts.append(f'"{name}":{body}')  # the names are plain words
     _ENCODED[evaluation] = encoded  # only this poll's entries: nothing accumulates
     head = {"format": FORMAT, "state_version": STATE_VERSION, "gatekeeper": __version__}
-    return (orjson.dumps(head)[:-1] + b',"evaluation":{' + b",".join(parts) + b"}}").decode()
+    return f'{orjson.dumps(head).decode()[:-1]},"evaluation":{{{",".join(parts)}}}}}'
 
 
 class VerdictText:
     """A run's verdict as stored: `verdict.to_dict()` and its `json.dumps` text (`json`,
     never orjson: a history corridor may hold a NaN, which orjson writes as null). A
-    result equal to the last poll's in its place (every field, the value's type too) is
-    given as the dict and JSON kept of that one: a steady poll changes a few results."""
+    result whose every field is the one of the last poll's in its place (==, and the
+    value of the same type) is given as the dict and JSON made of that one: a steady poll
+    changes a few results. Kept per result: its fields (references), dict and JSON."""
 
     def __init__(self) -> None:
-        self._kept: list[tuple[RuleResult, dict[str, Any], str]] = []
+        self._kept: list[tuple[tuple[Any, ...], dict[str, Any], str]] = []
 
     def encode(self, verdict: Verdict) -> tuple[dict[str, Any], str]:
         kept, fresh = self._kept, []
         for i, result in enumerate(verdict.results):
+            key = (*_FIELDS(result), type(result.value))
             hit = kept[i] if i < len(kept) else None
-            if hit is None or (hit[0] is not result and not _same(hit[0], result)):
+            if hit is None or hit[0] != key:
                 data = result.to_dict()
-                hit = (result, data, json.dumps(data))
+                hit = (key, data, json.dumps(data))
             fresh.append(hit)
         self._kept = fresh
         data = verdict.to_dict(results=[h[1] for h in fresh])
@@ -86,8 +96,7 @@ class VerdictText:
         return data, f'{head[:-1]}, "results": [{", ".join(h[2] for h in fresh)}]}}'
 
 
-def _same(kept: RuleResult, result: RuleResult) -> bool:
-    return type(kept.value) is type(result.value) and kept == result
+_FIELDS = operator.attrgetter(*(f.name for f in fields(RuleResult)))
 
 
 def loads(text: Any, path: str, key: str) -> dict[str, Any] | None:

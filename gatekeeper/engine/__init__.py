@@ -12,7 +12,7 @@ selection (selection.py), reduction (reduction.py) or point-by-point judgement
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,10 +65,6 @@ class Evaluation:
         self.late: str | None = None  # a config-named metric learned after its points came
         self.unjudged: dict[int, str] = {}  # tracker id -> why its points are not all fed
         self._order: list[int] | None = None  # result order: templates where made ones go
-        # tracker id -> (its state, its saved entry): the same entry while the state is
-        self._entries: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-        # tracker id -> (its rule, its state's changes, outcome, result) of the last verdict
-        self._said: dict[int, tuple[RuleSpec, int, Outcome, RuleResult]] = {}
         for rule in rules:
             self._track(RuleTracker(rule, bounded=bounded))
         self.base = len(self.trackers)
@@ -105,8 +101,6 @@ class Evaluation:
             same.remove(tracker)
         self.rounds.pop(id(tracker), None)
         self.unjudged.pop(id(tracker), None)
-        self._entries.pop(id(tracker), None)
-        self._said.pop(id(tracker), None)
         self._order = None
         self.applicability.refresh()
 
@@ -151,34 +145,39 @@ class Evaluation:
         return self._order
 
     # ---- state as data -----------------------------------------------------------------
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self, entry: Entry | None = None) -> dict[str, Any]:
         """What has been fed, as plain data: per rule its tracker (and a present_at
         rule's unsettled rounds), per derived rule its aligner's buffered inputs, the last
-        step of each step axis; with template rules, the rules made of them. An entry of
-        `rules` or `made` is the same object while its tracker's state is (a caller that
-        encodes them may keep what it made of each; none mutates them)."""
+        step of each step axis; with template rules, the rules made of them.
+        `entry(tracker, changes, make)` stands for a rule's entry in `rules` and `made`
+        (default: `make()`, the entry as data); `changes` is None where the entry changes
+        apart from its tracker's count (unsettled rounds). The daemon gives one that keeps
+        the JSON of an entry whose tracker's `changes` did not move."""
+        entry = entry or _made
         out = {
             "bounded": self.bounded,
-            "rules": [self._saved(t) for t in self.trackers[: self.base]],
+            "rules": [self._saved(t, entry) for t in self.trackers[: self.base]],
             "aligners": [a.to_state() for a, _ in self.derived],
             "axis_last": dict(self.axis_last),
         }
         if self.templates.patterns or self.templates.configs:
-            out["made"] = [self._saved(t, key) for key, made in self.made.items() for t in made]
+            out["made"] = [
+                self._saved(t, entry, key) for key, made in self.made.items() for t in made
+            ]
         return out
 
-    def _saved(self, tracker: RuleTracker, of: str | None = None) -> dict[str, Any]:
-        state, kept = tracker.to_state(), self._entries.get(id(tracker))
-        if kept is not None and kept[0] is state:
-            return kept[1]
-        saved = {"key": tracker.rule.key, "tracker": state}
-        if of is not None:
-            saved = {"of": of, "metric": tracker.rule.metric, **saved}
-        if id(tracker) in self.rounds:  # its unsettled rounds change apart from it
-            saved["rounds"] = self.rounds[id(tracker)][0].to_state()
-        else:
-            self._entries[id(tracker)] = (state, saved)
-        return saved
+    def _saved(self, tracker: RuleTracker, entry: Entry, of: str | None = None) -> Any:
+        rounds = self.rounds.get(id(tracker))
+
+        def make() -> dict[str, Any]:
+            saved = {"key": tracker.rule.key, "tracker": tracker.to_state()}
+            if of is not None:
+                saved = {"of": of, "metric": tracker.rule.metric, **saved}
+            if rounds is not None:
+                saved["rounds"] = rounds[0].to_state()
+            return saved
+
+        return entry(tracker, None if rounds is not None else tracker.changes, make)
 
     @classmethod
     def from_state(cls, policies: Iterable[PolicySpec], data: Any) -> Evaluation:
@@ -305,34 +304,13 @@ class Evaluation:
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
                 if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
                     overlay = rule.check.overlay(tracker.agg_state, rule_ctx)
-            results.append(self._result(tracker, outcome, overlay))
+            results.append(_result(rule, outcome, tracker, overlay))
         allowed = self.applicability.allowed  # run states relaxed by the policies that apply
         ended = run_state_result(run, final=final, allowed=allowed)  # how the run ended
         if ended is not None:
             results.append(ended)
         nothing = _nothing_allowed(self.policies, run)
         return Verdict(run=run.summary(), results=results, final=final, nothing_allowed=nothing)
-
-
-    def _result(
-        self, tracker: RuleTracker, outcome: Outcome, overlay: dict[str, list[float]] | None
-    ) -> RuleResult:
-        """The rule's result; the last verdict's when all it is made of is as then: the
-        same rule, a state not changed since, an equal outcome (its value of the same
-        type) and no overlay. A steady poll judges most rules as the last one did."""
-        kept, rule = self._said.get(id(tracker)), tracker.rule
-        if (
-            overlay is None
-            and kept is not None
-            and kept[0] is rule
-            and kept[1] == tracker.changes
-            and kept[2] == outcome
-            and type(kept[2].value) is type(outcome.value)
-        ):
-            return kept[3]
-        result = _result(rule, outcome, tracker, overlay)
-        self._said[id(tracker)] = (rule, tracker.changes, outcome, result)
-        return result
 
 
 def evaluate(
@@ -347,6 +325,14 @@ def evaluate(
     ev = Evaluation(policies)
     ev.feed(run.series, run)
     return ev.verdict(run, final=final, history=history, references=references)
+
+
+# what stands for a rule's saved entry: (its tracker, its `changes` or None, make the data)
+Entry = Callable[[RuleTracker, int | None, Callable[[], dict[str, Any]]], Any]
+
+
+def _made(tracker: RuleTracker, changes: int | None, make: Callable[[], dict[str, Any]]) -> Any:
+    return make()
 
 
 def _nothing_allowed(policies: Iterable[PolicySpec], run: Run) -> str | None:

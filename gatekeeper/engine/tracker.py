@@ -3,10 +3,10 @@ value of the whole selection) or judgement (point by point), worded by wording.p
 
 Each stage keeps its state as a dataclass; `to_state`/`restore` carry them as plain
 data (statedata), the daemon saves them on every poll. Most of a run's trackers are not
-changed by a poll, so `to_state` keeps what it made until something may have changed
-the state: every method that changes a stage's state (or runs a check's own code on it)
-drops it first (`_touch`); tests/test_engine_state_cache.py holds the kept state equal
-to a fresh one over random polls.
+changed by a poll, so a tracker counts the times its state may have changed (`changes`):
+every method that changes a stage's state (or runs a check's own code on it) counts
+first (`_touch`), and the daemon encodes a state again only when the count moved
+(tests/test_engine_state_cache.py holds the JSON it kept equal to a fresh one).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class RuleTracker:
     # slots, not a per-instance dict, keep each small.
     __slots__ = (
         "rule", "declared", "selection", "reduction", "judgement", "plot_params", "blind",
-        "_texts", "_memo", "_state", "changes",
+        "_texts", "_memo", "changes",
     )
 
     def __init__(self, rule: RuleSpec, *, bounded: bool = False):
@@ -102,7 +102,6 @@ class RuleTracker:
         # (selected, final) -> the reduced outcome: a live poll with no new selected point
         # must not re-reduce the whole selection (O(history) per poll)
         self._memo: tuple[tuple[int, bool], Outcome] | None = None
-        self._state: dict[str, Any] | None = None  # to_state() until the state changes
         self.changes = 0  # how many times the state may have changed (`_touch`)
 
     # ---- what reports read ---------------------------------------------------------------
@@ -136,20 +135,13 @@ class RuleTracker:
         return self._texts
 
     # ---- state as data -------------------------------------------------------------------
-    def to_state(self) -> dict[str, Any]:
-        """Everything fed so far as plain data, stage by stage: the same object while
-        nothing changed it (callers never mutate it; the daemon saves it every poll)."""
-        if self._state is None:
-            self._state = self._dump()
-        return self._state
-
     def _touch(self) -> None:
-        """The state may change now: the next `to_state` makes it again."""
-        self._state = None
+        """The state may change now: what was made of it is to be made again."""
         self.changes += 1
 
-    def _dump(self) -> dict[str, Any]:
-        """`to_state` made afresh; the common shapes skip `encode`'s type dispatch."""
+    def to_state(self) -> dict[str, Any]:
+        """Everything fed so far as plain data, stage by stage. The daemon saves it when
+        `changes` moved, so the common shapes skip `encode`'s type dispatch."""
         check = self.rule.check
         return {
             "selection": _SELECTION.dump(self.selection),
