@@ -76,7 +76,8 @@ class VerdictText:
     never orjson: a history corridor may hold a NaN, which orjson writes as null). A
     result whose every field is the one of the last poll's in its place (==, and the
     value of the same type) is given as the dict and JSON made of that one: a steady poll
-    changes a few results. Kept per result: its fields (references), dict and JSON."""
+    changes a few results. Kept per result: its fields (references: each is immutable or
+    made afresh for the result, `engine._plot` copies what it shares), dict and JSON."""
 
     def __init__(self) -> None:
         self._kept: list[tuple[tuple[Any, ...], dict[str, Any], str]] = []
