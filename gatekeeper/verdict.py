@@ -220,7 +220,9 @@ class Verdict:
     def failing(self) -> list[RuleResult]:
         return [r for r in self.results if r.gating]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, results: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Plain JSON data; `results`: the results' `to_dict()`, when the caller has them
+        (the daemon keeps those of results equal to the last poll's)."""
         return {
             "status": self.status.value,
             "final": self.final,
@@ -232,7 +234,7 @@ class Verdict:
             "not_judged": self.not_judged(),
             "stopped": self.stopped,
             "nothing_judged_allowed": self.nothing_allowed,
-            "results": [r.to_dict() for r in self.results],
+            "results": [r.to_dict() for r in self.results] if results is None else results,
         }
 
     @classmethod

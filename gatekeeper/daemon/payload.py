@@ -1,4 +1,5 @@
-"""The stored judging state of one run: versioned JSON of its rule trackers.
+"""What a run's row stores on every poll: its judging state, versioned JSON of its rule
+trackers; and its verdict as JSON (`VerdictText`).
 
 A row holds `{"format", "state_version", "gatekeeper", "evaluation"}`; `evaluation` is
 `engine.Evaluation.to_state()` (numbers, strings, lists — never objects). The store
@@ -9,6 +10,10 @@ declared field types, when the daemon starts (`restore`).
 from __future__ import annotations
 
 import json
+import operator
+import weakref
+from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 import orjson
@@ -18,6 +23,7 @@ from gatekeeper.engine import Evaluation
 from gatekeeper.errors import StateError
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.statedata import StateDataError
+from gatekeeper.verdict import RuleResult, Verdict
 
 FORMAT = "gatekeeper-run-state"
 # Bump when a rule tracker's state (engine/tracker.py: its stages' dataclasses) or a
@@ -29,17 +35,69 @@ FORMAT = "gatekeeper-run-state"
 STATE_VERSION = 3
 
 
+# per evaluation: id(tracker) -> (the tracker, its `changes`, its entry's JSON): an entry
+# is encoded again only when its tracker's state may have changed (a steady poll changes
+# about a third of the shipped policies' trackers). Kept as text, ~36 KB a run (orjson's
+# bytes of a small entry hold ~8 KB of spare room each).
+_ENCODED: weakref.WeakKeyDictionary[Evaluation, dict[int, tuple[Any, int, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def dumps(evaluation: Evaluation) -> str:
-    """The stored row. statedata.encode has made every non-finite float a string; orjson
+    """The stored row: `orjson.dumps` of the envelope, to the byte, made of each rule
+    entry's kept JSON. statedata.encode has made every non-finite float a string; orjson
     (every poll writes this, ~5x faster than json) would write a stray NaN as null, which
     decoding by declared type then refuses loudly — never a silent value."""
-    data = {
-        "format": FORMAT,
-        "state_version": STATE_VERSION,
-        "gatekeeper": __version__,
-        "evaluation": evaluation.to_state(),
-    }
-    return orjson.dumps(data).decode()
+    kept, encoded = _ENCODED.get(evaluation, {}), {}
+
+    def entry(tracker: Any, changes: int | None, make: Callable[[], Any]) -> str:
+        hit = kept.get(id(tracker))
+        if hit is not None and hit[0] is tracker and changes is not None and hit[1] == changes:
+            text = hit[2]
+        else:
+            text = orjson.dumps(make()).decode()
+        if changes is not None:
+            encoded[id(tracker)] = (tracker, changes, text)
+        return text
+
+    parts = []
+    for name, value in evaluation.to_state(entry).items():
+        listed = name in ("rules", "made")  # of the entries' JSON
+        body = f"[{','.join(value)}]" if listed else orjson.dumps(value).decode()
+        parts.append(f'"{name}":{body}')  # the names are plain words
+    _ENCODED[evaluation] = encoded  # only this poll's entries: nothing accumulates
+    head = {"format": FORMAT, "state_version": STATE_VERSION, "gatekeeper": __version__}
+    return f'{orjson.dumps(head).decode()[:-1]},"evaluation":{{{",".join(parts)}}}}}'
+
+
+class VerdictText:
+    """A run's verdict as stored: `verdict.to_dict()` and its `json.dumps` text (`json`,
+    never orjson: a history corridor may hold a NaN, which orjson writes as null). A
+    result whose every field is the one of the last poll's in its place (==, and the
+    value of the same type) is given as the dict and JSON made of that one: a steady poll
+    changes a few results. Kept per result: its fields (references: each is immutable or
+    made afresh for the result, `engine._plot` copies what it shares), dict and JSON."""
+
+    def __init__(self) -> None:
+        self._kept: list[tuple[tuple[Any, ...], dict[str, Any], str]] = []
+
+    def encode(self, verdict: Verdict) -> tuple[dict[str, Any], str]:
+        kept, fresh = self._kept, []
+        for i, result in enumerate(verdict.results):
+            key = (*_FIELDS(result), type(result.value))
+            hit = kept[i] if i < len(kept) else None
+            if hit is None or hit[0] != key:
+                data = result.to_dict()
+                hit = (key, data, json.dumps(data))
+            fresh.append(hit)
+        self._kept = fresh
+        data = verdict.to_dict(results=[h[1] for h in fresh])
+        head = json.dumps({k: v for k, v in data.items() if k != "results"})
+        return data, f'{head[:-1]}, "results": [{", ".join(h[2] for h in fresh)}]}}'
+
+
+_FIELDS = operator.attrgetter(*(f.name for f in fields(RuleResult)))
 
 
 def loads(text: Any, path: str, key: str) -> dict[str, Any] | None:

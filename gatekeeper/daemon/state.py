@@ -128,6 +128,8 @@ class PollCommit:
     rules: list[RuleRow]
     alert_states: dict[tuple[str, str, str], AlertState]
     alerts: list[tuple[str, dict[str, Any]]]  # (channel, payload) to enqueue
+    # `json.dumps(verdict)`, when the caller made it already (payload.VerdictText)
+    verdict_text: str | None = None
 
 
 class SqlState:
@@ -352,7 +354,7 @@ class SqlState:
                     json.dumps(c.cursor),
                     state,
                     c.fingerprint,
-                    json.dumps(c.verdict),
+                    json.dumps(c.verdict) if c.verdict_text is None else c.verdict_text,
                     c.status,
                     c.points,
                     int(c.ended),

@@ -96,6 +96,7 @@ class RunWatcher:
     in_flight: Future[Poll] | None = None  # an abandoned (timed-out) fetch still running
     stale: bool = False  # the in-memory state is ahead of the store: reload before polling
     polling: threading.RLock = field(default_factory=threading.RLock)  # held by a poll
+    texts: payload.VerdictText = field(default_factory=payload.VerdictText)
 
     def __post_init__(self) -> None:
         self.name = self.name or _default_name(self.key)
@@ -174,13 +175,14 @@ class RunWatcher:
         status = verdict.status.value
         if status != "fail" and any(r.status == "error" and _is_source(r) for r in rows):
             status = "error"  # read again, but recovery is not confirmed yet (debounce)
+        data, text = self.texts.encode(verdict)
         commit = PollCommit(
             key=self.key,
             target=self.watched.target,
             cursor=self.source.cursor(),
             evaluation=self.session.evaluation,
             fingerprint=self.watched.fingerprint,
-            verdict=verdict.to_dict(),
+            verdict=data,
             status=status,
             points=self.points + poll.points,
             ended=poll.ended,
@@ -188,6 +190,7 @@ class RunWatcher:
             rules=[r for r in rows if self.rules.get((r.policy, r.rule)) != r],
             alert_states={k: a for k, a in states.items() if self.alerts.get(k) != a},
             alerts=[(ch, p) for ch, p in alerts],
+            verdict_text=text,
         )
         try:
             ids = self.store.commit_poll(commit)

@@ -12,13 +12,13 @@ selection (selection.py), reduction (reduction.py) or point-by-point judgement
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gatekeeper.checks import AggregateCheck, EvalContext, Outcome
-from gatekeeper.engine import selection, wording
+from gatekeeper.engine import wording
 from gatekeeper.engine.applicability import Applicability
 from gatekeeper.engine.expansion import Templates, concrete
 from gatekeeper.engine.judgement import severity
@@ -145,29 +145,39 @@ class Evaluation:
         return self._order
 
     # ---- state as data -----------------------------------------------------------------
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self, entry: Entry | None = None) -> dict[str, Any]:
         """What has been fed, as plain data: per rule its tracker (and a present_at
         rule's unsettled rounds), per derived rule its aligner's buffered inputs, the last
-        step of each step axis; with template rules, the rules made of them."""
+        step of each step axis; with template rules, the rules made of them.
+        `entry(tracker, changes, make)` stands for a rule's entry in `rules` and `made`
+        (default: `make()`, the entry as data); `changes` is None where the entry changes
+        apart from its tracker's count (unsettled rounds). The daemon gives one that keeps
+        the JSON of an entry whose tracker's `changes` did not move."""
+        entry = entry or _made
         out = {
             "bounded": self.bounded,
-            "rules": [self._saved(t) for t in self.trackers[: self.base]],
+            "rules": [self._saved(t, entry) for t in self.trackers[: self.base]],
             "aligners": [a.to_state() for a, _ in self.derived],
             "axis_last": dict(self.axis_last),
         }
         if self.templates.patterns or self.templates.configs:
             out["made"] = [
-                {"of": key, "metric": t.rule.metric, **self._saved(t)}
-                for key, made in self.made.items()
-                for t in made
+                self._saved(t, entry, key) for key, made in self.made.items() for t in made
             ]
         return out
 
-    def _saved(self, tracker: RuleTracker) -> dict[str, Any]:
-        saved = {"key": tracker.rule.key, "tracker": tracker.to_state()}
-        if id(tracker) in self.rounds:
-            saved["rounds"] = self.rounds[id(tracker)][0].to_state()
-        return saved
+    def _saved(self, tracker: RuleTracker, entry: Entry, of: str | None = None) -> Any:
+        rounds = self.rounds.get(id(tracker))
+
+        def make() -> dict[str, Any]:
+            saved = {"key": tracker.rule.key, "tracker": tracker.to_state()}
+            if of is not None:
+                saved = {"of": of, "metric": tracker.rule.metric, **saved}
+            if rounds is not None:
+                saved["rounds"] = rounds[0].to_state()
+            return saved
+
+        return entry(tracker, None if rounds is not None else tracker.changes, make)
 
     @classmethod
     def from_state(cls, policies: Iterable[PolicySpec], data: Any) -> Evaluation:
@@ -272,7 +282,7 @@ class Evaluation:
         self.applicability.update(run)
         if self.bounded:
             for tracker in self.trackers:
-                selection.park(tracker.selection, tracker.rule.steps)
+                tracker.park()
         if final:  # the run has ended: its last rounds are settled
             for rounds, tracker in self.rounds.values():
                 settled = rounds.flush()
@@ -290,7 +300,7 @@ class Evaluation:
                     last_arrival=arrivals.get(rule.metric), metric=rule.metric,
                     references=references,
                 )
-                tracker.selection.axis_last = self.axis_last.get(tracker.step_key or "")
+                tracker.see_axis(self.axis_last.get(tracker.step_key or ""))
                 outcome = tracker.outcome(final=final, ctx=rule_ctx)
                 if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
                     overlay = rule.check.overlay(tracker.agg_state, rule_ctx)
@@ -315,6 +325,14 @@ def evaluate(
     ev = Evaluation(policies)
     ev.feed(run.series, run)
     return ev.verdict(run, final=final, history=history, references=references)
+
+
+# what stands for a rule's saved entry: (its tracker, its `changes` or None, make the data)
+Entry = Callable[[RuleTracker, int | None, Callable[[], dict[str, Any]]], Any]
+
+
+def _made(tracker: RuleTracker, changes: int | None, make: Callable[[], dict[str, Any]]) -> Any:
+    return make()
 
 
 def _nothing_allowed(policies: Iterable[PolicySpec], run: Run) -> str | None:

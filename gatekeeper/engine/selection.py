@@ -223,11 +223,17 @@ def park(state: Selection, sel: Steps) -> None:
     unknown: its waiting points, and those fed until it is known, are counted, not kept.
     Nothing a verdict says depends on them meanwhile: the rule is an ERROR (no period, a
     required key unset) or not applicable; a period learned later sets `reread`."""
-    if sel.kind != "every" or not sel.period_from or state.period is not None:
+    if not parks(state, sel):
         return
     state.parked = True
     state.dropped += sum(int(s.size) for s, _ in state.unbound)
     state.unbound = []
+
+
+def parks(state: Selection, sel: Steps) -> bool:
+    """Whether `park` changes the state."""
+    every = sel.kind == "every" and sel.period_from and state.period is None
+    return bool(every) and not (state.parked and not state.unbound)
 
 
 def complete(state: Selection, sel: Steps) -> bool:

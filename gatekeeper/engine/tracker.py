@@ -2,7 +2,11 @@
 value of the whole selection) or judgement (point by point), worded by wording.py.
 
 Each stage keeps its state as a dataclass; `to_state`/`restore` carry them as plain
-data (statedata), the daemon saves them on every poll.
+data (statedata), the daemon saves them on every poll. Most of a run's trackers are not
+changed by a poll, so a tracker counts the times its state may have changed (`changes`):
+every method that changes a stage's state (or runs a check's own code on it) counts
+first (`_touch`), and the daemon encodes a state again only when the count moved
+(tests/test_engine_state_cache.py holds the JSON it kept equal to a fresh one).
 """
 
 from __future__ import annotations
@@ -51,10 +55,14 @@ class _Stage:
 
     def __init__(self, cls: type, names: tuple[str, ...]):
         hints = typing.get_type_hints(cls)
-        self.cls, self.hints = cls, {n: hints[n] for n in names}
+        self.cls, self.hints, self.names = cls, {n: hints[n] for n in names}, names
 
     def dump(self, state: Any) -> dict[str, Any]:
-        return {name: _state_value(getattr(state, name)) for name in self.hints}
+        out = {}
+        for name in self.names:  # `_state_value`, its commonest case without the call
+            value = getattr(state, name)
+            out[name] = value if value is None or type(value) in _PLAIN else _state_value(value)
+        return out
 
     def load(self, data: Any, where: str, into: Any) -> Any:
         for name, value in decode_fields(data, self.hints, where).items():
@@ -74,7 +82,7 @@ class RuleTracker:
     # slots, not a per-instance dict, keep each small.
     __slots__ = (
         "rule", "declared", "selection", "reduction", "judgement", "plot_params", "blind",
-        "_texts", "_memo",
+        "_texts", "_memo", "changes",
     )
 
     def __init__(self, rule: RuleSpec, *, bounded: bool = False):
@@ -94,6 +102,7 @@ class RuleTracker:
         # (selected, final) -> the reduced outcome: a live poll with no new selected point
         # must not re-reduce the whole selection (O(history) per poll)
         self._memo: tuple[tuple[int, bool], Outcome] | None = None
+        self.changes = 0  # how many times the state may have changed (`_touch`)
 
     # ---- what reports read ---------------------------------------------------------------
     @property
@@ -126,9 +135,13 @@ class RuleTracker:
         return self._texts
 
     # ---- state as data -------------------------------------------------------------------
+    def _touch(self) -> None:
+        """The state may change now: what was made of it is to be made again."""
+        self.changes += 1
+
     def to_state(self) -> dict[str, Any]:
-        """Everything fed so far as plain data, stage by stage. The daemon saves it on
-        every poll, so the common shapes skip `encode`'s type dispatch (`_state_value`)."""
+        """Everything fed so far as plain data, stage by stage. The daemon saves it when
+        `changes` moved, so the common shapes skip `encode`'s type dispatch."""
         check = self.rule.check
         return {
             "selection": _SELECTION.dump(self.selection),
@@ -156,6 +169,7 @@ class RuleTracker:
         elif data["aggregate"] is not None:
             raise StateDataError(f"{where}.aggregate: a {check.kind} rule keeps none")
         self._memo = None
+        self._touch()
 
     def observations(self) -> tuple[np.ndarray, np.ndarray]:
         """The selected values so far by coordinate step, sorted, finite only: what a
@@ -189,6 +203,7 @@ class RuleTracker:
         when the caller computed them once for every rule reading the metric."""
         if not steps.size:
             return
+        self._touch()
         chunk = selection.take(
             self.selection, self.rule.steps, steps, values, step_key, shape, finite
         )
@@ -197,6 +212,7 @@ class RuleTracker:
 
     def bind(self, run: Run) -> None:
         """Learn what the selection reads from the run's config (steps {every: config.k})."""
+        self._touch()
         for chunk in selection.bind(self.selection, self.rule.steps, run):
             self._judge(*chunk)
 
@@ -216,6 +232,18 @@ class RuleTracker:
             self._texts, self.plot_params, self._memo = None, None, None
         return None
 
+    def park(self) -> None:
+        """`selection.park` (a bounded evaluation's verdict found the period unknown)."""
+        if selection.parks(self.selection, self.rule.steps):
+            self._touch()
+            selection.park(self.selection, self.rule.steps)
+
+    def see_axis(self, last: int | None) -> None:
+        """The run's last step on this rule's step axis (any metric), before `outcome`."""
+        if self.selection.axis_last != last:
+            self._touch()
+            self.selection.axis_last = last
+
     def _judge(self, steps: np.ndarray, values: np.ndarray, finite: bool | None) -> None:
         if self.reduction is not None:
             reduction.add(self.reduction, steps, values, finite, self.rule.reduce)
@@ -227,6 +255,8 @@ class RuleTracker:
         """The rule's outcome on everything fed so far (`final`: the run has ended)."""
         rule, sel = self.rule, self.selection
         axis = sel.step_key or "step"
+        if isinstance(rule.check, AggregateCheck):
+            self._touch()  # its own code judges (and may change: isclose) its state
         if sel.seen == 0:
             return self._absent(final, ctx)
         if sel.period_error is not None:
@@ -271,6 +301,7 @@ class RuleTracker:
     def _judge_tail(self, ctx: EvalContext) -> Outcome:
         """`last` / `{last: n}`: the last n points judged as a whole run of their own."""
         sel = self.selection
+        self._touch()  # sets the span and marked steps
         stopped = selection.stopped_early(sel, self.rule.steps, self.rule.metric)
         if stopped is not None and stopped[1]:
             return Outcome(Status.ERROR, stopped[0], step=sel.max_step)
