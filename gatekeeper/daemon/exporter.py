@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.utils import floatToGoString
 from pydantic import BaseModel, ConfigDict
@@ -223,8 +223,15 @@ class DaemonMetrics:
         registry: CollectorRegistry,
         snapshot: Callable[[], Iterable[RunView]],
         settings: MetricsSettings | None = None,
+        replica: str | None = None,
     ):
+        """`replica`: this replica's name on a shared store (`gatekeeper_replica_info`;
+        every run series of its `/metrics` is a run it holds)."""
         self.registry = registry
+        if replica is not None:
+            Info("gatekeeper_replica", "The replica of a shared state store serving this "
+                 "/metrics: each run it exports is one it holds", registry=registry,
+                 ).info({"replica": replica})
         self.points = Counter(
             "gatekeeper_points_ingested", "Metric points read from sources", registry=registry
         )

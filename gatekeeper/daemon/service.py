@@ -158,7 +158,8 @@ class Daemon:
         records = self.store.load_runs() if self.leases is None else {}
         restore_states(records, [w for w, _ in targets], self.store.path)
         self.registry = CollectorRegistry()
-        self.metrics = DaemonMetrics(self.registry, self._views, config.metrics)
+        self.metrics = DaemonMetrics(self.registry, self._views, config.metrics,
+                                     self.replica if self.leases is not None else None)
         self.channels = {n.name: self._channel(n) for n in config.notifiers}
         self.metrics.prime(self.channels)
         self.scheduler = PollScheduler(

@@ -5,7 +5,9 @@ scenario of issue 28's "Done when", one implementation for the CI test
 
 What it does, on N JSONL runs written step by step:
 
-1. start the replicas together; wait until every run is listed by exactly one;
+1. start the replicas together; wait until every run is listed by exactly one (in
+   `/api/runs`, and in the `/metrics` of that replica alone, which names itself in
+   `gatekeeper_replica_info`);
 2. one new step everywhere, a bad point on one run: it alerts once;
 3. `kill -9` one replica, then one new step everywhere with a bad point on one of the
    killed replica's runs: the others poll its runs again (takeover time measured), the
@@ -28,11 +30,12 @@ so the bench can count and the test can show them all.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,10 +221,12 @@ class Scenario:
                 and all(len(v) == 1 for v in found.values())
                 and len(counts) == len(fleet)
                 and max(counts.values()) <= share + 1
+                and exported(fleet, found) == found
             )
 
         self.need(once, 60, phase, lambda: f"listed {len(found)} runs, twice or more: "
-                  f"{sorted(n for n, v in found.items() if len(v) > 1)[:5]}")  # fmt: skip
+                  f"{sorted(n for n, v in found.items() if len(v) > 1)[:5]}, or /metrics "
+                  "of a replica that does not hold them")  # fmt: skip
         return {n: v[0] for n, v in found.items()}
 
     def complete(self, phase: str, timeout: float = 60) -> None:
@@ -398,6 +403,24 @@ def listed(fleet: list[DaemonProcess]) -> dict[str, list[str]]:
         for run in api_runs(r):
             if not run["ended"]:  # an ended run is listed by every replica, held by none
                 out.setdefault(run["name"], []).append(run["replica"])
+    return out
+
+
+def exported(fleet: list[DaemonProcess], runs: Iterable[str]) -> dict[str, list[str]]:
+    """run name (of `runs`) -> the replicas whose /metrics export it, each named by its
+    own `gatekeeper_replica_info` (as Prometheus would see them: one scrape per replica)."""
+    out: dict[str, list[str]] = {}
+    wanted = set(runs)
+    for r in fleet:
+        if r.proc is None or r.proc.poll() is not None:
+            continue
+        text = r.get("/metrics").text
+        names = re.findall(r'^gatekeeper_replica_info\{replica="([^"]*)"\} 1\.0$', text, re.M)
+        if names != [r.env["GATEKEEPER_REPLICA"]]:
+            return {}  # not answered, or not saying which replica it is
+        for run in re.findall(r'^gatekeeper_run_status\{run="([^"]*)"\} ', text, re.M):
+            if run in wanted:
+                out.setdefault(run, []).append(names[0])
     return out
 
 
