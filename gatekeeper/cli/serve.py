@@ -80,9 +80,9 @@ def _collector_for_a_daemon() -> None:
     """The built daemon is frozen for the cyclic collector (main's start-up: it lives
     until exit) and the collector's first threshold raised. A poll makes a few thousand
     objects and frees about as many, and the runs' state lives across polls and is
-    freed by reference counts: at 700 the collector ran ~13 times a second at 1,000
+    freed by reference counts: at 700 the collector ran 5-13 times a second at 1,000
     runs, promoting what each poll in flight held, until a full pass over every run's
-    objects (~0.5 s at 1,000 runs, the GIL held) — 13-15 % of the daemon's CPU, nothing
+    objects (~0.5 s at 1,000 runs, the GIL held) — 7-15 % of the daemon's CPU, nothing
     ever collected (bench/RESULTS.md, issue 28). Cyclic garbage, were any made, is still
     collected, after 10,000 objects rather than 700."""
     import gc
@@ -141,7 +141,6 @@ def _check(config: DaemonConfig) -> int:
     print(f"http {config.http.address}:{config.http.port}: {auth}")
     print(f"ok: {config.file}")
     return 0
-
 
 
 def _check_state(state: str) -> str:
