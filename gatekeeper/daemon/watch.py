@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from gatekeeper.daemon import payload
@@ -78,7 +78,9 @@ class RunWatcher:
     key: str
     watched: Watched
     store: SqlState
-    record: RunRecord | None = None
+    # the committed record it resumes from: read once, not kept (its parsed state and
+    # first verdict, ~125 KB a run, stayed with every watcher after a restart)
+    record: InitVar[RunRecord | None] = None
     source: LiveSource | None = None
     cursor: dict[str, Any] | None = None
     session: JudgingSession | None = None
@@ -98,9 +100,9 @@ class RunWatcher:
     polling: threading.RLock = field(default_factory=threading.RLock)  # held by a poll
     texts: payload.VerdictText = field(default_factory=payload.VerdictText)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, record: RunRecord | None) -> None:
         self.name = self.name or _default_name(self.key)
-        self._load(self.record)
+        self._load(record)
 
     def _load(self, rec: RunRecord | None) -> None:
         self.source = None

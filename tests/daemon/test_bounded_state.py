@@ -8,9 +8,11 @@ the shipped policies, and compares with `check` (`session.judge_whole` on the wh
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sqlite3
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +242,38 @@ def test_a_poll_writes_the_rule_rows_that_changed_and_the_store_matches_memory(
     restarted = _watcher(tmp_path, path)
     assert restarted.rules == watcher.rules
     assert restarted.verdict == json.loads(json.dumps(watcher.verdict))
+
+
+def test_a_watcher_resumed_from_its_record_keeps_no_more_than_one_that_read_the_run(
+    tmp_path: Path,
+) -> None:
+    # after a restart each run's watcher is made from its stored record (its state as
+    # parsed data, its verdict): it must not keep the record once resumed (~125 KB a run
+    # at the shipped policies stayed with every watcher, for the daemon's life)
+    policies = load_policies(SHIPPED)
+    watched = Watched(
+        target="t", policies=policies, fingerprint=fingerprint(policies), tags=(),
+        interval=1, debounce=1, channels=[], open_source=open_live_source,
+    )  # fmt: skip
+    path = tmp_path / "run.jsonl"
+    _sidecar(path, CONFIG)
+    _append(path, 0, 300)
+    store = StateStore(str(tmp_path / "state.db"))
+    first = RunWatcher(str(path), watched, store)
+    first.apply(first.fetch(), 1.0)
+    _append(path, 300, 310)
+    del first
+    retained = {}
+    for how in ("resumed from its record", "read from its start"):
+        gc.collect()
+        tracemalloc.start()  # the record is read inside: what the watcher keeps counts
+        record = store.load_runs()[str(path)] if how == "resumed from its record" else None
+        watcher = RunWatcher(str(path), watched, store, record)
+        del record
+        watcher.apply(watcher.fetch(), 2.0)
+        gc.collect()
+        retained[how] = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert watcher.points == 310 * len(METRICS)  # the run's, however it was read
+        del watcher
+    assert retained["resumed from its record"] < 1.15 * retained["read from its start"], retained
