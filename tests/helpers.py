@@ -8,7 +8,8 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,14 @@ def require_built_extension(module: str, source: Path) -> Any:
         "(scripts/bootstrap.sh)"
     )
     return built
+
+
+def wait_until(pred: Callable[[], Any], timeout: float = 30.0, every: float = 0.1) -> bool:
+    """Poll `pred` every `every` seconds until it is true or `timeout` passed; whether it
+    was (asked once more at the end, so a slow last interval still counts)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(every)
+    return bool(pred())

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.helpers import wait_until
+
 # (status, headers, body) for the n-th request (0-based); None means answer normally.
 Script = Callable[[int], "tuple[int, dict[str, str], bytes] | None"]
 
@@ -95,12 +97,7 @@ class Recorder:
         h.wfile.write(raw)
 
     def wait(self, pred: Callable[[], bool], timeout: float = 20.0) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if pred():
-                return True
-            time.sleep(0.05)
-        return pred()
+        return wait_until(pred, timeout, every=0.05)
 
     def close(self) -> None:
         self.server.shutdown()

@@ -45,6 +45,7 @@ import psycopg
 from gatekeeper.daemon.state_postgres import PostgresState
 from tests.daemon.harness import POLICY, DaemonProcess, free_port
 from tests.daemon.recorder import Recorder
+from tests.helpers import wait_until
 
 RULE = "kl-small"
 BAD, GOOD = 0.5, 0.001
@@ -306,7 +307,7 @@ class Scenario:
     # ---- plumbing -----------------------------------------------------------------------
     def need(self, pred: Callable[[], bool], timeout: float, phase: str,
              why: Callable[[], str]) -> None:  # fmt: skip
-        ok = wait(pred, timeout)
+        ok = wait_until(pred, timeout, every=0.25)
         now = time.monotonic()
         self.result.phases[phase] = now - self._clock
         self._clock = now
@@ -431,15 +432,6 @@ def firing(hook: Recorder) -> Counter[str]:
         f"{a['run']}/{a['rule']}/{a['state']}" for b in bodies for g in b["groups"]
         for a in g["alerts"]
     )  # fmt: skip
-
-
-def wait(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.25)
-    return pred()
 
 
 # ---- the store ---------------------------------------------------------------------------

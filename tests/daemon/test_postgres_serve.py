@@ -100,16 +100,19 @@ class Proxy:
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                self._relaying()
                 dst.sendall(data)
         except OSError:
             pass
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+
+    def _relaying(self) -> None:
+        """Called before each chunk is relayed (a subclass may hold it)."""
 
     def cut(self) -> None:
         self.open = False

@@ -5,9 +5,7 @@ the store answers, and polling resumes from the committed cursor."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import threading
 import time
 from pathlib import Path
@@ -32,16 +30,8 @@ class StallingProxy(Proxy):
     def flow(self) -> None:
         self.flowing.set()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:  # type: ignore[override]
-        try:
-            while data := src.recv(65536):
-                self.flowing.wait()
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
+    def _relaying(self) -> None:
+        self.flowing.wait()
 
 
 def point(path: Path, step: int) -> None:

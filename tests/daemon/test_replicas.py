@@ -22,9 +22,9 @@ from tests.daemon.replica_scenario import (
     replica_config,
     run_scenario,
     stop_all,
-    wait,
 )
 from tests.daemon.test_serve import firing_lines
+from tests.helpers import wait_until
 
 RUNS = 300
 LEASE = 4.0
@@ -82,7 +82,7 @@ def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
     try:
         for replica in fleet:
             replica.start()
-        assert wait(
+        assert wait_until(
             lambda: (
                 len(listed(fleet)) == 24
                 and {n for v in listed(fleet).values() for n in v} == {"rep-0", "rep-1"}
@@ -96,21 +96,23 @@ def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
         stopped = time.time()
         for path in runs:  # new data while it is stalled; one of its runs goes bad
             append(path, 1, 0.5 if path.stem == theirs[0] else 0.001)
-        assert wait(lambda: all(stored(pg_url)[n][1] > stopped for n in theirs), 4 * STALL_LEASE), (
-            fleet[1].tail()
-        )
+        taken = lambda: all(stored(pg_url)[n][1] > stopped for n in theirs)  # noqa: E731
+        assert wait_until(taken, 4 * STALL_LEASE), fleet[1].tail()
         for path in runs:  # more data for the stalled one to find when it resumes
             append(path, 2)
         resumed_at = stalled.log.stat().st_size
         stalled.proc.send_signal(signal.SIGCONT)
-        assert wait(lambda: all(p == 6 for p, _ in stored(pg_url).values()), 30), stored(pg_url)
+        everywhere = lambda: all(p == 6 for p, _ in stored(pg_url).values())  # noqa: E731
+        assert wait_until(everywhere, 30), stored(pg_url)
         # the resumed replica has polled (refused) or rebalanced: it let go of every run taken
         # over, after a poll in flight; then both replicas share the runs again
         let_go = [f"/{n}.jsonl: no longer polled by this replica" for n in theirs]
-        assert wait(lambda: all(line in stalled.log.read_text()[resumed_at:] for line in let_go),
-                    4 * STALL_LEASE), stalled.tail()  # fmt: skip
+        assert wait_until(
+            lambda: all(line in stalled.log.read_text()[resumed_at:] for line in let_go),
+            4 * STALL_LEASE,
+        ), stalled.tail()
         found: dict[str, list[str]] = {}
-        assert wait(lambda: once_each(fleet, found, 24), 4 * STALL_LEASE), found
+        assert wait_until(lambda: once_each(fleet, found, 24), 4 * STALL_LEASE), found
         assert all(p == 6 for p, _ in stored(pg_url).values()), stored(pg_url)  # none doubled
         assert hook.wait(lambda: len(firing_lines(hook.bodies)) == 1, 20)
         time.sleep(1.0)
@@ -163,11 +165,11 @@ def test_runs_that_ended_are_listed_by_every_replica_after_a_restart_of_all(
     try:
         for replica in fleet:
             replica.start()
-        assert wait(as_stored, 30), (shown(), fleet[0].tail())
+        assert wait_until(as_stored, 30), (shown(), fleet[0].tail())
         stop_all(fleet)
         for replica in fleet:
             replica.start()
-        assert wait(as_stored, 30), (shown(), fleet[0].tail())
+        assert wait_until(as_stored, 30), (shown(), fleet[0].tail())
         for d in fleet:
             one = d.run("run0")
             assert one is not None and one["verdict"]["status"] == "fail", one

@@ -11,21 +11,13 @@ from gatekeeper.daemon.config import load_config
 from gatekeeper.daemon.service import Daemon
 from tests.daemon.harness import write_config
 from tests.daemon.sources import HangingSource, open_test_source
+from tests.helpers import wait_until
 
 
 def rows(path: Path, kl: list[float]) -> None:
     with open(path, "a") as fh:
         for step, v in enumerate(kl):
             fh.write(json.dumps({"train/step": step, "train/ppo_kl": v, "train/loss": 1.0}) + "\n")
-
-
-def wait(pred, timeout: float = 15.0) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_hanging_source_times_out_while_other_runs_keep_being_judged(tmp_path: Path) -> None:
@@ -40,16 +32,16 @@ def test_a_hanging_source_times_out_while_other_runs_keep_being_judged(tmp_path:
     daemon.start()
     try:
         watchers = lambda: {w.name: w for w in daemon.scheduler.snapshot()}  # noqa: E731
-        assert wait(lambda: watchers().get("ok") is not None and watchers()["ok"].points == 4)
-        assert wait(lambda: watchers()["hang"].errors >= 1)
+        assert wait_until(lambda: watchers().get("ok") is not None and watchers()["ok"].points == 4)
+        assert wait_until(lambda: watchers()["hang"].errors >= 1)
         hung = watchers()["hang"]
         assert hung.summary()["hung"] and "timed out after 0.5s" in (hung.last_error or "")
         rows(runs / "ok.jsonl", [0.5])  # the healthy run goes on being polled meanwhile
-        assert wait(lambda: watchers()["ok"].status == "fail")
+        assert wait_until(lambda: watchers()["ok"].status == "fail")
         assert daemon.metrics.poll_errors.labels(kind="timeout")._value.get() >= 1
         assert hung.next_allowed > 0  # backing off, not hammering the stuck source
         HangingSource.release.set()  # the source recovers: its run is judged after backoff
-        assert wait(lambda: watchers()["hang"].points == 2, timeout=20)
+        assert wait_until(lambda: watchers()["hang"].points == 2, timeout=20)
         assert watchers()["hang"].status == "pass" and watchers()["hang"].errors == 0
     finally:
         HangingSource.release.set()

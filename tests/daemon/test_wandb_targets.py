@@ -8,7 +8,6 @@ server cannot run in a test), extended here to hold several runs and answer the 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from gatekeeper.daemon.config import load_config
 from gatekeeper.daemon.service import Daemon
 from tests.daemon.harness import POLICY, free_port
+from tests.helpers import wait_until
 from tests.wandb.standin_server import FixtureRun, StandinWandb
 
 
@@ -89,15 +89,6 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProjectStandin]:
         yield server
 
 
-def wait(pred, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_running_tagged_runs_are_discovered_judged_and_retired(
     tmp_path: Path, standin: ProjectStandin
 ) -> None:
@@ -124,14 +115,14 @@ def test_running_tagged_runs_are_discovered_judged_and_retired(
     daemon.start()
     watchers = lambda: {w.key: w for w in daemon.scheduler.snapshot()}  # noqa: E731
     try:
-        assert wait(lambda: watchers().get("wandb://ent/proj/bad1") is not None)
+        assert wait_until(lambda: watchers().get("wandb://ent/proj/bad1") is not None)
         bad = watchers()["wandb://ent/proj/bad1"]
-        assert wait(lambda: bad.status == "fail" and bad.points == 10)
+        assert wait_until(lambda: bad.status == "fail" and bad.points == 10)
         assert set(watchers()) == {"wandb://ent/proj/bad1"}  # untagged and finished: not watched
         standin.runs["new"] = FixtureRun("ent", "proj", "new", tags=["nightly"], rows=kl_rows(3))
-        assert wait(lambda: "wandb://ent/proj/new" in watchers())  # found without a restart
+        assert wait_until(lambda: "wandb://ent/proj/new" in watchers())  # found without a restart
         standin.runs["new"].state = "finished"
-        assert wait(lambda: watchers()["wandb://ent/proj/new"].ended)
+        assert wait_until(lambda: watchers()["wandb://ent/proj/new"].ended)
         new = watchers()["wandb://ent/proj/new"]
         assert new.status == "pass" and new.points == 6
         assert daemon.scheduler.scheduler.get_job("wandb://ent/proj/new") is None  # retired

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from gatekeeper.daemon.service import Daemon
 from gatekeeper.errors import ConfigError
 from gatekeeper.extras import MissingExtra
 from tests.daemon.harness import POLICY, free_port
+from tests.helpers import wait_until
 
 tensorboardX = pytest.importorskip("tensorboardX")
 
@@ -40,15 +40,6 @@ def _config(tmp: Path, target: dict) -> Path:
     return path
 
 
-def wait(pred, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_a_target_has_one_kind(tmp_path: Path) -> None:
     path = _config(tmp_path, {"tensorboard": {"logdir": "logs/*"}, "glob": "x/*"})
     with pytest.raises(ConfigError, match="exactly one of"):
@@ -71,11 +62,11 @@ def test_tensorboard_logdir_runs_are_discovered_and_judged(tmp_path: Path) -> No
     daemon.start()
     watchers = lambda: {w.key: w for w in daemon.scheduler.snapshot()}  # noqa: E731
     try:
-        assert wait(lambda: keys[1] in watchers() and watchers()[keys[1]].status == "fail")
-        assert wait(lambda: watchers()[keys[0]].points == 8)
+        assert wait_until(lambda: keys[1] in watchers() and watchers()[keys[1]].status == "fail")
+        assert wait_until(lambda: watchers()[keys[0]].points == 8)
         assert watchers()[keys[0]].status in ("pass", "pending")
         _write(tmp_path / "logs" / "later", [0.001])
-        assert wait(lambda: f"tensorboard://{tmp_path / 'logs' / 'later'}" in watchers())
+        assert wait_until(lambda: f"tensorboard://{tmp_path / 'logs' / 'later'}" in watchers())
     finally:
         daemon.stop()
 
