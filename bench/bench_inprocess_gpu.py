@@ -64,10 +64,21 @@ def tick(step: int, warmup: int) -> None:
 PROFILE: list[cProfile.Profile] = []  # --profile: the profiler of the loop running now
 
 
+CLOCKS = (time.process_time, time.thread_time, time.perf_counter)
+MARK: list[float] = []  # the clocks at the start of the timed steps
+
+
 def profile(on: bool) -> None:
-    """The timed steps begin (on) or end: the training thread's profile covers them only."""
+    """The timed steps begin (on) or end: the training thread's profile covers them only;
+    the process's CPU, the training thread's CPU and the wall time over them go to COST."""
     for profiler in PROFILE:
         profiler.enable() if on else profiler.disable()
+    if on:
+        MARK[:] = [clock() for clock in CLOCKS]
+    elif MARK:
+        for key, clock, start in zip(("cpu", "train", "wall"), CLOCKS, MARK, strict=True):
+            COST[key] = clock() - start
+        MARK.clear()
 
 
 def timed(fn: Callable[..., Any], key: str, clock: Callable[[], float] = time.perf_counter
@@ -397,15 +408,18 @@ def table(rates: dict[str, list[float]]) -> list[str]:
 def cost_table(costs: dict[str, list[dict[str, float]]], steps: int) -> list[str]:
     """Medians over the repetitions of the gate's own costs."""
     lines = ["\nWhere the gate's time goes (medians over the repetitions):\n",
-             "| loop | gate calls on the training thread (us/step) | judging worker CPU "
+             "| loop | wall (us/step) | process CPU (us/step) | training thread CPU (us/step) "
+             "| gate calls on the training thread (us/step) | judging worker CPU "
              "(us/step) | after the last step (ms; a trainer's end, finalize included) |"
              " by hook (us/step) |",
-             "|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|"]
     for loop, runs in costs.items():
         med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
         hooks = ", ".join(f"{k[5:]} {v / steps * 1e6:.0f}" for k, v in med.items()
                           if k.startswith("hook:"))
-        lines.append(f"| {loop} | {med['hooks'] / steps * 1e6:.0f} | "
+        per = {k: f"{med.get(k, 0.0) / steps * 1e6:.0f}" for k in ("wall", "cpu", "train")}
+        lines.append(f"| {loop} | {per['wall']} | {per['cpu']} | {per['train']} | "
+                     f"{med['hooks'] / steps * 1e6:.0f} | "
                      f"{med['worker'] / steps * 1e6:.0f} | {med['tail'] * 1e3:.0f} | {hooks} |")
     return lines
 
