@@ -51,6 +51,8 @@ BASELINE = {"item": "plain", "gate": "plain", "gate-sync": "plain", "hf+cb": "hf
 
 
 TICKS: list[float] = []  # the clock at each timed step's end (no sync): the step cadence
+TICK_STEPS: list[int] = []  # the step each tick ended
+BLOCKS = [0]  # --blocks K: gated loops judge only in every other block of K steps
 # per loop run: seconds in the gate's calls on the training thread / the worker's CPU,
 # over the timed steps; seconds from the last step's end to the trainer's return
 COST = {"hooks": 0.0, "worker": 0.0, "tail": 0.0}
@@ -59,6 +61,31 @@ COST = {"hooks": 0.0, "worker": 0.0, "tail": 0.0}
 def tick(step: int, warmup: int) -> None:
     if step >= warmup:
         TICKS.append(time.perf_counter())
+        TICK_STEPS.append(step)
+
+
+def gated(step: int) -> bool:
+    """--blocks K: is `step` in a block whose metrics the gate (or the assert) gets? Off
+    blocks run the same loop with the gate handed nothing (its hooks still called)."""
+    k = BLOCKS[0]
+    return k == 0 or (step // k) % 2 == 0
+
+
+SETTLE = 3  # a block's first steps carry the previous block's gate work: not counted
+
+
+def block_ratio() -> float:
+    """--blocks: the gated blocks' speed as a fraction of the ungated ones' in this run
+    (median step time off / on), steps past the first SETTLE of each block only: the
+    same model, process and minute on both sides, so drift between runs cancels."""
+    k = BLOCKS[0]
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for (a, b), step in zip(zip(TICKS, TICKS[1:], strict=False), TICK_STEPS[1:], strict=False):
+        if step % k >= SETTLE:
+            times[gated(step)].append(b - a)
+    if not times[True] or not times[False]:
+        return 0.0
+    return statistics.median(times[False]) / statistics.median(times[True])
 
 
 PROFILE: list[cProfile.Profile] = []  # --profile: the profiler of the loop running now
@@ -209,10 +236,10 @@ def custom_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[fl
                    "train/learning_rate": 1e-4, **extras(loss, grad_norm, 1e-4, 0.0)}
         last = step
         tick(step, b.warmup)
-        if kind == "item":
+        if kind == "item" and gated(step):
             if not (math.isfinite(loss.item()) and math.isfinite(grad_norm.item())):
                 break  # the assert a trainer would raise
-        elif g is not None and timed(g.feed, "hooks")(step, metrics):
+        elif g is not None and gated(step) and timed(g.feed, "hooks")(step, metrics):
             break
     b.sync()
     profile(False)
@@ -285,6 +312,13 @@ def hf_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
         cb = [instrument_callback(GatekeeperCallback(POLICY, echo=False),
                                   ("on_log", "on_pre_optimizer_step", "on_step_end"))]
         cb[0]._defer = kind == "hf+cb"
+        on_log = cb[0].on_log
+
+        def blocked_log(args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> Any:
+            return on_log(args, state, control, logs=logs if gated(state.global_step) else None,
+                          **kw)
+
+        cb[0].on_log = blocked_log
     args = transformers.TrainingArguments(
         output_dir="/tmp/bench-inprocess-hf", max_steps=b.warmup + steps,
         per_device_train_batch_size=b.batch, logging_steps=1, logging_nan_inf_filter=False,
@@ -362,6 +396,12 @@ def pl_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
     if kind == "pl+cb":
         cb = [instrument_callback(GatekeeperCallback(POLICY, echo=False),
                                   ("on_before_backward", "on_train_batch_end"))]
+        batch_end = cb[0].on_train_batch_end
+
+        def blocked_end(trainer: Any, *args: Any) -> Any:
+            return batch_end(trainer, *args) if gated(trainer.global_step) else None
+
+        cb[0].on_train_batch_end = blocked_end
     trainer = pl.Trainer(
         max_steps=b.warmup + steps, accelerator="gpu" if b.cuda else "cpu", devices=1,
         precision="bf16-mixed" if b.cuda else "32-true", logger=False, log_every_n_steps=50,
@@ -402,6 +442,22 @@ def table(rates: dict[str, list[float]]) -> list[str]:
                      f"{statistics.median(paired):.3f}x, {paired[0]:.2f}-{paired[-1]:.2f}")
         lines.append(f"| {loop} | " + " | ".join(f"{v:.1f}" for v in values)
                      + f" | {median:.1f} | {min(values):.1f}-{max(values):.1f} | {ratio} |")
+    return lines
+
+
+def block_table(ratios: dict[str, list[float]], k: int) -> list[str]:
+    """--blocks: each run's gated blocks against its own ungated ones."""
+    reps = len(next(iter(ratios.values())))
+    lines = [f"\nWithin each run (--blocks {k}): speed of the blocks where the gate (item: the "
+             "assert) gets the metrics, relative to the blocks where it gets none; median "
+             f"step time of each, the first {SETTLE} steps of every block left out. An ungated "
+             "loop's figure is the noise floor (both halves alike).\n",
+             "| loop | " + " | ".join(f"rep {i + 1}" for i in range(reps))
+             + " | median | spread (min-max) |", "|---|" + "---|" * (reps + 2)]
+    for loop, values in ratios.items():
+        lines.append(f"| {loop} | " + " | ".join(f"{v:.3f}x" for v in values)
+                     + f" | **{statistics.median(values):.3f}x** | "
+                       f"{min(values):.3f}-{max(values):.3f} |")
     return lines
 
 
@@ -447,7 +503,13 @@ def main() -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="profile the training thread (cProfile) and print each loop's "
                              "N costliest functions per step (slows every loop)")
+    parser.add_argument("--blocks", type=int, default=0, metavar="K",
+                        help="also measure each loop within its own runs: the gate (or the "
+                             "assert) gets the metrics in every other block of K steps only, "
+                             "and the table gives the speed of those blocks relative to the "
+                             "others (ungated loops: the noise floor)")
     opts = parser.parse_args()
+    BLOCKS[0] = opts.blocks
     device = "cuda" if torch.cuda.is_available() and not opts.quick else "cpu"
     size = "quick" if opts.quick or device == "cpu" else opts.size
     steps = opts.steps or (30 if size == "quick" else 300)
@@ -464,11 +526,13 @@ def main() -> int:
     rates: dict[str, list[float]] = {name: [] for name in loops}
     cadences: dict[str, list[float]] = {name: [] for name in loops}
     costs: dict[str, list[dict[str, float]]] = {name: [] for name in loops}
+    ratios: dict[str, list[float]] = {name: [] for name in loops}
     profiles: dict[str, pstats.Stats] = {}
     for rep in range(opts.reps):
         order = loops[rep % len(loops):] + loops[:rep % len(loops)]  # interleaved, rotated
         for name in order:
             TICKS.clear()
+            TICK_STEPS.clear()
             COST.clear()
             COST.update(hooks=0.0, worker=0.0, tail=0.0)
             PROFILE[:] = [cProfile.Profile()] if opts.profile else []
@@ -480,6 +544,8 @@ def main() -> int:
                     profiles[name] = pstats.Stats(profiler)
             PROFILE.clear()
             cadences[name].append(cadence())
+            if opts.blocks:
+                ratios[name].append(block_ratio())
             costs[name].append(dict(COST))
             print(f"rep {rep + 1} {name}: {rates[name][-1]:.1f} steps/s "
                   f"(cadence {cadences[name][-1]:.1f})", file=sys.stderr, flush=True)
@@ -487,9 +553,12 @@ def main() -> int:
     print("\n".join(table(rates)))
     print("\nCadence: 1 / the median time between step ends (robust to hiccups):\n")
     print("\n".join(table(cadences)))
+    if opts.blocks:
+        print("\n".join(block_table(ratios, opts.blocks)))
     print("\n".join(cost_table(costs, steps)))
     for name, stats in profiles.items():
         print("\n".join(profile_table(name, stats, opts.profile, opts.reps * steps)))
+    BLOCKS[0] = 0
     print(f"\n| loop | NaN at step {opts.nan_at}: last step run | step reported |\n|---|---|---|")
     for name in loops:
         _, last, reported = RUNNERS[name](bench, name, opts.nan_at + 5 - opts.warmup,
