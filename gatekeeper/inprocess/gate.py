@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from gatekeeper.errors import UsageError
 from gatekeeper.gate import PolicyInput, ReportOptions, resolve_policies, write_reports
 from gatekeeper.inprocess.handoff import Handoff
-from gatekeeper.inprocess.local import LocalJudge
+from gatekeeper.inprocess.local import Judged, LocalJudge
 from gatekeeper.inprocess.remote import RemoteJudge
 from gatekeeper.live.gate import Change
 from gatekeeper.live.progress import change_line
@@ -94,6 +94,22 @@ def _weak_judge(gate: Gate) -> Callable[[int | None, dict[str, Any]], bool]:
     return judge
 
 
+class _WeakPipe:
+    """The hand-over's pipe to a judge process (`handoff.Pipe`), holding the gate weakly."""
+
+    def __init__(self, gate: Gate):
+        self._ref = weakref.ref(gate)
+
+    def send(self, step: int | None, metrics: dict[str, Any]) -> None:
+        alive = self._ref()
+        if alive is not None:
+            alive._send_handed(step, metrics)
+
+    def take(self) -> bool:
+        alive = self._ref()
+        return True if alive is None else alive._take_handed()
+
+
 def make_judge(policies: PolicyInput, overrides: Sequence[str], run: Run, axis: str,
                started: float, *, threaded: bool) -> LocalJudge | RemoteJudge:
     """Where a gate judges: in a judge process (an asynchronous gate given policy files:
@@ -161,7 +177,9 @@ class Gate:
                                  threaded=self.mode is Mode.SYNC or judge == "thread")
         self._failed_at: dict[str, Any] | None = None
         self._final: Verdict | None = None
-        self._handoff = Handoff(_weak_judge(self), threaded=self.mode is Mode.ASYNC)
+        piped = self.mode is Mode.ASYNC and isinstance(self._judge, RemoteJudge)
+        self._handoff = Handoff(_weak_judge(self), threaded=self.mode is Mode.ASYNC,
+                                pipe=_WeakPipe(self) if piped else None)
         # A gate dropped without finalize ends its worker and (its judge gone with it)
         # its judge process: the worker holds the gate only weakly.
         weakref.finalize(self, self._handoff.abandon)
@@ -206,28 +224,51 @@ class Gate:
     def _judge_handed(self, step: int | None, metrics: dict[str, Any]) -> bool:
         return self.observe(step, metrics).stop
 
+    def _send_handed(self, step: int | None, metrics: dict[str, Any]) -> None:
+        """A hand-over sent to the judge process; `_take_handed` concludes it."""
+        row = dict(metrics) if step is None else {self.axis: step, **metrics}
+        with self._lock:
+            self._open()
+            assert isinstance(self._judge, RemoteJudge)
+            self._judge.send_rows([row], self._clock())
+
+    def _take_handed(self) -> bool:
+        with self._lock:
+            assert isinstance(self._judge, RemoteJudge)
+            obs, newly = self._conclude(self._judge.take())
+        if newly and self.on_fail is OnFail.RAISE:
+            raise GateFailed(self.verdict())
+        return obs.stop
+
     def observe_rows(self, rows: Iterable[Mapping[str, Any]]) -> Observation:
         """Judge a batch of rows (each as in JSONL: step fields plus metrics) at once.
         Steps of a metric must not go back; a rejected row raises `UsageError` (the rows
         before it are kept and judged with the next call)."""
         with self._lock:
-            if self._final is not None:
-                raise UsageError("this gate was finalized; start a new Gate for a new run")
-            judged = self._judge.observe_rows(rows, self._clock())
-            self._say(judged.changes)
-            newly = bool(judged.failing) and self._failed_at is None
-            if newly:
-                self._failed_at = self._failure_info(judged.failing[0])
-            obs = Observation(
-                status=judged.status,
-                changes=judged.changes,
-                failing=judged.failing,
-                stop=self._failed_at is not None and self.on_fail is not OnFail.REPORT,
-                points=judged.points,
-            )
+            self._open()
+            obs, newly = self._conclude(self._judge.observe_rows(rows, self._clock()))
         if newly and self.on_fail is OnFail.RAISE:
             raise GateFailed(self.verdict())
         return obs
+
+    def _open(self) -> None:
+        if self._final is not None:
+            raise UsageError("this gate was finalized; start a new Gate for a new run")
+
+    def _conclude(self, judged: Judged) -> tuple[Observation, bool]:
+        """A judgement as the caller sees it, and whether the gate failed just now."""
+        self._say(judged.changes)
+        newly = bool(judged.failing) and self._failed_at is None
+        if newly:
+            self._failed_at = self._failure_info(judged.failing[0])
+        obs = Observation(
+            status=judged.status,
+            changes=judged.changes,
+            failing=judged.failing,
+            stop=self._failed_at is not None and self.on_fail is not OnFail.REPORT,
+            points=judged.points,
+        )
+        return obs, newly
 
     def update_run(
         self,

@@ -2,7 +2,11 @@
 
 Started when an asynchronous `Gate` is made, so policy errors still surface before the
 first training step. Each call is one request and one answer (`wire.py`), bounded in time
-(`timeout`) and size; the caller serializes calls (the gate's lock). The child is
+(`timeout`) and size; the caller serializes calls (the gate's lock). Rows may also be
+sent ahead of their answers (`send_rows`, then `take` in order): the training thread
+sends a step and reads its judgement a step later. Any other call first reads the
+answers still owed, kept for `take`. A request larger than `PIPELINED` is sent only once
+nothing is owed, so the two pipes never both fill (a deadlock). The child is
 `sys.executable` running `gatekeeper.inprocess.judge` of this very gatekeeper; it imports
 neither torch nor the trainer, and ends with `final`, `close`, or this process.
 """
@@ -15,6 +19,7 @@ import subprocess
 import sys
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +39,7 @@ from gatekeeper.model import Run, RunState
 from gatekeeper.verdict import GateStatus, Verdict
 
 TIMEOUT = 300.0  # seconds one answer may take: a batch of rows, or the final verdict
+PIPELINED = 16 << 10  # bytes: a rows request sent while answers are owed is at most this
 
 
 # The child's first lines: the gatekeeper this process runs, found first only when the
@@ -47,6 +53,10 @@ if spec is None or os.path.realpath(os.path.dirname(os.path.dirname(spec.origin)
 from gatekeeper.inprocess.judge import main
 raise SystemExit(main())
 """
+
+
+def _rows(rows: Iterable[Mapping[str, Any]], now: float) -> dict[str, Any]:
+    return {"op": "rows", "rows": [plain_row(r) for r in rows], "now": now}
 
 
 def _spawn() -> subprocess.Popen[bytes]:
@@ -78,6 +88,8 @@ class RemoteJudge:
                  axis: str, started: float, *, timeout: float = TIMEOUT):
         self._timeout = timeout
         self._buf = bytearray()
+        self._owed = 0  # rows requests sent whose answers are not read yet
+        self._ready: deque[bytes] = deque()  # answers read ahead of `take` (in order)
         # the last answer that changed nothing and failed nothing, and what it said
         self._quiet: tuple[bytes, Judged] = (b"", Judged(GateStatus.PENDING))
         self._proc = _spawn()
@@ -92,7 +104,28 @@ class RemoteJudge:
             raise
 
     def observe_rows(self, rows: Iterable[Mapping[str, Any]], now: float) -> Judged:
-        line = self._exchange({"op": "rows", "rows": [plain_row(r) for r in rows], "now": now})
+        self._collect()
+        return self._judged(self._exchange(encode(_rows(rows, now))))
+
+    def send_rows(self, rows: Iterable[Mapping[str, Any]], now: float) -> None:
+        """Send rows without waiting: `take` gives their judgement (answers in order)."""
+        request = encode(_rows(rows, now))
+        if len(request) > PIPELINED:
+            self._collect()
+        self._write(request)
+        self._owed += 1
+
+    def take(self) -> Judged:
+        """The judgement of the oldest rows sent by `send_rows` and not yet taken."""
+        if self._ready:
+            return self._judged(self._ready.popleft())
+        if not self._owed:
+            raise JudgeProcessError("take() without rows sent")
+        line = self._line()
+        self._owed -= 1
+        return self._judged(line)
+
+    def _judged(self, line: bytes) -> Judged:
         if line == self._quiet[0]:  # most steps: the answer of the step before, word for word
             return Judged(self._quiet[1].status, [], [], self._quiet[1].points)
         judged = judged_from_dict(self._answer(line))
@@ -119,7 +152,14 @@ class RemoteJudge:
 
     # ---- the pipe ------------------------------------------------------------------
     def _call(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        return self._answer(self._exchange(request))
+        self._collect()
+        return self._answer(self._exchange(encode(request)))
+
+    def _collect(self) -> None:
+        """Read the answers owed to `send_rows`, kept for `take`."""
+        while self._owed:
+            self._ready.append(self._line())
+            self._owed -= 1
 
     @staticmethod
     def _answer(line: bytes) -> dict[str, Any]:
@@ -128,19 +168,22 @@ class RemoteJudge:
             raise error_from_dict(reply["error"])
         return reply["ok"]  # type: ignore[no-any-return]
 
-    def _exchange(self, request: Mapping[str, Any]) -> bytes:
-        """Send one request; its answer's line."""
+    def _exchange(self, request: bytes) -> bytes:
+        """Send one request (nothing owed); its answer's line."""
+        self._write(request)
+        return self._line()
+
+    def _write(self, request: bytes) -> None:
         proc = self._proc
         if proc.stdin is None or proc.stdin.closed:
             raise JudgeProcessError("the judge process was closed")
         try:
-            proc.stdin.write(encode(request))
+            proc.stdin.write(request)
             proc.stdin.flush()
         except BrokenPipeError:
             raise self._gone("ended", with_code=True) from None
         except OSError as exc:
             raise self._gone(f"could not be written to ({exc})") from None
-        return self._line()
 
     def _line(self) -> bytes:
         assert self._proc.stdout is not None

@@ -1,0 +1,152 @@
+"""An asynchronous gate with a judge process is fed through its pipe by the training
+thread itself (`gatekeeper.inprocess.handoff`, `Pipe`; `remote.RemoteJudge.send_rows` /
+`take`): no worker thread, answers read a step later and in order, a device copy sent
+once it has landed, answers owed kept across any other call, and no deadlock when
+requests and answers are both larger than a pipe holds."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gatekeeper.gate import ReportOptions
+from gatekeeper.inprocess import Gate, handoff
+from gatekeeper.inprocess.handoff import Handoff
+from tests.helpers import write_policy
+from tests.integrations.test_handoff import loss_policy, run_loop
+
+
+def judge_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "gatekeeper-judge"]
+
+
+def test_a_judge_process_is_fed_from_the_training_thread_with_no_worker(tmp_path: Path) -> None:
+    gate = Gate(loss_policy(tmp_path), echo=False,
+                reports=ReportOptions(json_path=str(tmp_path / "g.json")))
+    assert run_loop(gate, nan_at=7) == 8  # the stop one step after the violation
+    assert judge_threads() == []
+    gate.finalize()
+    assert json.loads((tmp_path / "g.json").read_text())["stopped"]["step"] == 7
+    threaded = Gate(loss_policy(tmp_path), echo=False, judge="thread")
+    assert run_loop(threaded, nan_at=7) == 8
+    assert judge_threads() == ["gatekeeper-judge"]  # a judge in this process: a worker
+    threaded.finalize(write=False)
+
+
+class FakeEvent:
+    """A device copy's event: not landed until the test says so or it is awaited."""
+
+    def __init__(self) -> None:
+        self.landed = False
+        self.awaited = False
+
+    def query(self) -> bool:
+        return self.landed
+
+    def synchronize(self) -> None:
+        self.awaited = self.landed = True
+
+
+class Recorder:
+    """A `Pipe` answering in order: stop at the step given."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        self.sent: list[int | None] = []
+        self.taken = 0
+        self.stop_at = stop_at
+
+    def send(self, step: int | None, metrics: dict[str, Any]) -> None:
+        self.sent.append(step)
+
+    def take(self) -> bool:
+        step = self.sent[self.taken]
+        self.taken += 1
+        return step == self.stop_at
+
+
+def test_a_device_copy_is_sent_once_landed_and_awaited_only_by_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events: list[FakeEvent] = []
+
+    def capture(metrics: Any) -> tuple[dict[str, Any], Any]:
+        event = FakeEvent() if "device" in metrics else None
+        if event is not None:
+            events.append(event)
+        return dict(metrics), event
+
+    monkeypatch.setattr(handoff, "capture", capture)
+    pipe = Recorder(stop_at=3)
+    h = Handoff(lambda step, values: False, pipe=pipe)
+    first = h.submit(1, {"device": 1.0})
+    h.release()
+    assert pipe.sent == []  # its copy has not landed: nothing waits for it here
+    h.submit(2, {"host": 1.0})
+    assert pipe.sent == []  # in order: 2 waits behind 1
+    events[0].landed = True
+    h.release()
+    h.submit(3, {"host": 1.0})
+    assert pipe.sent == [1, 2, 3] and not events[0].awaited  # sent once seen landed
+    assert h.wait(first) is False and pipe.taken == 1  # answers read when awaited
+    fourth = h.submit(4, {"device": 1.0})
+    assert pipe.sent == [1, 2, 3]
+    assert h.wait(fourth) is True  # 3 said stop; the wait awaited 4's copy and sent it
+    assert events[1].awaited and pipe.sent == [1, 2, 3, 4] and pipe.taken == 4
+    assert judge_threads() == []
+
+
+def test_sends_without_waits_owe_at_most_two_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    pipe = Recorder()
+    h = Handoff(lambda step, values: False, pipe=pipe)
+    for step in range(1, 101):
+        h.submit(step, {"x": 1.0})
+        assert len(pipe.sent) - pipe.taken <= handoff.OUTSTANDING
+    h.drain()
+    assert pipe.sent == list(range(1, 101)) and pipe.taken == 100
+
+
+def test_answers_owed_are_kept_across_other_calls_in_order(tmp_path: Path) -> None:
+    gate = Gate(loss_policy(tmp_path), echo=False, on_fail="report")
+    tickets = [gate.submit(step, {"loss": 20.0 if step == 2 else 1.0}) for step in (1, 2, 3)]
+    live = gate.verdict()  # a call of its own while the answers of 2 and 3 are owed
+    assert {r.rule: r.judged for r in live.results}["loss-finite"] == 3
+    obs = gate.observe(4, {"loss": 1.0})
+    assert obs.status.value == "fail" and obs.failing[0].step == 2
+    assert gate.wait(tickets[-1]) is False  # on_fail="report": judged, never a stop
+    assert gate.failed
+    verdict = gate.finalize(write=False)
+    assert {r.rule: r.judged for r in verdict.results}["loss-finite"] == 4
+
+
+def test_large_requests_and_answers_never_fill_both_pipes(tmp_path: Path) -> None:
+    """Rows of 6,000 metrics (~130 KB a request) judged by a pattern rule (an answer
+    of ~2 MB of changes at the first step): sent ahead of their answers they would fill
+    both pipes; each waits for the answers owed instead."""
+    policy = write_policy(tmp_path / "wide.yaml", """
+        version: 1
+        name: wide
+        rules:
+          - id: finite
+            metric: "layer/*/norm"
+            check: {finite: true}
+        """)
+    gate = Gate(policy, echo=False, on_fail="report")
+    row = {f"layer/{i:05d}/norm": 1.0 for i in range(6000)}
+    done: list[bool] = []
+
+    def feed() -> None:
+        for step in range(1, 5):
+            gate.submit(step, row)
+        gate.wait(4)
+        done.append(True)
+
+    worker = threading.Thread(target=feed, daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert done == [True], "the gate and its judge process deadlocked on their pipes"
+    verdict = gate.finalize(write=False)
+    assert len(verdict.results) == 6000 and all(r.judged == 4 for r in verdict.results)
