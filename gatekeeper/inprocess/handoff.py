@@ -112,9 +112,11 @@ class Handoff:
             raise ValueError("depth must be at least 1")
         self._judge = judge
         self.threaded = threaded
-        self._pipe = pipe  # judged elsewhere, fed from the caller's thread (no worker)
-        self._unsent: deque[tuple[int, int | None, dict[str, Any], Any]] = deque()
-        self._sent: deque[int] = deque()  # tickets sent, not yet answered
+        self._depth = depth
+        self._pipe = pipe  # judged elsewhere: sent, and the answers read by the caller
+        self._sent: deque[tuple[int, BaseException | None]] = deque()  # answers owed
+        self._queued = 0  # a pipe: hand-overs given to the sender thread, not yet sent
+        self._abandoned = False
         self._queue: queue.Queue[tuple[int, int | None, dict[str, Any], Any] | None] = (
             queue.Queue(maxsize=depth))
         self._cond = threading.Condition()
@@ -134,6 +136,8 @@ class Handoff:
         """Hand one step's values over; its ticket. Blocks only while the queue is full.
         `hold`: captured now, given to the worker at the next `release` (or `wait`)."""
         self.raise_error()
+        if self._pipe is not None and self._submitted - self._judged >= self._depth:
+            self.wait(self._submitted - self._depth + 1)  # the judge is `depth` behind
         self._submitted += 1
         ticket = self._submitted
         if not self.threaded:
@@ -154,24 +158,20 @@ class Handoff:
         if not self._held:
             return
         held, self._held = self._held, []
-        if self._pipe is not None:
-            self._unsent.extend(held)
-            self._pump(0)
-            return
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gatekeeper-judge",
-                                            daemon=True)
-            self._thread.start()
         for item in held:
-            self._queue.put(item)
+            if self._pipe is None or not self._sent_here(item):
+                if self._thread is None:
+                    run, name = ((self._run, "gatekeeper-judge") if self._pipe is None
+                                 else (self._send_landed, "gatekeeper-sender"))
+                    self._thread = threading.Thread(target=run, name=name, daemon=True)
+                    self._thread.start()
+                self._queue.put(item)
 
     def wait(self, ticket: int) -> bool:
         """Block until `ticket` is judged; True when it or an earlier one said stop."""
         self.release()
-        if self._pipe is not None:
-            self._pump(ticket)
-            while self._judged < ticket and self._sent:
-                self._take_one()
+        while self._pipe is not None and self._judged < ticket:
+            self._take_one()
         with self._cond:
             self._cond.wait_for(lambda: self._judged >= ticket)
         self.raise_error()
@@ -188,6 +188,9 @@ class Handoff:
     def abandon(self) -> None:
         """The gate is gone without `finalize`: let the worker end after what it holds
         (nothing waits for it; a full queue keeps it until it has room)."""
+        with self._cond:
+            self._abandoned = True
+            self._cond.notify_all()
         if self._thread is not None:
             try:
                 self._queue.put_nowait(None)
@@ -217,39 +220,63 @@ class Handoff:
                 continue
             self._settle(ticket, stop)
 
-    # ---- a pipe: sent and answered on the caller's thread ----------------------------------
-    def _pump(self, upto: int) -> None:
-        """Send the held-back hand-overs whose device copies have landed, in order; those
-        up to ticket `upto` whatever it takes (their copies awaited)."""
-        assert self._pipe is not None
-        while self._unsent:
-            ticket, step, values, event = self._unsent[0]
-            landed_now = event is None or event.query()
-            if not landed_now and ticket > upto:
-                return
-            self._unsent.popleft()
+    # ---- a pipe: answers read on the caller's thread ------------------------------------
+    def _sent_here(self, item: tuple[int, int | None, dict[str, Any], Any]) -> bool:
+        """Send a hand-over of host values from this thread when nothing is ahead of it
+        in the sender thread (True), else leave it to the sender (False)."""
+        with self._cond:
+            here = item[3] is None and self._queued == 0
+            self._queued += not here
+        if here:
             while len(self._sent) >= OUTSTANDING:
                 self._take_one()
-            try:
-                if not landed_now:
-                    event.synchronize()
-                self._pipe.send(step, landed(values))
-            except BaseException as exc:  # noqa: BLE001 - raised by the next call
-                while self._sent:  # the tickets before it settle first, in order
-                    self._take_one()
-                self._fail(ticket, exc)
-                continue
-            self._sent.append(ticket)
+            self._send(item, queued=False)
+        return here
+
+    def _send_landed(self) -> None:
+        """The sender thread: each hand-over sent once its device copy has landed, in
+        order, at most `OUTSTANDING` answers owed (the caller reads them)."""
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            with self._cond:
+                self._cond.wait_for(lambda: len(self._sent) < OUTSTANDING or self._abandoned)
+                if self._abandoned:
+                    return
+            self._send(item, queued=True)
+
+    def _send(self, item: tuple[int, int | None, dict[str, Any], Any], *, queued: bool) -> None:
+        assert self._pipe is not None
+        ticket, step, values, event = item
+        error: BaseException | None = None
+        try:
+            if event is not None:
+                event.synchronize()
+            self._pipe.send(step, landed(values))
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller's next call
+            error = exc
+        with self._cond:
+            self._sent.append((ticket, error))
+            self._queued -= queued
+            self._cond.notify_all()
 
     def _take_one(self) -> None:
+        """Read the oldest answer owed (waiting for the sender to send it)."""
         assert self._pipe is not None
-        ticket = self._sent.popleft()
-        try:
-            stop = self._pipe.take()
-        except BaseException as exc:  # noqa: BLE001 - raised by the next call
-            self._fail(ticket, exc)
-            return
-        self._settle(ticket, stop)
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._sent))
+            ticket, error = self._sent.popleft()
+            self._cond.notify_all()  # room for the sender
+        if error is None:
+            try:
+                stop = self._pipe.take()
+            except BaseException as exc:  # noqa: BLE001 - raised by the next call
+                error = exc
+        if error is not None:
+            self._fail(ticket, error)
+        else:
+            self._settle(ticket, stop)
 
     def _fail(self, ticket: int, exc: BaseException) -> None:
         with self._cond:

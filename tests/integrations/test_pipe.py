@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from gatekeeper.gate import ReportOptions
 from gatekeeper.inprocess import Gate, handoff
 from gatekeeper.inprocess.handoff import Handoff
-from tests.helpers import write_policy
+from tests.helpers import wait_until, write_policy
 from tests.integrations.test_handoff import loss_policy, run_loop
 
 
@@ -38,29 +39,30 @@ def test_a_judge_process_is_fed_from_the_training_thread_with_no_worker(tmp_path
 
 
 class FakeEvent:
-    """A device copy's event: not landed until the test says so or it is awaited."""
+    """A device copy's event: it lands when the test says so."""
 
     def __init__(self) -> None:
-        self.landed = False
-        self.awaited = False
+        self.done = threading.Event()
 
     def query(self) -> bool:
-        return self.landed
+        return self.done.is_set()
 
     def synchronize(self) -> None:
-        self.awaited = self.landed = True
+        assert self.done.wait(timeout=30)
 
 
 class Recorder:
-    """A `Pipe` answering in order: stop at the step given."""
+    """A `Pipe` answering in order: stop at the step given; which thread sent each."""
 
     def __init__(self, stop_at: int | None = None) -> None:
         self.sent: list[int | None] = []
+        self.senders: list[str] = []
         self.taken = 0
         self.stop_at = stop_at
 
     def send(self, step: int | None, metrics: dict[str, Any]) -> None:
         self.sent.append(step)
+        self.senders.append(threading.current_thread().name)
 
     def take(self) -> bool:
         step = self.sent[self.taken]
@@ -68,7 +70,7 @@ class Recorder:
         return step == self.stop_at
 
 
-def test_a_device_copy_is_sent_once_landed_and_awaited_only_by_wait(
+def test_device_copies_are_sent_once_landed_host_values_at_once_in_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     events: list[FakeEvent] = []
@@ -83,20 +85,21 @@ def test_a_device_copy_is_sent_once_landed_and_awaited_only_by_wait(
     pipe = Recorder(stop_at=3)
     h = Handoff(lambda step, values: False, pipe=pipe)
     first = h.submit(1, {"device": 1.0})
-    h.release()
-    assert pipe.sent == []  # its copy has not landed: nothing waits for it here
     h.submit(2, {"host": 1.0})
-    assert pipe.sent == []  # in order: 2 waits behind 1
-    events[0].landed = True
-    h.release()
-    h.submit(3, {"host": 1.0})
-    assert pipe.sent == [1, 2, 3] and not events[0].awaited  # sent once seen landed
+    time.sleep(0.2)
+    assert pipe.sent == []  # 1's copy has not landed; 2 is behind it; the caller goes on
+    events[0].done.set()
+    assert wait_until(lambda: pipe.sent == [1, 2], timeout=10)
+    assert pipe.senders == ["gatekeeper-sender"] * 2 and pipe.taken == 0
     assert h.wait(first) is False and pipe.taken == 1  # answers read when awaited
+    h.submit(3, {"host": 1.0})  # nothing ahead of it: sent from the caller's thread
+    assert pipe.sent == [1, 2, 3] and pipe.senders[-1] == threading.current_thread().name
     fourth = h.submit(4, {"device": 1.0})
-    assert pipe.sent == [1, 2, 3]
-    assert h.wait(fourth) is True  # 3 said stop; the wait awaited 4's copy and sent it
-    assert events[1].awaited and pipe.sent == [1, 2, 3, 4] and pipe.taken == 4
-    assert judge_threads() == []
+    events[1].done.set()
+    assert h.wait(fourth) is True  # 3 said stop
+    assert pipe.sent == [1, 2, 3, 4] and pipe.taken == 4
+    h.drain()
+    assert [t for t in threading.enumerate() if t.name == "gatekeeper-sender"] == []
 
 
 def test_sends_without_waits_owe_at_most_two_answers(monkeypatch: pytest.MonkeyPatch) -> None:
