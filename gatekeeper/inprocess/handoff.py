@@ -222,10 +222,12 @@ class Handoff:
 
     # ---- a pipe: answers read on the caller's thread ------------------------------------
     def _sent_here(self, item: tuple[int, int | None, dict[str, Any], Any]) -> bool:
-        """Send a hand-over of host values from this thread when nothing is ahead of it
-        in the sender thread (True), else leave it to the sender (False)."""
+        """Send a hand-over from this thread when its values are on the host (or their
+        copy has landed already) and nothing is ahead of it in the sender thread (True),
+        else leave it to the sender (False)."""
+        event = item[3]
         with self._cond:
-            here = item[3] is None and self._queued == 0
+            here = self._queued == 0 and (event is None or event.query())
             self._queued += not here
         if here:
             while len(self._sent) >= OUTSTANDING:
@@ -251,7 +253,7 @@ class Handoff:
         ticket, step, values, event = item
         error: BaseException | None = None
         try:
-            if event is not None:
+            if queued and event is not None:
                 event.synchronize()
             self._pipe.send(step, landed(values))
         except BaseException as exc:  # noqa: BLE001 - raised by the caller's next call

@@ -94,10 +94,12 @@ def test_device_copies_are_sent_once_landed_host_values_at_once_in_order(
     assert h.wait(first) is False and pipe.taken == 1  # answers read when awaited
     h.submit(3, {"host": 1.0})  # nothing ahead of it: sent from the caller's thread
     assert pipe.sent == [1, 2, 3] and pipe.senders[-1] == threading.current_thread().name
-    fourth = h.submit(4, {"device": 1.0})
+    fourth = h.submit(4, {"device": 1.0}, hold=True)
     events[1].done.set()
+    h.release()  # landed by the time it is released: sent from here, never awaited
+    assert pipe.sent == [1, 2, 3, 4] and pipe.senders[-1] == threading.current_thread().name
     assert h.wait(fourth) is True  # 3 said stop
-    assert pipe.sent == [1, 2, 3, 4] and pipe.taken == 4
+    assert pipe.taken == 4
     h.drain()
     assert [t for t in threading.enumerate() if t.name == "gatekeeper-sender"] == []
 
