@@ -225,12 +225,17 @@ class RuleTracker:
         if capture is not None and any(m not in capture.keys for m in inputs):
             return None
         check = config_bound(self.declared, run)
-        if isinstance(check, str):
+        if isinstance(check, str):  # unbound again: no bound of a config it no longer has
+            self._bound(self.declared)
             return Outcome(Status.ERROR, check)
         if check != self.rule.check:
-            self.rule = replace(self.declared, check=check)
-            self._texts, self.plot_params, self._memo = None, None, None
+            self._bound(replace(self.declared, check=check))
         return None
+
+    def _bound(self, rule: RuleSpec) -> None:
+        if rule is not self.rule:
+            self.rule = rule
+            self._texts, self.plot_params, self._memo = None, None, None
 
     def park(self) -> None:
         """`selection.park` (a bounded evaluation's verdict found the period unknown)."""
