@@ -24,7 +24,7 @@ from gatekeeper.policy.loader import load_policies
 from gatekeeper.verdict import Verdict
 from tests.helpers import write_policy
 from tests.live.test_live_equals_final import CASES, REFERENCE
-from tests.test_engine_state_cache import RULES, _poll
+from tests.test_engine_state_cache import RULES
 
 MORE = """
   - {id: when-a, metric: m, check: {max: 0.7}, when: {config.mode: a}}
@@ -53,6 +53,19 @@ def _policies(tmp_path: Path) -> list[Any]:
     main = write_policy(tmp_path / "p.yaml", f"version: 1\nname: p\nrules:\n{kinds}{RULES}{MORE}")
     paths = [main, write_policy(tmp_path / "q.yaml", MATCHED)]
     return load_policies([str(p) for p in (*paths, write_policy(tmp_path / "t.yaml", TAGGED))])
+
+
+def _poll(rng: np.random.Generator, lo: int, hi: int, nan: float) -> dict[str, Series]:
+    """New points of each metric or not (a metric on the step axis may move it alone),
+    a NaN in one point of `1/nan` (a NaN settles most rules: rare, or not at all)."""
+    steps = np.arange(lo, hi, dtype=np.int64)
+    values = 0.5 + rng.normal(0, 0.2, steps.size)
+    values[rng.random(steps.size) < nan] = np.nan
+    out = {}
+    for metric, scale, p in (("m", 1, 0.8), ("n", 2, 0.7), ("eval/a/x", 1, 0.4)):
+        if rng.random() < p:
+            out[metric] = Series(metric, steps, values * scale, "train/step")
+    return out
 
 
 def _run(rng: np.random.Generator, i: int, ended: bool) -> Run:
@@ -104,18 +117,20 @@ def _restarted(ev: Evaluation, policies: list[Any]) -> Evaluation:
 
 
 @pytest.mark.parametrize("bounded", [True, False])
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
 def test_kept_results_equal_results_judged_afresh(
     tmp_path: Path, bounded: bool, seed: int
 ) -> None:
     rng = np.random.default_rng(seed)
     policies = _policies(tmp_path)
     ev, twin = Evaluation(policies, bounded=bounded), Evaluation(policies, bounded=bounded)
-    hi, now, store, last, again = 0, 0.0, _Store(), None, 0
+    hi, now, store, last, again, meta = 0, 0.0, _Store(), None, 0, 0
+    nan = float(rng.choice([0.0, 0.003]))
     for i in range(30):
         lo, hi = hi, hi + int(rng.integers(0, 12))
-        meta = int(rng.integers(1 << 30))
-        part = _poll(rng, lo, hi)
+        if rng.random() < 0.3:  # the metadata changes now and then, as a run's does
+            meta = int(rng.integers(1 << 30))
+        part = _poll(rng, lo, hi, nan)
         for e in (ev, twin):
             e.feed(part, _run(np.random.default_rng(meta), i, False))
         for _ in range(int(rng.integers(1, 4))):  # a verdict again with nothing fed
@@ -130,7 +145,8 @@ def test_kept_results_equal_results_judged_afresh(
             if not bounded:
                 given |= {"references": REFERENCE if rng.random() < 0.7 else None}
                 given |= {"history": store if rng.random() < 0.7 else None}
-            meta = int(rng.integers(1 << 30))
+            if rng.random() < 0.2:
+                meta = int(rng.integers(1 << 30))
             got = ev.verdict(_run(np.random.default_rng(meta), i, final), **given)
             before = {id(r) for r in last.results} if last is not None else set()
             again += sum(id(r) in before for r in got.results)

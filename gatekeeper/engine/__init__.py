@@ -302,11 +302,11 @@ class Evaluation:
     ) -> RuleResult:
         """Rule `i`'s result. Live, the result of its last verdict is given again while
         nothing it is a function of changed: its tracker's `changes` (every change of its
-        state, its step axis' last step (`see_axis`) and the run's metadata (`bind` on
-        each change of what the policies read of it) included), the outcome the metadata
-        or a part never fed decides for it, and the context fields its check reads
-        (`Check.context_fields`: the clock for `stale`). A final verdict judges anew:
-        it reads the run itself (its summary values, the metrics it names)."""
+        state; the run's metadata too: `bind` counts on each change of what the policies
+        read of it), the outcome the metadata (or a part fed before its rule was known)
+        decides, and the context fields its check reads (`Check.context_fields`: the clock
+        for `stale`). A final verdict judges anew: it reads the run itself (summary values,
+        the metrics it names) and the axis' last step (a `last` selection)."""
         tracker = self.trackers[i]
         rule, decided = tracker.rule, self.applicability.before[i]
         if decided is None and id(tracker) in self.unjudged:  # never judged on a part
