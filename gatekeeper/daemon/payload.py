@@ -76,20 +76,25 @@ class VerdictText:
     never orjson: a history corridor may hold a NaN, which orjson writes as null). A
     result whose every field is the one of the last poll's in its place (==, and the
     value of the same type) is given as the dict and JSON made of that one: a steady poll
-    changes a few results. Kept per result: its fields (references: each is immutable or
-    made afresh for the result, `engine._plot` copies what it shares), dict and JSON."""
+    changes a few results, and the engine gives most of the others as the very result of
+    the last poll (compared first, by identity). Kept per result: its fields (references:
+    each is immutable or made afresh for the result, `engine._plot` copies what it
+    shares), dict, JSON and the result itself."""
 
     def __init__(self) -> None:
-        self._kept: list[tuple[tuple[Any, ...], dict[str, Any], str]] = []
+        self._kept: list[tuple[tuple[Any, ...], dict[str, Any], str, RuleResult]] = []
 
     def encode(self, verdict: Verdict) -> tuple[dict[str, Any], str]:
         kept, fresh = self._kept, []
         for i, result in enumerate(verdict.results):
-            key = (*_FIELDS(result), type(result.value))
             hit = kept[i] if i < len(kept) else None
-            if hit is None or hit[0] != key:
-                data = result.to_dict()
-                hit = (key, data, json.dumps(data))
+            if hit is None or hit[3] is not result:
+                key = (*_FIELDS(result), type(result.value))
+                if hit is None or hit[0] != key:
+                    data = result.to_dict()
+                    hit = (key, data, json.dumps(data), result)
+                else:
+                    hit = (*hit[:3], result)
             fresh.append(hit)
         self._kept = fresh
         data = verdict.to_dict(results=[h[1] for h in fresh])
