@@ -188,6 +188,25 @@ def test_a_config_naming_another_metric_later_judges_that_one(tmp_path):
     assert (reach.metric, reach.status) == ("eval/b", Status.FAIL)
 
 
+def test_a_bound_the_config_no_longer_sets_is_not_shown_as_the_bound(tmp_path):
+    """Live, the run's config drops the key a bound was read from: the result (an error
+    naming the key) is the one an evaluation that never saw the bound gives, as after a
+    restart (it showed the old bound in `expected` and the plot's parameters)."""
+    policies = policy(tmp_path, FROM_CONFIG)
+    points = {"eval/a": [(0, 0.5)]}
+    bound = run_of(points, config={"key": "eval/a", "threshold": 0.2})
+    unset = run_of(points, config={"key": "eval/a"})
+    ev, fresh = Evaluation(policies), Evaluation(policies)
+    ev.feed(bound.series, bound)
+    ev.verdict(bound, final=False)
+    fresh.feed(unset.series, unset)
+    (got, _), (want, _) = (e.verdict(unset, final=False).results for e in (ev, fresh))
+    assert got.status is Status.ERROR and "does not set threshold" in got.message
+    assert (got.expected, got.check) == (want.expected, want.check) == (
+        "max: x >= config.threshold", {"kind": "min", "value": "config.threshold"}
+    )
+
+
 # ---- present_at ------------------------------------------------------------------------
 
 PRESENT = ("  - {id: every, metric: config.key, "

@@ -64,6 +64,11 @@ class Check(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: ClassVar[str]
+    # The EvalContext fields the check's code reads (`outcome`, `overlay`, and `idle`
+    # where it has one): a live verdict gives a rule its last result again while its
+    # state and these fields are unchanged (engine: `Evaluation.verdict`). None: not
+    # declared, so any of them may be read: the rule is judged again on every verdict.
+    context_fields: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
     def from_shorthand(cls, value: Any) -> dict[str, Any]:
@@ -82,6 +87,8 @@ class Check(BaseModel):
 
 class MaskCheck(Check):
     """A check judged point by point (over finite values; the engine handles NaN/Inf)."""
+
+    context_fields: ClassVar[tuple[str, ...] | None] = ()  # its code is given no context
 
     def context(self) -> int:
         """How many earlier points `violations` needs to judge a point (window - 1)."""

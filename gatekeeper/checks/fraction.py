@@ -27,6 +27,7 @@ def _pct(share: float) -> str:
 
 class Fraction(AggregateCheck):
     kind = "fraction"
+    context_fields = ()
     above: float | None = None
     below: float | None = None
     max: float | None = Field(default=None, ge=0, le=1)

@@ -101,6 +101,7 @@ def duplicate_step(state: HistoryState) -> int | None:
 
 class History(AggregateCheck):
     kind = "history"
+    context_fields = ("history", "rule_key")
     reads = "history"
     rel_up: float | None = Field(default=None, ge=0)
     rel_down: float | None = Field(default=None, ge=0)

@@ -35,6 +35,7 @@ class _CloseState:
 
 class IsClose(AggregateCheck):
     kind = "isclose"
+    context_fields = ("references", "metric")
     reads = "references"
     reference: str = Field(min_length=1)
     rel_tol: float = Field(default=1e-9, ge=0)  # math.isclose's defaults

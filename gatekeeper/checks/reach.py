@@ -32,6 +32,7 @@ class _ReachState:
 
 class Reach(AggregateCheck):
     kind = "reach"
+    context_fields = ()
     value: float
     by_step: int = Field(ge=0)
     window: int = Field(default=1, ge=1)

@@ -29,6 +29,7 @@ class _RiseState:
 
 class Rise(AggregateCheck):
     kind = "rise"
+    context_fields = ()
     from_step: int = Field(ge=0)
     by_step: int = Field(ge=0)
     min: float

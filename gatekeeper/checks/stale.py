@@ -29,6 +29,7 @@ class _StaleState:
 
 class Stale(AggregateCheck):
     kind = "stale"
+    context_fields = ("now", "last_arrival")  # the wall clock: judged on every live verdict
     max_seconds: float = Field(gt=0)
 
     @classmethod

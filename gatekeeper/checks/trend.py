@@ -124,6 +124,7 @@ def rolling_fit(
 
 class Trend(AggregateCheck):
     kind = "trend"
+    context_fields = ()
     window: int = Field(ge=3)
     max_slope: float | None = None
     min_slope: float | None = None

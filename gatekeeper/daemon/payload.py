@@ -76,20 +76,23 @@ class VerdictText:
     never orjson: a history corridor may hold a NaN, which orjson writes as null). A
     result whose every field is the one of the last poll's in its place (==, and the
     value of the same type) is given as the dict and JSON made of that one: a steady poll
-    changes a few results. Kept per result: its fields (references: each is immutable or
-    made afresh for the result, `engine._plot` copies what it shares), dict and JSON."""
+    changes a few results, and the engine gives most of the others as the very result of
+    the last poll (compared first, by identity). Kept per result: the result (references:
+    each field is immutable or made afresh for it, `engine._plot` copies what it shares),
+    its dict and JSON."""
 
     def __init__(self) -> None:
-        self._kept: list[tuple[tuple[Any, ...], dict[str, Any], str]] = []
+        self._kept: list[tuple[RuleResult, dict[str, Any], str]] = []
 
     def encode(self, verdict: Verdict) -> tuple[dict[str, Any], str]:
         kept, fresh = self._kept, []
         for i, result in enumerate(verdict.results):
-            key = (*_FIELDS(result), type(result.value))
             hit = kept[i] if i < len(kept) else None
-            if hit is None or hit[0] != key:
+            if hit is None or (hit[0] is not result and not _same(hit[0], result)):
                 data = result.to_dict()
-                hit = (key, data, json.dumps(data))
+                hit = (result, data, json.dumps(data))
+            elif hit[0] is not result:
+                hit = (result, hit[1], hit[2])
             fresh.append(hit)
         self._kept = fresh
         data = verdict.to_dict(results=[h[1] for h in fresh])
@@ -98,6 +101,12 @@ class VerdictText:
 
 
 _FIELDS = operator.attrgetter(*(f.name for f in fields(RuleResult)))
+
+
+def _same(a: RuleResult, b: RuleResult) -> bool:
+    """Every field equal, and the value of the same type (1 == 1.0 == True, but their
+    JSON differs)."""
+    return type(a.value) is type(b.value) and _FIELDS(a) == _FIELDS(b)
 
 
 def loads(text: Any, path: str, key: str) -> dict[str, Any] | None:

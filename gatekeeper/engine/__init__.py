@@ -288,29 +288,48 @@ class Evaluation:
                 settled = rounds.flush()
                 if settled is not None:
                     tracker.feed(*settled)
-        results: list[RuleResult] = []
-        for i in self._result_order():
-            tracker, outcome, overlay = self.trackers[i], self.applicability.before[i], None
-            rule = tracker.rule
-            if outcome is None and id(tracker) in self.unjudged:  # never judged on a part
-                outcome = Outcome(Status.ERROR, self.unjudged[id(tracker)])
-            if outcome is None:
-                rule_ctx = _context(  # built directly: replace() costs ~10 us a rule
-                    run=run, history=history, rule_key=rule.key, now=now,
-                    last_arrival=arrivals.get(rule.metric), metric=rule.metric,
-                    references=references,
-                )
-                tracker.see_axis(self.axis_last.get(tracker.step_key or ""))
-                outcome = tracker.outcome(final=final, ctx=rule_ctx)
-                if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
-                    overlay = rule.check.overlay(tracker.agg_state, rule_ctx)
-            results.append(_result(rule, outcome, tracker, overlay))
+        shared = {"run": run, "history": history, "now": now, "references": references}
+        results = [self._judged(i, final, shared, arrivals) for i in self._result_order()]
         allowed = self.applicability.allowed  # run states relaxed by the policies that apply
         ended = run_state_result(run, final=final, allowed=allowed)  # how the run ended
         if ended is not None:
             results.append(ended)
         nothing = _nothing_allowed(self.policies, run)
         return Verdict(run=run.summary(), results=results, final=final, nothing_allowed=nothing)
+
+    def _judged(
+        self, i: int, final: bool, shared: dict[str, Any], arrivals: Mapping[str, float]
+    ) -> RuleResult:
+        """Rule `i`'s result. Live, the result of its last verdict is given again while
+        nothing it is a function of changed: its tracker's `changes` (every change of its
+        state; the run's metadata too: `bind` counts on each change of what the policies
+        read of it), the outcome the metadata (or a part fed before its rule was known)
+        decides, and the context fields its check reads (`Check.context_fields`: the clock
+        for `stale`). A final verdict judges anew: it reads the run itself (summary values,
+        the metrics it names) and the axis' last step (a `last` selection)."""
+        tracker = self.trackers[i]
+        rule, decided = tracker.rule, self.applicability.before[i]
+        if decided is None and id(tracker) in self.unjudged:  # never judged on a part
+            decided = Outcome(Status.ERROR, self.unjudged[id(tracker)])
+        names, ctx = rule.check.context_fields, None
+        if decided is None:
+            tracker.see_axis(self.axis_last.get(tracker.step_key or ""))
+            if names != ():  # what of it the check reads keys the result
+                ctx = _rule_context(rule, shared, arrivals)
+        inputs = None if final else _inputs(names, ctx)
+        kept, key = tracker.kept, (tracker.changes, decided, inputs)
+        if kept is not None and inputs is not None and kept[0] == key:
+            return kept[1]
+        outcome, overlay = decided, None
+        if decided is None:
+            ctx = ctx or _rule_context(rule, shared, arrivals)
+            outcome = tracker.outcome(final=final, ctx=ctx)
+            if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
+                overlay = rule.check.overlay(tracker.agg_state, ctx)
+        assert outcome is not None
+        result = _result(rule, outcome, tracker, overlay)
+        tracker.kept = None if inputs is None else ((tracker.changes, decided, inputs), result)
+        return result
 
 
 def evaluate(
@@ -351,6 +370,15 @@ def _nothing_allowed(policies: Iterable[PolicySpec], run: Run) -> str | None:
     return None
 
 
+def _rule_context(
+    rule: RuleSpec, shared: dict[str, Any], arrivals: Mapping[str, float]
+) -> EvalContext:
+    """The verdict's context as one rule's check sees it."""
+    return _context(  # built directly: replace() costs ~10 us a rule
+        **shared, rule_key=rule.key, last_arrival=arrivals.get(rule.metric), metric=rule.metric
+    )
+
+
 def _context(**values: Any) -> EvalContext:
     """`EvalContext(**values)` given every field, without the frozen dataclass's
     `object.__setattr__` per field (~2 us a rule on every verdict); equal to it in every
@@ -358,6 +386,23 @@ def _context(**values: Any) -> EvalContext:
     ctx = object.__new__(EvalContext)
     ctx.__dict__.update(values)
     return ctx
+
+
+_SCALARS = frozenset({int, float, str, bool})
+
+
+def _inputs(names: tuple[str, ...] | None, ctx: EvalContext | None) -> tuple[Any, ...] | None:
+    """The values of the context fields a check reads, where they can key its result:
+    None where it does not say which it reads, or one is an object (a run, a history
+    store, reference runs) whose contents may change under the same identity."""
+    if names is None:
+        return None
+    if ctx is None or not names:
+        return ()
+    values = tuple(getattr(ctx, name) for name in names)
+    if any(v is not None and type(v) not in _SCALARS for v in values):
+        return None
+    return values
 
 
 def _plot(tracker: RuleTracker, overlay: dict[str, list[float]] | None) -> dict[str, Any]:

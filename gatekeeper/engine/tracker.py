@@ -29,7 +29,7 @@ from gatekeeper.policy.patterns import matches
 from gatekeeper.policy.schema import Reduce
 from gatekeeper.policy.spec import RuleSpec
 from gatekeeper.statedata import StateDataError, decode_fields, encode
-from gatekeeper.verdict import Status
+from gatekeeper.verdict import RuleResult, Status
 
 _PLAIN = frozenset({int, str, bool})  # exactly these types (not numpy's, not enums): as is
 
@@ -82,7 +82,7 @@ class RuleTracker:
     # slots, not a per-instance dict, keep each small.
     __slots__ = (
         "rule", "declared", "selection", "reduction", "judgement", "plot_params", "blind",
-        "_texts", "_memo", "changes",
+        "_texts", "_memo", "changes", "kept",
     )
 
     def __init__(self, rule: RuleSpec, *, bounded: bool = False):
@@ -103,6 +103,9 @@ class RuleTracker:
         # must not re-reduce the whole selection (O(history) per poll)
         self._memo: tuple[tuple[int, bool], Outcome] | None = None
         self.changes = 0  # how many times the state may have changed (`_touch`)
+        # the Evaluation's last live result of the rule and what it was a function of
+        # (engine/__init__.py, `Evaluation._judged`): given again while that is unchanged
+        self.kept: tuple[tuple[Any, ...], RuleResult] | None = None
 
     # ---- what reports read ---------------------------------------------------------------
     @property
@@ -225,12 +228,17 @@ class RuleTracker:
         if capture is not None and any(m not in capture.keys for m in inputs):
             return None
         check = config_bound(self.declared, run)
-        if isinstance(check, str):
+        if isinstance(check, str):  # unbound again: no bound of a config it no longer has
+            self._bound(self.declared)
             return Outcome(Status.ERROR, check)
         if check != self.rule.check:
-            self.rule = replace(self.declared, check=check)
-            self._texts, self.plot_params, self._memo = None, None, None
+            self._bound(replace(self.declared, check=check))
         return None
+
+    def _bound(self, rule: RuleSpec) -> None:
+        if rule is not self.rule:
+            self.rule = rule
+            self._texts, self.plot_params, self._memo = None, None, None
 
     def park(self) -> None:
         """`selection.park` (a bounded evaluation's verdict found the period unknown)."""
