@@ -230,7 +230,8 @@ class Gate:
         with self._lock:
             self._open()
             assert isinstance(self._judge, RemoteJudge)
-            self._judge.send_rows([row], self._clock())
+            # once failed, a step's failing rules change nothing here: not sent again
+            self._judge.send_rows([row], self._clock(), failing=self._failed_at is None)
 
     def _take_handed(self) -> bool:
         with self._lock:

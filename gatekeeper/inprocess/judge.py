@@ -2,10 +2,10 @@
 `python -m gatekeeper.inprocess.judge`, requests on standard input).
 
 It judges off the training process, so judging never holds the trainer's GIL: the
-training thread only hands values over (`handoff.py`) and the gate's worker thread
-waits on a pipe. It reads requests from standard input and answers on a private copy of
-standard output (`wire.py`); its own standard output goes to standard error, so nothing
-it prints can break an answer. Started and ended by `RemoteJudge` (`remote.py`): it ends
+training thread only hands values over (`handoff.py`) and writes them down a pipe. It
+reads requests from standard input and answers on a private copy of standard output
+(`wire.py`); its own standard output goes to standard error, so nothing it prints can
+break an answer. Started and ended by `RemoteJudge` (`remote.py`): it ends
 on `final` or when its input closes (the trainer ended, even by kill -9), and ignores
 SIGINT, so a Ctrl-C of the trainer still gets the final verdict written.
 """
@@ -18,7 +18,14 @@ import sys
 from typing import Any, BinaryIO
 
 from gatekeeper.inprocess.local import LocalJudge
-from gatekeeper.inprocess.wire import MAX_LINE, decode, encode, error_to_dict, judged_to_dict
+from gatekeeper.inprocess.wire import (
+    MAX_LINE,
+    SAME,
+    decode,
+    encode,
+    error_to_dict,
+    judged_to_dict,
+)
 from gatekeeper.model import Run, RunState
 
 
@@ -35,9 +42,16 @@ def start(request: dict[str, Any]) -> LocalJudge:
 
 
 def answer(judge: LocalJudge, request: dict[str, Any]) -> dict[str, Any]:
+    """The reply's `ok` part. Rows whose request says `"failing": false` (the trainer's
+    gate has failed already) get `SAME` for failing rules: a failed gate under
+    on_fail="report" would otherwise be sent, and decode, every failing rule (their
+    messages count the violating points, so they change) on every step."""
     op = request.get("op")
     if op == "rows":
-        return judged_to_dict(judge.observe_rows(request["rows"], float(request["now"])))
+        judged = judged_to_dict(judge.observe_rows(request["rows"], float(request["now"])))
+        if judged["failing"] and not request.get("failing", True):
+            judged["failing"] = SAME
+        return judged
     if op == "update":
         judge.update_run(request.get("name"), request.get("tags"), request.get("config"))
         return {}

@@ -28,6 +28,7 @@ from gatekeeper.inprocess.local import Judged
 from gatekeeper.inprocess.wire import (
     MAX_LINE,
     QUIET,
+    SAME,
     JudgeProcessError,
     decode,
     encode,
@@ -36,7 +37,7 @@ from gatekeeper.inprocess.wire import (
     plain_row,
 )
 from gatekeeper.model import Run, RunState
-from gatekeeper.verdict import GateStatus, Verdict
+from gatekeeper.verdict import GateStatus, RuleResult, Verdict
 
 TIMEOUT = 300.0  # seconds one answer may take: a batch of rows, or the final verdict
 PIPELINED = 16 << 10  # bytes: a rows request sent while answers are owed is at most this
@@ -92,6 +93,7 @@ class RemoteJudge:
         self._ready: deque[bytes] = deque()  # answers read ahead of `take` (in order)
         # the last answer that changed nothing and failed nothing, and what it said
         self._quiet: tuple[bytes, Judged] = (b"", Judged(GateStatus.PENDING))
+        self._failing: list[RuleResult] = []  # what the last rows answer said failed
         self._proc = _spawn()
         self._ender = weakref.finalize(self, _end, self._proc)
         try:
@@ -107,9 +109,12 @@ class RemoteJudge:
         self._collect()
         return self._judged(self._exchange(encode(_rows(rows, now))))
 
-    def send_rows(self, rows: Iterable[Mapping[str, Any]], now: float) -> None:
-        """Send rows without waiting: `take` gives their judgement (answers in order)."""
-        request = encode(_rows(rows, now))
+    def send_rows(self, rows: Iterable[Mapping[str, Any]], now: float, *,
+                  failing: bool = True) -> None:
+        """Send rows without waiting: `take` gives their judgement (answers in order).
+        `failing=False`: the caller does not need the failing rules again (they come as
+        the last ones it had)."""
+        request = encode({**_rows(rows, now), "failing": failing})
         if len(request) > PIPELINED:
             self._collect()
         self._write(request)
@@ -126,10 +131,23 @@ class RemoteJudge:
         return self._judged(line)
 
     def _judged(self, line: bytes) -> Judged:
-        if line == self._quiet[0]:  # most steps: the answer of the step before, word for word
-            return Judged(self._quiet[1].status, [], [], self._quiet[1].points)
-        judged = judged_from_dict(self._answer(line))
-        if QUIET in line:
+        """A rows answer: one word for word the same as the last answer that changed
+        nothing (most steps) is not decoded again; `SAME` failing rules (not asked for)
+        are the last ones decoded."""
+        if line == self._quiet[0]:
+            quiet = self._quiet[1]
+            failing = list(self._failing) if QUIET[1] in line else []
+            return Judged(quiet.status, [], failing, quiet.points)
+        data = self._answer(line)
+        same = data["failing"] == SAME
+        if same:
+            data["failing"] = []
+        judged = judged_from_dict(data)
+        if same:
+            judged = Judged(judged.status, judged.changes, list(self._failing), judged.points)
+        else:
+            self._failing = list(judged.failing)
+        if any(q in line for q in QUIET):
             self._quiet = (line, judged)
         return judged
 

@@ -71,7 +71,9 @@ def judged_to_dict(judged: Judged) -> dict[str, Any]:
     }
 
 
-QUIET = b'"changes":[],"failing":[]'  # an answer that changed nothing and fails nothing
+SAME = "same"  # a rows answer's `failing`, asked not to send them: the caller's last ones
+# answers that changed nothing and fail nothing, or whose failing rules were not asked for
+QUIET = (b'"changes":[],"failing":[]', b'"changes":[],"failing":"' + SAME.encode() + b'"')
 
 
 def judged_from_dict(data: Mapping[str, Any]) -> Judged:

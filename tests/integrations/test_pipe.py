@@ -155,3 +155,23 @@ def test_large_requests_and_answers_never_fill_both_pipes(tmp_path: Path) -> Non
     assert done == [True], "the gate and its judge process deadlocked on their pipes"
     verdict = gate.finalize(write=False)
     assert len(verdict.results) == 6000 and all(r.judged == 4 for r in verdict.results)
+
+
+def test_a_failed_gate_reporting_on_is_told_its_failing_rules_only_when_it_asks(
+    tmp_path: Path,
+) -> None:
+    """Under on_fail="report" a failed gate goes on; its hand-overs do not ask for the
+    failing rules again (their messages count the violating points, so they change every
+    step), a call of its own gets them fresh: the same as the thread judge's."""
+    seen = {}
+    for judge in ("process", "thread"):
+        gate = Gate(loss_policy(tmp_path), echo=False, judge=judge, on_fail="report")
+        for step in range(1, 31):
+            assert gate.feed(step, {"loss": 20.0 if step >= 3 else 1.0}) is False
+        obs = gate.observe(31, {"loss": 20.0})
+        seen[judge] = [r.to_dict() for r in obs.failing]
+        assert gate.failed and gate.verdict().failing()[0].step == 3
+        gate.finalize(write=False)
+    assert seen["process"] == seen["thread"]
+    assert "29 of 31" in seen["process"][0]["message"]
+
