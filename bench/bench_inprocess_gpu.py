@@ -16,9 +16,15 @@ the gated ones judge them with bench/inprocess_policy.yaml (20 rules). Random we
 and tokens, AdamW, bf16 autocast on CUDA; timing covers N steps after 20 warm-up steps
 (the device synchronized at both ends: the end is the last step's end, so a trainer's
 end of training — the gate's `finalize` included — is timed apart, "after the last
-step"). Beside the rates: the time the gate's calls take on the training thread and the
-judging worker's CPU, per step. Then each loop runs once more with a NaN loss
-at step 60, and the table says where it stopped and which step the gate reported.
+step"). Beside the rates, per timed step: the wall time, the process's CPU, the training
+thread's CPU, the time the gate's calls take on the training thread (by hook) and a
+judging worker's CPU (a gate judging on a thread; the default judge process is fed by
+the training thread: its share is in the calls). `--blocks K` also measures each loop
+within its own runs: the gate (or the assert) gets the metrics in every other block of
+K steps, and the median step time of those blocks is set against the others' — the
+same process and minute on both sides, where separate runs of one loop spread ~40 % on
+the lent machine. Then each loop runs once more with a NaN loss at step 60, and the
+table says where it stopped and which step the gate reported.
 Offline: only torch, transformers, lightning and gatekeeper are imported.
 """
 
@@ -465,8 +471,8 @@ def cost_table(costs: dict[str, list[dict[str, float]]], steps: int) -> list[str
     """Medians over the repetitions of the gate's own costs."""
     lines = ["\nWhere the gate's time goes (medians over the repetitions):\n",
              "| loop | wall (us/step) | process CPU (us/step) | training thread CPU (us/step) "
-             "| gate calls on the training thread (us/step) | judging worker CPU "
-             "(us/step) | after the last step (ms; a trainer's end, finalize included) |"
+             "| gate calls on the training thread (us/step) | judging worker CPU, "
+             "judge=\"thread\" (us/step) | after the last step (ms; a trainer's end, finalize included) |"
              " by hook (us/step) |",
              "|---|---|---|---|---|---|---|---|"]
     for loop, runs in costs.items():

@@ -43,7 +43,7 @@ class OnFail(str, enum.Enum):
 class Mode(str, enum.Enum):
     """How `submit`/`feed` hand values to the judge (`observe` always judges at once)."""
 
-    ASYNC = "async"  # a worker thread judges; the stop takes effect one step later
+    ASYNC = "async"  # judged off the training thread; the stop takes effect one step later
     SYNC = "sync"  # judged on the caller's thread, inside the call: stops at the very step
 
 
@@ -131,13 +131,16 @@ class Gate:
     - `axis`: the step axis of metrics that name none (`observe(step, ...)`); rows may
       carry their own (`train/step`, `rollout/step`), as in JSONL.
     - `on_fail`: "stop" (default), "raise" or "report"; see `OnFail`.
-    - `mode`: how `submit`/`feed` judge: "async" (default: a worker thread hands the
-      values to the judge, the stop one step after the violation) or "sync" (on the
-      caller's thread, at the very step); see `gatekeeper.inprocess.handoff`. `observe`
-      always judges at once (in the judge process, when there is one).
+    - `mode`: how `submit`/`feed` judge: "async" (default: the values are sent to the
+      judge and its answer read a step later, the stop one step after the violation) or
+      "sync" (on the caller's thread, at the very step); see
+      `gatekeeper.inprocess.handoff`. `observe` always judges at once (in the judge
+      process, when there is one).
     - `judge`: where an async gate judges: "process" (default: a child process,
       `gatekeeper.inprocess.judge`, so judging never competes with the training thread
-      for the GIL) or "thread" (a worker thread of this process). A sync gate, and one
+      for the GIL; the training thread writes to it and reads its answers, a sender
+      thread only sends device values whose copy has not landed) or "thread" (a worker
+      thread of this process waits for the device and judges). A sync gate, and one
       given loaded `PolicySpec`s, judge in this process.
     - `reports`: what `finalize()` writes (JSON, JUnit, GitHub), as `check` does; the
       console table only when asked (`ReportOptions(quiet=False)`); `echo`: where
@@ -195,16 +198,16 @@ class Gate:
 
     def submit(self, step: int | None, metrics: Mapping[str, Any], *, hold: bool = False) -> int:
         """Hand one step's metrics to the judge without waiting for it (under
-        mode="sync", judged now): device tensors are copied without a sync and read by
-        the worker. Returns a ticket for `wait`. Blocks only while the worker is `depth`
-        hand-overs behind; raises here what the worker raised since the last call.
-        `hold=True` (mode="async"): the values are taken now but the worker gets them at
-        the next `release()` or `wait()` — call `release()` once the next step's device
-        work is queued, so judging overlaps it."""
+        mode="sync", judged now): device tensors are copied without a sync and read once
+        the copy landed. Returns a ticket for `wait`. Blocks only while the judge is
+        `depth` hand-overs behind; raises here what the judging raised since the last
+        call. `hold=True` (mode="async"): the values are taken now but the judge gets
+        them at the next `release()` or `wait()` — call `release()` once the next step's
+        device work is queued, so sending them overlaps it."""
         return self._handoff.submit(step, metrics, hold=hold)
 
     def release(self) -> None:
-        """Give the worker what `submit(..., hold=True)` kept back."""
+        """Give the judge what `submit(..., hold=True)` kept back."""
         self._handoff.release()
 
     def wait(self, ticket: int) -> bool:

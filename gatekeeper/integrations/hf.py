@@ -5,12 +5,12 @@ Every `on_log` (training logs and evaluation metrics) is handed to the gate at
 `state.global_step`, with the names `WandbCallback` gives them (`loss` -> `train/loss`,
 `eval_loss` -> `eval/loss`, on the `train/global_step` axis), so a policy written against
 the run's wandb data gates the run in-process unchanged. Under mode="async" (default) a
-worker judges step N while step N+1 runs, and the run stops after step N+1:
+judge process judges step N while step N+1 runs, and the run stops after step N+1:
 
 - `on_log(N)` captures step N's values (device tensors copied without a sync) but holds
   them: with `logging_steps=1` the Trainer has just called `.item()` on the loss, so the
   device is idle and every moment of Python before step N+1's first launches is lost.
-- `on_pre_optimizer_step(N+1)` (forward and backward are queued) gives them to the worker.
+- `on_pre_optimizer_step(N+1)` (forward and backward are queued) sends them to the judge.
 - The judgement is awaited in `on_log(N+1)`, after the Trainer's own sync, when this step
   logs (else in `on_step_end(N+1)`), and sets `control.should_training_stop`.
 

@@ -11,7 +11,7 @@ turned into Python numbers (a device sync) on every read. Epoch aggregates are r
 the epoch ends and validation metrics when validation ends, where Lightning reduces them
 itself.
 
-Stopping (mode="async", default): step N's values go to a worker at the end of step N;
+Stopping (mode="async", default): step N's values are handed over at the end of step N;
 the callback waits for that judgement in `on_before_backward` of step N+1, before DDP's
 gradient all-reduce, and a failing rank posts "stop at N+1" on the process group's store
 (`gatekeeper.integrations.agree`); every rank reads the key at the end of each step and
