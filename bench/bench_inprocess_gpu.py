@@ -472,8 +472,8 @@ def cost_table(costs: dict[str, list[dict[str, float]]], steps: int) -> list[str
     lines = ["\nWhere the gate's time goes (medians over the repetitions):\n",
              "| loop | wall (us/step) | process CPU (us/step) | training thread CPU (us/step) "
              "| gate calls on the training thread (us/step) | judging worker CPU, "
-             "judge=\"thread\" (us/step) | after the last step (ms; a trainer's end, finalize included) |"
-             " by hook (us/step) |",
+             "judge=\"thread\" (us/step) | after the last step (ms; a trainer's end, "
+             "finalize included) | by hook (us/step) |",
              "|---|---|---|---|---|---|---|---|"]
     for loop, runs in costs.items():
         med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
