@@ -133,8 +133,9 @@ class Handoff:
         return self._submitted
 
     def submit(self, step: int | None, metrics: Mapping[str, Any], *, hold: bool = False) -> int:
-        """Hand one step's values over; its ticket. Blocks only while the queue is full.
-        `hold`: captured now, given to the worker at the next `release` (or `wait`)."""
+        """Hand one step's values over; its ticket. Blocks only while the judge is `depth`
+        hand-overs behind. `hold`: captured now, given to the judge at the next `release`
+        (or `wait`)."""
         self.raise_error()
         if self._pipe is not None and self._submitted - self._judged >= self._depth:
             self.wait(self._submitted - self._depth + 1)  # the judge is `depth` behind
@@ -198,7 +199,7 @@ class Handoff:
                 pass
 
     def raise_error(self) -> None:
-        """Raise, once, what the worker raised."""
+        """Raise, once, what the judging raised."""
         with self._cond:
             error, self._error = self._error, None
         if error is not None:
