@@ -21,20 +21,23 @@ from tests.helpers import wait_until, write_policy
 from tests.integrations.test_handoff import loss_policy, run_loop
 
 
-def judge_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name == "gatekeeper-judge"]
+def gate_threads(before: set[threading.Thread] | None = None) -> list[str]:
+    """The names of the gate threads alive now and not in `before`."""
+    return [t.name for t in threading.enumerate()
+            if t.name.startswith("gatekeeper-") and t not in (before or set())]
 
 
 def test_a_judge_process_is_fed_from_the_training_thread_with_no_worker(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
     gate = Gate(loss_policy(tmp_path), echo=False,
                 reports=ReportOptions(json_path=str(tmp_path / "g.json")))
     assert run_loop(gate, nan_at=7) == 8  # the stop one step after the violation
-    assert judge_threads() == []
+    assert gate_threads(before) == []
     gate.finalize()
     assert json.loads((tmp_path / "g.json").read_text())["stopped"]["step"] == 7
     threaded = Gate(loss_policy(tmp_path), echo=False, judge="thread")
     assert run_loop(threaded, nan_at=7) == 8
-    assert judge_threads() == ["gatekeeper-judge"]  # a judge in this process: a worker
+    assert gate_threads(before) == ["gatekeeper-judge"]  # a judge in this process: a worker
     threaded.finalize(write=False)
 
 
@@ -83,6 +86,7 @@ def test_device_copies_are_sent_once_landed_host_values_at_once_in_order(
 
     monkeypatch.setattr(handoff, "capture", capture)
     pipe = Recorder(stop_at=3)
+    before = set(threading.enumerate())
     h = Handoff(lambda step, values: False, pipe=pipe)
     first = h.submit(1, {"device": 1.0})
     h.submit(2, {"host": 1.0})
@@ -101,7 +105,7 @@ def test_device_copies_are_sent_once_landed_host_values_at_once_in_order(
     assert h.wait(fourth) is True  # 3 said stop
     assert pipe.taken == 4
     h.drain()
-    assert [t for t in threading.enumerate() if t.name == "gatekeeper-sender"] == []
+    assert gate_threads(before) == []  # the sender ended with the drain
 
 
 def test_sends_without_waits_owe_at_most_two_answers(monkeypatch: pytest.MonkeyPatch) -> None:
