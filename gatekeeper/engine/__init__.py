@@ -125,7 +125,7 @@ class Evaluation:
             if metric is None:
                 continue
             tracker = self._make(template, metric)
-            if metric in self.templates.tried:  # its points came before the rule knew it
+            if self.templates.fed(metric):  # its points came before the rule knew it
                 self.late = f"rule {template.key}: {wording.metric_learned_late(metric)}"
                 self.unjudged[id(tracker)] = self.late
 
@@ -148,7 +148,9 @@ class Evaluation:
     def to_state(self, entry: Entry | None = None) -> dict[str, Any]:
         """What has been fed, as plain data: per rule its tracker (and a present_at
         rule's unsettled rounds), per derived rule its aligner's buffered inputs, the last
-        step of each step axis; with template rules, the rules made of them.
+        step of each step axis; with template rules, the rules made of them, and with a
+        `config.KEY` rule the metric names fed (`tried`: a config that names one of them
+        later finds its points came before its rule, after a restart too).
         `entry(tracker, changes, make)` stands for a rule's entry in `rules` and `made`
         (default: `make()`, the entry as data); `changes` is None where the entry changes
         apart from its tracker's count (unsettled rounds). The daemon gives one that keeps
@@ -164,6 +166,8 @@ class Evaluation:
             out["made"] = [
                 self._saved(t, entry, key) for key, made in self.made.items() for t in made
             ]
+        if self.templates.configs and not self.templates.unknown:  # unknown: left out again
+            out["tried"] = sorted(self.templates.tried)
         return out
 
     def _saved(self, tracker: RuleTracker, entry: Entry, of: str | None = None) -> Any:
@@ -184,7 +188,7 @@ class Evaluation:
         """An Evaluation of `policies` holding what `to_state` saved (StateDataError when
         the data does not fit these policies' rules)."""
         keys = {"bounded", "rules", "aligners", "axis_last"}
-        if not isinstance(data, dict) or not keys <= set(data) <= {*keys, "made"}:
+        if not isinstance(data, dict) or not keys <= set(data) <= {*keys, "made", "tried"}:
             raise StateDataError(f"evaluation: expected a mapping of {', '.join(sorted(keys))}")
         ev = cls(policies, bounded=decode(data["bounded"], bool, "evaluation.bounded"))
         made = data.get("made", [])
@@ -209,6 +213,10 @@ class Evaluation:
         for i, ((aligner, _), saved) in enumerate(zip(ev.derived, aligners, strict=True)):
             aligner.restore(saved, f"evaluation.aligners[{i}]")
         ev.axis_last = decode(data["axis_last"], dict[str, int], "evaluation.axis_last")
+        if "tried" in data:
+            ev.templates.tried.update(decode(data["tried"], list[str], "evaluation.tried"))
+        elif ev.templates.configs:  # saved before `tried` was: what was fed is unknown
+            ev.templates.unknown = True
         return ev
 
     def _restore(self, tracker: RuleTracker, saved: Any, where: str) -> None:
