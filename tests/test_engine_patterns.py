@@ -198,6 +198,9 @@ def test_points_fed_before_a_restart_are_read_again_when_the_config_names_them_a
             ev = Evaluation.from_state(policies, json.loads(json.dumps(ev.to_state())))
         ev.feed(later.series, later)
         assert ev.reread() is not None and "eval/aime" in ev.reread()
+        if restart:  # saved while learned late, it still is when restored
+            ev = Evaluation.from_state(policies, json.loads(json.dumps(ev.to_state())))
+            assert ev.reread() is not None and "eval/aime" in ev.reread()
         verdicts.append(ev.verdict(later, final=False))
     same(verdicts[1], verdicts[0])
     finite = by_rule(verdicts[1])["finite"]

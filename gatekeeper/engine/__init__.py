@@ -177,6 +177,8 @@ class Evaluation:
             saved = {"key": tracker.rule.key, "tracker": tracker.to_state()}
             if of is not None:
                 saved = {"of": of, "metric": tracker.rule.metric, **saved}
+                if id(tracker) in self.unjudged:  # set as it is made, kept while it lives
+                    saved["unjudged"] = self.unjudged[id(tracker)]
             if rounds is not None:
                 saved["rounds"] = rounds[0].to_state()
             return saved
@@ -199,15 +201,7 @@ class Evaluation:
             raise StateDataError("evaluation: its rules are not these policies' rules")
         for i, (tracker, saved) in enumerate(zip(list(ev.trackers), rules, strict=True)):
             ev._restore(tracker, saved, f"evaluation.rules[{i}]")
-        templates = {r.key: r for r in (*ev.templates.patterns, *ev.templates.configs)}
-        for i, saved in enumerate(made):
-            where = f"evaluation.made[{i}]"
-            of = saved.get("of") if isinstance(saved, dict) else None
-            if of not in templates:
-                raise StateDataError(f"{where}: not made of a template rule of these policies")
-            metric = decode(saved.get("metric"), str, f"{where}.metric")
-            ev._restore(ev._make(templates[of], metric), saved, where)
-            ev.templates.tried.add(metric)
+        ev._restore_made(made)
         if len(aligners) != len(ev.derived):
             raise StateDataError("evaluation: its derived rules are not these policies'")
         for i, ((aligner, _), saved) in enumerate(zip(ev.derived, aligners, strict=True)):
@@ -218,6 +212,22 @@ class Evaluation:
         elif ev.templates.configs:  # saved before `tried` was: what was fed is unknown
             ev.templates.unknown = True
         return ev
+
+    def _restore_made(self, made: list[Any]) -> None:
+        """The rules made of templates, as `to_state` saved them (`made`)."""
+        templates = {r.key: r for r in (*self.templates.patterns, *self.templates.configs)}
+        for i, saved in enumerate(made):
+            where = f"evaluation.made[{i}]"
+            of = saved.get("of") if isinstance(saved, dict) else None
+            if of not in templates:
+                raise StateDataError(f"{where}: not made of a template rule of these policies")
+            metric = decode(saved.get("metric"), str, f"{where}.metric")
+            tracker = self._make(templates[of], metric)
+            self._restore(tracker, saved, where)
+            self.templates.tried.add(metric)
+            if "unjudged" in saved:  # learned late: still to be read again (`reread`)
+                why = decode(saved["unjudged"], str, f"{where}.unjudged")
+                self.late = self.unjudged[id(tracker)] = why
 
     def _restore(self, tracker: RuleTracker, saved: Any, where: str) -> None:
         if not isinstance(saved, dict) or saved.get("key") != tracker.rule.key:
