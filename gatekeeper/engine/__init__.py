@@ -167,7 +167,7 @@ class Evaluation:
                 self._saved(t, entry, key) for key, made in self.made.items() for t in made
             ]
         if self.templates.configs and not self.templates.unknown:  # unknown: left out again
-            out["tried"] = sorted(self.templates.tried)
+            out["tried"] = self.templates.saved()
         return out
 
     def _saved(self, tracker: RuleTracker, entry: Entry, of: str | None = None) -> Any:

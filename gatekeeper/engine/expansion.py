@@ -51,6 +51,7 @@ class Templates:
         # restored from a state that did not keep `tried` (saved before it was): any
         # metric may have been fed before, so a config naming one is taken as late
         self.unknown = False
+        self._sorted: list[str] = []  # `tried` as saved, sorted again only when it grew
 
     def new_metrics(self, names: Iterable[str]) -> list[tuple[RuleSpec, str]]:
         """(template, metric) for each not yet tried name a pattern matches."""
@@ -61,6 +62,13 @@ class Templates:
             self.tried.add(name)
             out += [(t, name) for t in self.patterns if matches(t.metric, name)]
         return out
+
+    def saved(self) -> list[str]:
+        """`tried` as the state keeps it: sorted (a row is the same whatever the order
+        the names came in); sorted again only when it grew, as it never shrinks."""
+        if len(self._sorted) != len(self.tried):
+            self._sorted = sorted(self.tried)
+        return list(self._sorted)
 
     def fed(self, metric: str) -> bool:
         """Whether points of `metric` may have been fed already."""
