@@ -14,6 +14,7 @@ from gatekeeper.engine import Evaluation, evaluate
 from gatekeeper.errors import PolicyError
 from gatekeeper.model import Capture, Run, Series
 from gatekeeper.policy.patterns import expanded_id, matches, template_id
+from gatekeeper.statedata import StateDataError
 from gatekeeper.verdict import Status
 from tests.test_engine import policy
 
@@ -175,6 +176,63 @@ def test_points_fed_before_the_config_named_their_metric_are_never_half_judged(t
     reach, _ = ev.verdict(run, final=True).results
     assert reach.status is Status.ERROR and "after points of it" in reach.message
     assert ev.reread() is not None and "eval/aime" in ev.reread()
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_points_fed_before_a_restart_are_read_again_when_the_config_names_them_after(
+    tmp_path, bounded
+):
+    """Issue 28: the metric names fed were not in the saved state, so after a restart a
+    config naming one of them made its rule judge from the restart on (a NaN before it
+    missed: `finite` passed). Now it is learned late, as without the restart: an error
+    and a re-read, whose verdict is the whole run's."""
+    policies = policy(tmp_path, FROM_CONFIG)
+    early = run_of({"eval/aime": [(0, 0.5), (1, math.nan)]}, config={"threshold": 0.2})
+    later = run_of({"eval/aime": [(2, 0.6)]}, config={"key": "eval/aime", "threshold": 0.2})
+    verdicts = []
+    for restart in (False, True):
+        ev = Evaluation(policies, bounded=bounded)
+        ev.feed(early.series, early)
+        ev.verdict(early, final=False)
+        if restart:
+            ev = Evaluation.from_state(policies, json.loads(json.dumps(ev.to_state())))
+        ev.feed(later.series, later)
+        assert ev.reread() is not None and "eval/aime" in ev.reread()
+        if restart:  # saved while learned late, it still is when restored
+            ev = Evaluation.from_state(policies, json.loads(json.dumps(ev.to_state())))
+            assert ev.reread() is not None and "eval/aime" in ev.reread()
+        verdicts.append(ev.verdict(later, final=False))
+    same(verdicts[1], verdicts[0])
+    finite = by_rule(verdicts[1])["finite"]
+    assert finite.status is Status.ERROR and "after points of it" in finite.message
+    whole = run_of({"eval/aime": [(0, 0.5), (1, math.nan), (2, 0.6)]}, config=later.config)
+    again = Evaluation(policies, bounded=bounded)  # the caller reads the run again
+    again.feed(whole.series, whole)
+    assert again.reread() is None
+    verdict = again.verdict(whole, final=True)
+    same(verdict, evaluate(policies, whole))
+    assert (by_rule(verdict)["finite"].status, by_rule(verdict)["finite"].step) == (
+        Status.ERROR, 1
+    )
+
+
+def test_a_state_saved_without_the_names_fed_takes_a_config_named_metric_as_late(tmp_path):
+    """A state an earlier gatekeeper saved has no `tried`: which metrics were fed is
+    unknown, so a config naming a metric after the restart re-reads the run (once; a
+    re-read is never wrong), and the state saved again still says unknown."""
+    policies = policy(tmp_path, FROM_CONFIG)
+    early = run_of({"eval/aime": [(0, math.nan)]}, config={"threshold": 0.2})
+    ev = Evaluation(policies, bounded=True)
+    ev.feed(early.series, early)
+    saved = json.loads(json.dumps(ev.to_state()))
+    assert saved.pop("tried") == ["eval/aime"]  # the names fed: the run's metrics, no more
+    ev = Evaluation.from_state(policies, saved)
+    assert "tried" not in ev.to_state()
+    named = run_of({"eval/b": [(1, 0.5)]}, config={"key": "eval/b", "threshold": 0.2})
+    ev.feed(named.series, named)
+    assert ev.reread() is not None and "eval/b" in ev.reread()
+    with pytest.raises(StateDataError, match="evaluation.tried"):
+        Evaluation.from_state(policies, {**saved, "tried": [3]})
 
 
 def test_a_config_naming_another_metric_later_judges_that_one(tmp_path):

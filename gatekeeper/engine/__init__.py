@@ -125,7 +125,7 @@ class Evaluation:
             if metric is None:
                 continue
             tracker = self._make(template, metric)
-            if metric in self.templates.tried:  # its points came before the rule knew it
+            if self.templates.fed(metric):  # its points came before the rule knew it
                 self.late = f"rule {template.key}: {wording.metric_learned_late(metric)}"
                 self.unjudged[id(tracker)] = self.late
 
@@ -148,7 +148,9 @@ class Evaluation:
     def to_state(self, entry: Entry | None = None) -> dict[str, Any]:
         """What has been fed, as plain data: per rule its tracker (and a present_at
         rule's unsettled rounds), per derived rule its aligner's buffered inputs, the last
-        step of each step axis; with template rules, the rules made of them.
+        step of each step axis; with template rules, the rules made of them, and with a
+        `config.KEY` rule the metric names fed (`tried`: a config that names one of them
+        later finds its points came before its rule, after a restart too).
         `entry(tracker, changes, make)` stands for a rule's entry in `rules` and `made`
         (default: `make()`, the entry as data); `changes` is None where the entry changes
         apart from its tracker's count (unsettled rounds). The daemon gives one that keeps
@@ -164,6 +166,8 @@ class Evaluation:
             out["made"] = [
                 self._saved(t, entry, key) for key, made in self.made.items() for t in made
             ]
+        if self.templates.configs and not self.templates.unknown:  # unknown: left out again
+            out["tried"] = self.templates.saved()
         return out
 
     def _saved(self, tracker: RuleTracker, entry: Entry, of: str | None = None) -> Any:
@@ -173,6 +177,8 @@ class Evaluation:
             saved = {"key": tracker.rule.key, "tracker": tracker.to_state()}
             if of is not None:
                 saved = {"of": of, "metric": tracker.rule.metric, **saved}
+                if id(tracker) in self.unjudged:  # set as it is made, kept while it lives
+                    saved["unjudged"] = self.unjudged[id(tracker)]
             if rounds is not None:
                 saved["rounds"] = rounds[0].to_state()
             return saved
@@ -184,7 +190,7 @@ class Evaluation:
         """An Evaluation of `policies` holding what `to_state` saved (StateDataError when
         the data does not fit these policies' rules)."""
         keys = {"bounded", "rules", "aligners", "axis_last"}
-        if not isinstance(data, dict) or not keys <= set(data) <= {*keys, "made"}:
+        if not isinstance(data, dict) or not keys <= set(data) <= {*keys, "made", "tried"}:
             raise StateDataError(f"evaluation: expected a mapping of {', '.join(sorted(keys))}")
         ev = cls(policies, bounded=decode(data["bounded"], bool, "evaluation.bounded"))
         made = data.get("made", [])
@@ -195,21 +201,33 @@ class Evaluation:
             raise StateDataError("evaluation: its rules are not these policies' rules")
         for i, (tracker, saved) in enumerate(zip(list(ev.trackers), rules, strict=True)):
             ev._restore(tracker, saved, f"evaluation.rules[{i}]")
-        templates = {r.key: r for r in (*ev.templates.patterns, *ev.templates.configs)}
+        ev._restore_made(made)
+        if len(aligners) != len(ev.derived):
+            raise StateDataError("evaluation: its derived rules are not these policies'")
+        for i, ((aligner, _), saved) in enumerate(zip(ev.derived, aligners, strict=True)):
+            aligner.restore(saved, f"evaluation.aligners[{i}]")
+        ev.axis_last = decode(data["axis_last"], dict[str, int], "evaluation.axis_last")
+        if "tried" in data:
+            ev.templates.tried.update(decode(data["tried"], list[str], "evaluation.tried"))
+        elif ev.templates.configs:  # saved before `tried` was: what was fed is unknown
+            ev.templates.unknown = True
+        return ev
+
+    def _restore_made(self, made: list[Any]) -> None:
+        """The rules made of templates, as `to_state` saved them (`made`)."""
+        templates = {r.key: r for r in (*self.templates.patterns, *self.templates.configs)}
         for i, saved in enumerate(made):
             where = f"evaluation.made[{i}]"
             of = saved.get("of") if isinstance(saved, dict) else None
             if of not in templates:
                 raise StateDataError(f"{where}: not made of a template rule of these policies")
             metric = decode(saved.get("metric"), str, f"{where}.metric")
-            ev._restore(ev._make(templates[of], metric), saved, where)
-            ev.templates.tried.add(metric)
-        if len(aligners) != len(ev.derived):
-            raise StateDataError("evaluation: its derived rules are not these policies'")
-        for i, ((aligner, _), saved) in enumerate(zip(ev.derived, aligners, strict=True)):
-            aligner.restore(saved, f"evaluation.aligners[{i}]")
-        ev.axis_last = decode(data["axis_last"], dict[str, int], "evaluation.axis_last")
-        return ev
+            tracker = self._make(templates[of], metric)
+            self._restore(tracker, saved, where)
+            self.templates.tried.add(metric)
+            if "unjudged" in saved:  # learned late: still to be read again (`reread`)
+                why = decode(saved["unjudged"], str, f"{where}.unjudged")
+                self.late = self.unjudged[id(tracker)] = why
 
     def _restore(self, tracker: RuleTracker, saved: Any, where: str) -> None:
         if not isinstance(saved, dict) or saved.get("key") != tracker.rule.key:

@@ -47,7 +47,11 @@ class Templates:
     def __init__(self, rules: Iterable[RuleSpec]):
         self.patterns = [r for r in rules if r.template and is_pattern(r.metric)]
         self.configs = [r for r in rules if r.template and not is_pattern(r.metric)]
-        self.tried: set[str] = set()  # metric names the patterns were tried on
+        self.tried: set[str] = set()  # metric names fed (each tried on the patterns once)
+        # restored from a state that did not keep `tried` (saved before it was): any
+        # metric may have been fed before, so a config naming one is taken as late
+        self.unknown = False
+        self._sorted: list[str] = []  # `tried` as saved, sorted again only when it grew
 
     def new_metrics(self, names: Iterable[str]) -> list[tuple[RuleSpec, str]]:
         """(template, metric) for each not yet tried name a pattern matches."""
@@ -58,6 +62,17 @@ class Templates:
             self.tried.add(name)
             out += [(t, name) for t in self.patterns if matches(t.metric, name)]
         return out
+
+    def saved(self) -> list[str]:
+        """`tried` as the state keeps it: sorted (a row is the same whatever the order
+        the names came in); sorted again only when it grew, as it never shrinks."""
+        if len(self._sorted) != len(self.tried):
+            self._sorted = sorted(self.tried)
+        return list(self._sorted)
+
+    def fed(self, metric: str) -> bool:
+        """Whether points of `metric` may have been fed already."""
+        return self.unknown or metric in self.tried
 
     @staticmethod
     def resolve_one(rule: RuleSpec, run: Run) -> str | None:

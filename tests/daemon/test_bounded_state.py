@@ -169,6 +169,40 @@ def test_a_period_the_config_changes_re_reads_the_run_and_judges_as_check(
     assert fail and "step 303" in fail[0], daemon
 
 
+def test_a_metric_the_config_names_after_a_restart_re_reads_the_run(tmp_path: Path) -> None:
+    """miles-metric-checker reads the metric the config's ci_metric_checker_key names;
+    the sidecar names it only after a restart, its points (a NaN at step 50) having come
+    before. The names fed were not saved, so the rules judged from the restart on and
+    `key-finite` passed; now the run is read again and the verdict is check's."""
+    path = tmp_path / "r.jsonl"
+    _sidecar(path, CONFIG)
+
+    def rows(start: int, stop: int) -> None:
+        _append(path, start, stop)
+        with open(path, "a") as fh:
+            for step in range(start, stop):
+                value = float("nan") if step == 50 else 0.9
+                fh.write(json.dumps({"eval/step": step, "eval/gsm8k": value}) + "\n")
+
+    rows(0, 100)
+    watcher = _watcher(tmp_path, path)
+    watcher.apply(watcher.fetch(), 1.0)
+    watcher.store.close()
+    again = _watcher(tmp_path, path)  # a restart: the saved state
+    assert again.cursor is not None
+    named = {"ci_metric_checker_key": "eval/gsm8k", "ci_metric_checker_threshold": 0.5}
+    _sidecar(path, {**CONFIG, **named})
+    rows(100, 200)
+    assert again.apply(again.fetch(), 2.0) == [] and again.cursor is None  # re-read next
+    _end(path)
+    again.apply(again.fetch(), 3.0)
+    assert again.verdict is not None
+    daemon = _results(again.verdict["results"])
+    assert daemon == _check(path)
+    finite = [(s, m) for p, r, s, m in daemon if r == "key-finite"]
+    assert finite[0][0] == "error" and "step 50" in finite[0][1], finite
+
+
 REDUCING = """\
 version: 1
 name: red
