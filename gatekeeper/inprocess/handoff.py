@@ -265,17 +265,21 @@ class Handoff:
             self._cond.notify_all()
 
     def _take_one(self) -> None:
-        """Read the oldest answer owed (waiting for the sender to send it)."""
+        """Read the oldest answer owed (waiting for the sender to send it). A Ctrl-C
+        while waiting for it leaves it owed (read by the next wait), never misread."""
         assert self._pipe is not None
         with self._cond:
             self._cond.wait_for(lambda: bool(self._sent))
-            ticket, error = self._sent.popleft()
-            self._cond.notify_all()  # room for the sender
+            ticket, error = self._sent[0]
+        stop = True
         if error is None:
             try:
                 stop = self._pipe.take()
-            except BaseException as exc:  # noqa: BLE001 - raised by the next call
+            except Exception as exc:  # noqa: BLE001 - the judge failed: raised by the next call
                 error = exc
+        with self._cond:
+            self._sent.popleft()
+            self._cond.notify_all()  # room for the sender
         if error is not None:
             self._fail(ticket, error)
         else:

@@ -179,3 +179,29 @@ def test_a_failed_gate_reporting_on_is_told_its_failing_rules_only_when_it_asks(
     assert seen["process"] == seen["thread"]
     assert "29 of 31" in seen["process"][0]["message"]
 
+
+
+def test_a_ctrl_c_while_awaiting_an_answer_leaves_it_owed() -> None:
+    """The training thread reads the answers, so Ctrl-C may land while it waits for one:
+    the KeyboardInterrupt goes up at once and the answer stays owed, read by the next
+    wait for its own ticket (not taken as a failure, not shifted onto the next one)."""
+
+    class Interrupted(Recorder):
+        def __init__(self) -> None:
+            super().__init__(stop_at=2)
+            self.interrupt = True
+
+        def take(self) -> bool:
+            if self.interrupt:
+                self.interrupt = False
+                raise KeyboardInterrupt
+            return super().take()
+
+    pipe = Interrupted()
+    h = Handoff(lambda step, values: False, pipe=pipe)
+    first = h.submit(1, {"x": 1.0})
+    with pytest.raises(KeyboardInterrupt):
+        h.wait(first)
+    assert h.wait(first) is False  # 1's own answer, read now
+    second = h.submit(2, {"x": 1.0})
+    assert h.wait(second) is True and pipe.taken == 2
