@@ -91,7 +91,8 @@ class RemoteJudge:
         self._buf = bytearray()
         self._owed = 0  # rows requests sent whose answers are not read yet
         self._ready: deque[bytes] = deque()  # answers read ahead of `take` (in order)
-        # the last answer that changed nothing and failed nothing, and what it said
+        # the last answer that changed nothing (and failed nothing, or was not asked what
+        # fails), and what it said
         self._quiet: tuple[bytes, Judged] = (b"", Judged(GateStatus.PENDING))
         self._failing: list[RuleResult] = []  # what the last rows answer said failed
         self._proc = _spawn()
