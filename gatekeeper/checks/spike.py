@@ -214,7 +214,8 @@ class Spike(MaskCheck):
             # the windows of those rows, copied (as sliding_window_view(before, w)[rows]
             # copies them, without its ~15 us of Python checks on a live poll's 10 points)
             windows = before[rows[:, None] + np.arange(w)]
-            lo, hi = med[rows] - t[rows] - slack, med[rows] + t[rows] + slack
+            m, tr = med[rows], t[rows]
+            lo, hi = m - tr - slack, m + tr + slack
             count = ((windows > lo[:, None]) & (windows < hi[:, None])).sum(axis=1)
             cleared = count <= (w - 1) // 2
             if enough is not None:
