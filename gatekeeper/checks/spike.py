@@ -181,7 +181,7 @@ class Spike(MaskCheck):
         comparison is made for every cleared point.
         """
         big = max(float(part.max()), -float(part.min()))  # max |value|, no |part| copy
-        if not np.isfinite(big) or big > HUGE:
+        if not math.isfinite(big) or big > HUGE:  # a float: not np.isfinite's ufunc call
             maybe[:] = True
             return
         w = self.window
