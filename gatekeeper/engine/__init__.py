@@ -253,7 +253,8 @@ class Evaluation:
                 shape = shapes.get(id(s.steps))  # once per steps array, not per rule
                 if shape is None:
                     shape = shapes[id(s.steps)] = step_shape(s.steps)
-                finite = bool(np.isfinite(s.values).all())
+                # every value finite (not .all(), which goes through a Python wrapper)
+                finite = np.count_nonzero(np.isfinite(s.values)) == s.values.size
                 for tracker in trackers:
                     tracker.feed(s.steps, s.values, s.step_key, shape, finite)
         for aligner, tracker in self.derived:

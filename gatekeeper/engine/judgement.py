@@ -96,7 +96,9 @@ def _judge_finite(
         mask[: min(unjudged, mask.size)] = False
     state.judged += max(0, int(values.size) - unjudged)
     state.context = joined[-need:] if need else state.context
-    if not mask.any():  # the usual poll: nothing violates, no run of violations continues
+    # the usual poll: nothing violates, no run of violations continues (count_nonzero is
+    # numpy's C directly; .any() goes through a Python wrapper first: ~0.7 us a rule)
+    if not np.count_nonzero(mask):
         state.run = 0
         return
     _violations(state, rule, steps, values, mask)

@@ -180,7 +180,7 @@ def _select_every(
         state.unbound = [(steps, values)]
         return None
     keep = steps % state.period == sel.offset
-    if not keep.any():
+    if not np.count_nonzero(keep):  # not keep.any(), without its Python wrapper
         return None
     return _selected(state, steps[keep], values[keep], None, None)
 
