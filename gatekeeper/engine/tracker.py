@@ -55,11 +55,11 @@ class _Stage:
 
     def __init__(self, cls: type, names: tuple[str, ...]):
         hints = typing.get_type_hints(cls)
-        self.cls, self.hints, self.names = cls, {n: hints[n] for n in names}, names
+        self.cls, self.hints = cls, {n: hints[n] for n in names}
 
     def dump(self, state: Any) -> dict[str, Any]:
         out = {}
-        for name in self.names:  # `_state_value`, its commonest case without the call
+        for name in self.hints:  # `_state_value`, its commonest case without the call
             value = getattr(state, name)
             out[name] = value if value is None or type(value) in _PLAIN else _state_value(value)
         return out

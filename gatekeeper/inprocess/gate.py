@@ -83,22 +83,17 @@ def policy_paths(policies: PolicyInput) -> list[str] | None:
     return None
 
 
-def _weak_judge(gate: Gate) -> Callable[[int | None, dict[str, Any]], bool]:
-    """The hand-over's judge, holding the gate weakly (a gone gate stops its worker)."""
-    ref = weakref.ref(gate)
-
-    def judge(step: int | None, metrics: dict[str, Any]) -> bool:
-        alive = ref()
-        return True if alive is None else alive._judge_handed(step, metrics)
-
-    return judge
-
-
-class _WeakPipe:
-    """The hand-over's pipe to a judge process (`handoff.Pipe`), holding the gate weakly."""
+class _WeakGate:
+    """What the hand-over calls on its gate, holding it weakly (a gone gate stops its
+    worker): `judge` (a judge in this process) or `send`/`take` (`handoff.Pipe`, to a
+    judge process)."""
 
     def __init__(self, gate: Gate):
         self._ref = weakref.ref(gate)
+
+    def judge(self, step: int | None, metrics: dict[str, Any]) -> bool:
+        alive = self._ref()
+        return True if alive is None else alive._judge_handed(step, metrics)
 
     def send(self, step: int | None, metrics: dict[str, Any]) -> None:
         alive = self._ref()
@@ -181,8 +176,9 @@ class Gate:
         self._failed_at: dict[str, Any] | None = None
         self._final: Verdict | None = None
         piped = self.mode is Mode.ASYNC and isinstance(self._judge, RemoteJudge)
-        self._handoff = Handoff(_weak_judge(self), threaded=self.mode is Mode.ASYNC,
-                                pipe=_WeakPipe(self) if piped else None)
+        weak = _WeakGate(self)
+        self._handoff = Handoff(weak.judge, threaded=self.mode is Mode.ASYNC,
+                                pipe=weak if piped else None)
         # A gate dropped without finalize ends its worker and (its judge gone with it)
         # its judge process: the worker holds the gate only weakly.
         weakref.finalize(self, self._handoff.abandon)
@@ -193,8 +189,7 @@ class Gate:
         """Judge one step's metrics. `step` is on the gate's axis; None: the metrics
         carry their steps (`{"train/step": 3, "train/loss": 0.4}`). A None or NaN value
         is a non-finite point: an error at once, never skipped."""
-        row = dict(metrics) if step is None else {self.axis: step, **metrics}
-        return self.observe_rows([row])
+        return self.observe_rows([self._row(step, metrics)])
 
     def submit(self, step: int | None, metrics: Mapping[str, Any], *, hold: bool = False) -> int:
         """Hand one step's metrics to the judge without waiting for it (under
@@ -229,12 +224,12 @@ class Gate:
 
     def _send_handed(self, step: int | None, metrics: dict[str, Any]) -> None:
         """A hand-over sent to the judge process; `_take_handed` concludes it."""
-        row = dict(metrics) if step is None else {self.axis: step, **metrics}
         with self._lock:
             self._open()
             assert isinstance(self._judge, RemoteJudge)
             # once failed, a step's failing rules change nothing here: not sent again
-            self._judge.send_rows([row], self._clock(), failing=self._failed_at is None)
+            self._judge.send_rows([self._row(step, metrics)], self._clock(),
+                                  failing=self._failed_at is None)
 
     def _take_handed(self) -> bool:
         with self._lock:
@@ -254,6 +249,10 @@ class Gate:
         if newly and self.on_fail is OnFail.RAISE:
             raise GateFailed(self.verdict())
         return obs
+
+    def _row(self, step: int | None, metrics: Mapping[str, Any]) -> dict[str, Any]:
+        """One step's metrics as a row: on the gate's axis, or carrying their steps."""
+        return dict(metrics) if step is None else {self.axis: step, **metrics}
 
     def _open(self) -> None:
         if self._final is not None:
