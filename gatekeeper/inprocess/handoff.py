@@ -56,6 +56,7 @@ class Pipe(Protocol):
 
 
 _STACKS = object()  # the key of the device groups in a captured dict
+_PLAIN = frozenset({float, int, bool, str, type(None)})
 
 
 def capture(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
@@ -67,6 +68,9 @@ def capture(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
     values: dict[Any, Any] = {}
     groups: dict[tuple[Any, ...], list[str]] = {}
     for name, value in metrics.items():
+        if type(value) in _PLAIN:  # most of what HF logs: a number already
+            values[name] = value
+            continue
         detach = getattr(value, "detach", None)
         if detach is None or not callable(detach):
             values[name] = value
@@ -173,8 +177,9 @@ class Handoff:
         self.release()
         while self._pipe is not None and self._judged < ticket:
             self._take_one()
-        with self._cond:
-            self._cond.wait_for(lambda: self._judged >= ticket)
+        if self._judged < ticket:  # a worker judges it: wait for it to say so
+            with self._cond:
+                self._cond.wait_for(lambda: self._judged >= ticket)
         self.raise_error()
         return self._first_stop is not None and self._first_stop <= ticket
 
@@ -200,6 +205,8 @@ class Handoff:
 
     def raise_error(self) -> None:
         """Raise, once, what the judging raised."""
+        if self._error is None:  # read without the lock: only ever set under it
+            return
         with self._cond:
             error, self._error = self._error, None
         if error is not None:
@@ -262,15 +269,16 @@ class Handoff:
         with self._cond:
             self._sent.append((ticket, error))
             self._queued -= queued
-            self._cond.notify_all()
+            self._wake()
 
     def _take_one(self) -> None:
         """Read the oldest answer owed (waiting for the sender to send it). A Ctrl-C
         while waiting for it leaves it owed (read by the next wait), never misread."""
         assert self._pipe is not None
-        with self._cond:
-            self._cond.wait_for(lambda: bool(self._sent))
-            ticket, error = self._sent[0]
+        if not self._sent:  # the sender thread has yet to send it
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._sent))
+        ticket, error = self._sent[0]  # only ever removed here, on this thread
         stop = True
         if error is None:
             try:
@@ -279,7 +287,7 @@ class Handoff:
                 error = exc
         with self._cond:
             self._sent.popleft()
-            self._cond.notify_all()  # room for the sender
+            self._wake()  # room for the sender
         if error is not None:
             self._fail(ticket, error)
         else:
@@ -295,4 +303,10 @@ class Handoff:
             if stop and self._first_stop is None:
                 self._first_stop = ticket
             self._judged = ticket
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake whoever waits on the condition (held): only ever another thread than the
+        one settling, so none while this hand-over has no thread of its own."""
+        if self._thread is not None:
             self._cond.notify_all()

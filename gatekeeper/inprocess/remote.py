@@ -32,9 +32,9 @@ from gatekeeper.inprocess.wire import (
     JudgeProcessError,
     decode,
     encode,
+    encode_rows,
     error_from_dict,
     judged_from_dict,
-    plain_row,
 )
 from gatekeeper.model import Run, RunState
 from gatekeeper.verdict import GateStatus, RuleResult, Verdict
@@ -54,10 +54,6 @@ if spec is None or os.path.realpath(os.path.dirname(os.path.dirname(spec.origin)
 from gatekeeper.inprocess.judge import main
 raise SystemExit(main())
 """
-
-
-def _rows(rows: Iterable[Mapping[str, Any]], now: float) -> dict[str, Any]:
-    return {"op": "rows", "rows": [plain_row(r) for r in rows], "now": now}
 
 
 def _spawn() -> subprocess.Popen[bytes]:
@@ -96,6 +92,8 @@ class RemoteJudge:
         self._quiet: tuple[bytes, Judged] = (b"", Judged(GateStatus.PENDING))
         self._failing: list[RuleResult] = []  # what the last rows answer said failed
         self._proc = _spawn()
+        assert self._proc.stdout is not None
+        os.set_blocking(self._proc.stdout.fileno(), False)  # read by `_line` only
         self._ender = weakref.finalize(self, _end, self._proc)
         try:
             self._call({"op": "start", "policies": list(policies), "overrides": list(overrides),
@@ -108,14 +106,14 @@ class RemoteJudge:
 
     def observe_rows(self, rows: Iterable[Mapping[str, Any]], now: float) -> Judged:
         self._collect()
-        return self._judged(self._exchange(encode(_rows(rows, now))))
+        return self._judged(self._exchange(encode_rows(rows, now, failing=True)))
 
     def send_rows(self, rows: Iterable[Mapping[str, Any]], now: float, *,
                   failing: bool = True) -> None:
         """Send rows without waiting: `take` gives their judgement (answers in order).
         `failing=False`: the caller does not need the failing rules again (they come as
         the last ones it had)."""
-        request = encode({**_rows(rows, now), "failing": failing})
+        request = encode_rows(rows, now, failing=failing)
         if len(request) > PIPELINED:
             self._collect()
         self._write(request)
@@ -216,10 +214,13 @@ class RemoteJudge:
                 return line
             if len(self._buf) > MAX_LINE:
                 raise self._gone(f"answered more than {MAX_LINE} bytes in one line")
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise self._gone(f"did not answer within {self._timeout:g} s")
-            chunk = os.read(fd, 1 << 16)
+            try:  # the answer is there most times: one system call, not a select first
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise self._gone(f"did not answer within {self._timeout:g} s") from None
+                continue
             if not chunk:
                 raise self._gone("ended", with_code=True)
             self._buf += chunk

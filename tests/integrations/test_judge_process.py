@@ -15,12 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gatekeeper.gate import ReportOptions
 from gatekeeper.inprocess import Gate
 from gatekeeper.inprocess.wire import JudgeProcessError
-from tests.helpers import REPO
+from tests.helpers import REPO, write_policy
 from tests.integrations.test_handoff import loss_policy, run_loop
 
 
@@ -71,17 +72,28 @@ def test_both_judges_stop_one_step_late_with_the_same_report(tmp_path: Path, jud
 
 
 def test_values_reach_the_judge_as_observe_reads_them(tmp_path: Path) -> None:
-    """Non-finite floats, nulls, marker strings and tensors survive the pipe exactly:
-    the judge process gives the verdict the in-process judge gives."""
+    """Non-finite floats, nulls, marker strings, tensors, numpy scalars and integers
+    wider than 64 bits survive the pipe exactly (orjson writes the rows: NaN and the
+    infinities go as marker strings): the judge process gives the verdict the in-process
+    judge gives, with each metric's last value."""
     torch = pytest.importorskip("torch")
     verdicts = {}
+    values = [1.0, torch.tensor(2.0), None, "Infinity", -math.inf]
+    more = [math.inf, np.float64(3.5), math.nan, 2**70, np.float32(-math.inf)]
+    policy = write_policy(tmp_path / "m.yaml", "version: 1\nname: m\nrules:\n" + "".join(
+        f"  - {{id: m{s}, metric: m{s}, check: {{max: 1.0e+30}}}}\n" for s in range(6, 11)))
     for judge in ("process", "thread"):
-        gate = Gate(loss_policy(tmp_path), echo=False, judge=judge)
-        for step, value in enumerate([1.0, torch.tensor(2.0), None, "Infinity", -math.inf], 1):
+        gate = Gate([loss_policy(tmp_path), policy], echo=False, judge=judge)
+        for step, value in enumerate(values, 1):
             gate.submit(step, {"loss": value})
+        for step, value in enumerate(more, len(values) + 1):
+            gate.submit(step, {"loss": 1.0, f"m{step}": value})
         verdicts[judge] = gate.finalize(write=False)
     finite = next(r for r in verdicts["process"].results if r.rule == "loss-finite")
     assert finite.status.value == "error" and finite.step == 3
+    seen = {r.rule: (r.status.value, r.value) for r in verdicts["process"].results}
+    assert seen["m7"] == ("pass", 3.5) and seen["m9"] == ("pass", float(2**70))
+    assert [seen[f"m{s}"][0] for s in (6, 8, 10)] == ["error"] * 3
     assert [r.to_dict() for r in verdicts["process"].results] == [
         r.to_dict() for r in verdicts["thread"].results]
 
