@@ -124,13 +124,15 @@ class GateCallback:
 
     def boundary(
         self, step: int, metrics: dict[str, Any], *, stop_training: Callable[[], None],
-        agree: Callable[[bool], bool] | None = None,
+        agree: Callable[[bool], bool] | None = None, hold: bool = False,
     ) -> None:
-        """A whole step boundary: settle, hand this step over, decide (see `decide`)."""
+        """A whole step boundary: settle, hand this step over, decide (see `decide`).
+        `hold` (mode="async"): the judge gets the values at the next `release` (a hook
+        early in the next step, by when their device copy has landed)."""
         self.begin_boundary()
         if self.mode is Mode.ASYNC:
             self.settle_at_boundary()
-            self.hand_over(step, metrics)
+            self.hand_over(step, metrics, hold=hold)
         else:
             self.hand_over(step, metrics)
             self.settle_at_boundary()

@@ -11,8 +11,12 @@ turned into Python numbers (a device sync) on every read. Epoch aggregates are r
 the epoch ends and validation metrics when validation ends, where Lightning reduces them
 itself.
 
-Stopping (mode="async", default): step N's values are handed over at the end of step N;
-the callback waits for that judgement in `on_before_backward` of step N+1, before DDP's
+Stopping (mode="async", default): step N's values are captured at the end of step N (their
+device copy queued behind the optimizer step) and sent to the judge from
+`on_train_batch_start` of step N+1, by when the copy has landed on a launch-bound step (the
+training thread writes them; else the gate's sender thread waits for the copy, as it does
+for any copy still in flight); the callback waits for that judgement in
+`on_before_backward` of step N+1, before DDP's
 gradient all-reduce, and a failing rank posts "stop at N+1" on the process group's store
 (`gatekeeper.integrations.agree`); every rank reads the key at the end of each step and
 all stop after step N+1. No collective on a passing step. mode="sync" judges at the end of
@@ -92,6 +96,11 @@ class GatekeeperCallback(GateCallback, pl.Callback):
 
             self.channel = StopChannel.for_process_group()
 
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self.release()  # the last step's values: their copy has landed by now, most times
+
     def on_before_backward(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any
     ) -> None:
@@ -113,7 +122,7 @@ class GatekeeperCallback(GateCallback, pl.Callback):
 
         self.boundary(
             _logger_step(trainer), _logged(trainer, on_step=True), stop_training=stop_training,
-            agree=agree if trainer.world_size > 1 else None,
+            agree=agree if trainer.world_size > 1 else None, hold=True,
         )
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -182,3 +182,32 @@ def test_report_mode_trains_on_and_raise_mode_raises(tmp_path: Path) -> None:
     with pytest.raises(GateFailed):
         fit(25, [Poison(at=5), raising], RecordLogger(), tmp_path)
     assert json.loads((tmp_path / "raise/gate.json").read_text())["stopped"]["step"] == 5
+
+
+class Placement(pl.Callback):
+    """Placed after the gate's callback: what its hand-over holds at each hook."""
+
+    def __init__(self, gate: GatekeeperCallback):
+        self.handoff = gate.gate._handoff
+        self.held: list[tuple[str, int, int]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.held.append(("batch-start", trainer.global_step, len(self.handoff._held)))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.held.append(("batch-end", trainer.global_step, len(self.handoff._held)))
+
+
+def test_async_sends_a_step_to_the_judge_at_the_next_batch_start(tmp_path: Path) -> None:
+    """lightning 2.6 `_TrainingEpochLoop.advance`: `on_train_batch_start` runs before the
+    batch's `training_step`, `on_train_batch_end` after its optimizer step. A step's
+    values are held at its end (their device copy is queued behind the optimizer step)
+    and sent at the next batch's start, before its forward is queued."""
+    gate = GatekeeperCallback(gate_policy(tmp_path), reports=reports(tmp_path))
+    placement = Placement(gate)
+    fit(3, [gate, placement], RecordLogger(), tmp_path)
+    assert placement.held == [
+        ("batch-start", 0, 0), ("batch-end", 1, 1),  # step 1's values held at its end
+        ("batch-start", 1, 0), ("batch-end", 2, 1),  # and sent as step 2 starts
+        ("batch-start", 2, 0), ("batch-end", 3, 1),
+    ]
