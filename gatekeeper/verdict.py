@@ -115,7 +115,7 @@ class RuleResult:
         of it; the nested plot data is copied one level, never shared for mutation."""
         data = {name: getattr(self, name) for name in _RESULT_FIELDS}
         for key in ("status", "severity", "mode"):
-            data[key] = data[key].value
+            data[key] = data[key]._value_  # `.value`: a Python-level property, ~0.3 us
         for key in ("check", "overlay"):
             if data[key] is not None:
                 data[key] = dict(data[key])
@@ -198,9 +198,9 @@ class Verdict:
         return 0 if self.passed else 1
 
     def counts(self) -> dict[str, int]:
-        out = {s.value: 0 for s in Status}
+        out = {s._value_: 0 for s in Status}
         for r in self.results:
-            out[r.status.value] += 1
+            out[r.status._value_] += 1  # not `.value` (a property): on every daemon poll
         return out
 
     def not_judged(self) -> dict[str, int]:

@@ -37,9 +37,9 @@ def test_kept_result_json_makes_the_verdicts_text(tmp_path: Path) -> None:
 
 def test_each_field_changed_alone_makes_the_result_again() -> None:
     """A result kept from the last poll is given again only while every field is equal
-    (and its value of the same type): each change below, alone, must give `json.dumps` of the whole — a field of
-    another type (1 -> 1.0 -> True), a NaN, text to escape, a tuple, the plot's dicts.
-    (Nested values compare by ==: the plot's parameters are the
+    (and its value of the same type): each change below, alone, must give `json.dumps`
+    of the whole — a value of another type (1 -> 1.0 -> True), a NaN, text to escape, a
+    tuple, the plot's dicts. (Nested values compare by ==: the plot's parameters are the
     check's model dump, of declared types, so 1 and 1.0 do not take turns there.)"""
     from dataclasses import replace
 
