@@ -301,7 +301,8 @@ class Evaluation:
         self.applicability.update(run)
         if self.bounded:
             for tracker in self.trackers:
-                tracker.park()
+                if tracker.rule.steps.period_from:  # the only ones that may park (a few)
+                    tracker.park()
         if final:  # the run has ended: its last rounds are settled
             for rounds, tracker in self.rounds.values():
                 settled = rounds.flush()
