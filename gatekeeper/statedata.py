@@ -37,6 +37,13 @@ class StateDataError(ValueError):
 # ---- encoding ---------------------------------------------------------------------------
 def encode(value: Any) -> Any:
     """Plain JSON data for a value of a declared state type."""
+    kind = type(value)  # the commonest exact types first: the daemon encodes on every poll
+    if kind in _AS_IS:
+        return value
+    if kind is float:
+        return _float_out(value)
+    if isinstance(value, np.ndarray):
+        return _array_out(value)
     if value is None or isinstance(value, (bool, str, int)) and not isinstance(value, enum.Enum):
         return value
     if isinstance(value, enum.Enum):
@@ -45,16 +52,27 @@ def encode(value: Any) -> Any:
         return _float_out(float(value))
     if isinstance(value, np.integer):
         return int(value)
-    if isinstance(value, np.ndarray):
-        return _array_out(value)
     if isinstance(value, (list, tuple, set, frozenset)):
         items = sorted(value) if isinstance(value, (set, frozenset)) else value
         return [encode(v) for v in items]
     if isinstance(value, Mapping):
         return {str(k): encode(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {name: encode(getattr(value, name)) for name in _field_names(kind)}
     raise TypeError(f"{type(value).__name__} is not state data")
+
+
+_AS_IS = frozenset({int, str, bool, type(None)})  # exactly these (not enums, not numpy's)
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # a state dataclass -> its fields' names
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """`dataclasses.fields(cls)`'s names, found once per class (fields() builds them on
+    each call)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def _float_out(x: float) -> float | str:

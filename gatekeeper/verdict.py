@@ -115,7 +115,7 @@ class RuleResult:
         of it; the nested plot data is copied one level, never shared for mutation."""
         data = {name: getattr(self, name) for name in _RESULT_FIELDS}
         for key in ("status", "severity", "mode"):
-            data[key] = data[key].value
+            data[key] = data[key]._value_  # `.value`: a Python-level property, ~0.3 us
         for key in ("check", "overlay"):
             if data[key] is not None:
                 data[key] = dict(data[key])
@@ -198,24 +198,31 @@ class Verdict:
         return 0 if self.passed else 1
 
     def counts(self) -> dict[str, int]:
-        out = {s.value: 0 for s in Status}
-        for r in self.results:
-            out[r.status.value] += 1
-        return out
+        return self._tally()[0]
 
     def not_judged(self) -> dict[str, int]:
         """Skips the source could not avoid, by reason: `{"not captured by the CI record":
         8}` (rules on metrics a miles CI record never keeps). Part of the `skip` count."""
-        out: dict[str, int] = {}
-        for r in self.results:
-            if r.status is Status.SKIP and r.not_judged:
-                out[r.not_judged] = out.get(r.not_judged, 0) + 1
-        return out
+        return self._tally()[1]
 
     def overridden(self) -> int:
         """How many results an override changed (switched off, made a warning, judged with
         another check): every report counts them beside the statuses."""
-        return sum(1 for r in self.results if r.override is not None)
+        return self._tally()[2]
+
+    def _tally(self) -> tuple[dict[str, int], dict[str, int], int]:
+        """`counts`, `not_judged` and `overridden` in one pass over the results (the
+        daemon's `to_dict` on every poll needs the three)."""
+        counts = {s._value_: 0 for s in Status}
+        not_judged: dict[str, int] = {}
+        overridden = 0
+        for r in self.results:
+            counts[r.status._value_] += 1  # not `.value` (a property): on every daemon poll
+            if r.status is Status.SKIP and r.not_judged:
+                not_judged[r.not_judged] = not_judged.get(r.not_judged, 0) + 1
+            if r.override is not None:
+                overridden += 1
+        return counts, not_judged, overridden
 
     def failing(self) -> list[RuleResult]:
         return [r for r in self.results if r.gating]
@@ -223,15 +230,15 @@ class Verdict:
     def to_dict(self, results: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Plain JSON data; `results`: the results' `to_dict()`, when the caller has them
         (the daemon keeps those of results equal to the last poll's)."""
+        counts, not_judged, overridden = self._tally()
         return {
             "status": self.status.value,
             "final": self.final,
             "run": self.run,
             "counts": {
-                **self.counts(), "not_judged": sum(self.not_judged().values()),
-                "overridden": self.overridden(),
+                **counts, "not_judged": sum(not_judged.values()), "overridden": overridden,
             },
-            "not_judged": self.not_judged(),
+            "not_judged": not_judged,
             "stopped": self.stopped,
             "nothing_judged_allowed": self.nothing_allowed,
             "results": [r.to_dict() for r in self.results] if results is None else results,

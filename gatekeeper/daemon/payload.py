@@ -90,16 +90,19 @@ class VerdictText:
             hit = kept[i] if i < len(kept) else None
             if hit is None or (hit[0] is not result and not _same(hit[0], result)):
                 data = result.to_dict()
-                hit = (result, data, json.dumps(data))
+                hit = (result, data, _JSON(data))
             elif hit[0] is not result:
                 hit = (result, hit[1], hit[2])
             fresh.append(hit)
         self._kept = fresh
         data = verdict.to_dict(results=[h[1] for h in fresh])
-        head = json.dumps({k: v for k, v in data.items() if k != "results"})
+        head = _JSON({k: v for k, v in data.items() if k != "results"})
         return data, f'{head[:-1]}, "results": [{", ".join(h[2] for h in fresh)}]}}'
 
 
+# `json.dumps`, to the byte, less its look for reference cycles (made of `to_dict`, the
+# data has none): ~1 us of ~8 a result
+_JSON = json.JSONEncoder(check_circular=False).encode
 _FIELDS = operator.attrgetter(*(f.name for f in fields(RuleResult)))
 
 

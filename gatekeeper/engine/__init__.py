@@ -301,7 +301,8 @@ class Evaluation:
         self.applicability.update(run)
         if self.bounded:
             for tracker in self.trackers:
-                tracker.park()
+                if tracker.rule.steps.period_from:  # the only ones that may park (a few)
+                    tracker.park()
         if final:  # the run has ended: its last rounds are settled
             for rounds, tracker in self.rounds.values():
                 settled = rounds.flush()
@@ -330,18 +331,17 @@ class Evaluation:
         rule, decided = tracker.rule, self.applicability.before[i]
         if decided is None and id(tracker) in self.unjudged:  # never judged on a part
             decided = Outcome(Status.ERROR, self.unjudged[id(tracker)])
-        names, ctx = rule.check.context_fields, None
+        names = rule.check.context_fields
         if decided is None:
             tracker.see_axis(self.axis_last.get(tracker.step_key or ""))
-            if names != ():  # what of it the check reads keys the result
-                ctx = _rule_context(rule, shared, arrivals)
-        inputs = None if final else _inputs(names, ctx)
+        # what of the context the check reads keys the result (no context read: decided)
+        inputs = None if final else _inputs(names, decided is None, rule, shared, arrivals)
         kept, key = tracker.kept, (tracker.changes, decided, inputs)
         if kept is not None and inputs is not None and kept[0] == key:
             return kept[1]
         outcome, overlay = decided, None
         if decided is None:
-            ctx = ctx or _rule_context(rule, shared, arrivals)
+            ctx = _rule_context(rule, shared, arrivals)
             outcome = tracker.outcome(final=final, ctx=ctx)
             if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
                 overlay = rule.check.overlay(tracker.agg_state, ctx)
@@ -393,9 +393,12 @@ def _rule_context(
     rule: RuleSpec, shared: dict[str, Any], arrivals: Mapping[str, float]
 ) -> EvalContext:
     """The verdict's context as one rule's check sees it."""
-    return _context(  # built directly: replace() costs ~10 us a rule
-        **shared, rule_key=rule.key, last_arrival=arrivals.get(rule.metric), metric=rule.metric
-    )
+    return _context(**shared, **_own_fields(rule, arrivals))  # not replace(): ~10 us a rule
+
+
+def _own_fields(rule: RuleSpec, arrivals: Mapping[str, float]) -> dict[str, Any]:
+    """The context's fields that are the rule's own (the others are the verdict's)."""
+    return {"rule_key": rule.key, "last_arrival": arrivals.get(rule.metric), "metric": rule.metric}
 
 
 def _context(**values: Any) -> EvalContext:
@@ -410,15 +413,24 @@ def _context(**values: Any) -> EvalContext:
 _SCALARS = frozenset({int, float, str, bool})
 
 
-def _inputs(names: tuple[str, ...] | None, ctx: EvalContext | None) -> tuple[Any, ...] | None:
-    """The values of the context fields a check reads, where they can key its result:
-    None where it does not say which it reads, or one is an object (a run, a history
-    store, reference runs) whose contents may change under the same identity."""
+def _inputs(
+    names: tuple[str, ...] | None,
+    reads: bool,
+    rule: RuleSpec,
+    shared: dict[str, Any],
+    arrivals: Mapping[str, float],
+) -> tuple[Any, ...] | None:
+    """The values of the context fields a check reads (`reads`: it is judged, not decided
+    by the metadata), where they can key its result: None where it does not say which it
+    reads, or one is an object (a run, a history store, reference runs) whose contents
+    may change under the same identity. Read from what the context is made of, so a
+    rule given its kept result has no context made."""
     if names is None:
         return None
-    if ctx is None or not names:
+    if not reads or not names:
         return ()
-    values = tuple(getattr(ctx, name) for name in names)
+    own = _own_fields(rule, arrivals)
+    values = tuple(shared[name] if name in shared else own[name] for name in names)
     if any(v is not None and type(v) not in _SCALARS for v in values):
         return None
     return values

@@ -42,6 +42,35 @@ def test_a_final_verdict_confirms_at_once() -> None:
     assert (row.status, row.since) == ("error", 9.0)
 
 
+def test_a_row_is_given_again_only_when_nothing_of_it_changed() -> None:
+    """`track` gives the committed row itself when the poll changes nothing of it (the
+    daemon then writes no row): random statuses, messages and severities over polls, and
+    each row must say this poll's message and severity, hold a differing status as the
+    candidate, and be the committed row exactly when it equals it."""
+    import random
+    from dataclasses import replace
+
+    rng, rows, kept = random.Random(3), {}, 0
+    for t in range(400):
+        result = replace(
+            res(rng.choice([Status.PASS, Status.PASS, Status.FAIL, Status.ERROR])),
+            message=rng.choice(["a", "a", "b"]),
+            severity=rng.choice([Severity.FAIL, Severity.FAIL, Severity.WARN]),
+        )
+        debounce = rng.choice([1, 2, 3])
+        (row,) = track(rows, [result], debounce=debounce, final=t % 50 == 49, now=float(t))
+        old = rows.get(("p", "r"))
+        assert (row.message, row.severity) == (result.message, result.severity.value)
+        if row.status == result.status.value:
+            assert (row.candidate, row.candidate_count) == (None, 0)
+        else:
+            assert row.candidate == result.status.value and row.candidate_count > 0
+        assert (row is old) == (row == old)
+        kept += row is old
+        rows = {("p", "r"): row}
+    assert 0 < kept < 400
+
+
 @pytest.mark.parametrize("run", ["healthy", "broken-kl", "rows.jsonl"])
 def test_a_stored_verdict_is_verdict_to_dict_and_reads_back(run: str) -> None:
     """The daemon stores `Verdict.to_dict()` (the one serialization): plain JSON that

@@ -33,3 +33,42 @@ def test_kept_result_json_makes_the_verdicts_text(tmp_path: Path) -> None:
     assert reused > 0 and changed > 0  # kept JSON was used, changed results made anew
     nan = [r for r in verdict.results if isinstance(r.value, float) and math.isnan(r.value)]
     assert nan and '"value": "NaN"' in text  # the finite rule's NaN, said as NaN
+
+
+def test_each_field_changed_alone_makes_the_result_again() -> None:
+    """A result kept from the last poll is given again only while every field is equal
+    (and its value of the same type): each change below, alone, must give `json.dumps`
+    of the whole — a value of another type (1 -> 1.0 -> True), a NaN, text to escape, a
+    tuple, the plot's dicts. (Nested values compare by ==: the plot's parameters are the
+    check's model dump, of declared types, so 1 and 1.0 do not take turns there.)"""
+    from dataclasses import replace
+
+    from gatekeeper.verdict import Mode, RuleResult, Severity, Status, Verdict
+
+    base = RuleResult(
+        "p", "r", Status.PASS, Severity.FAIL, Mode.ENFORCE, metric="m", message="ok",
+        source="p.yaml:3", step=1, value=1, description="d \"quoted\" \u00e9\n",
+        check={"kind": "max", "value": 1}, span=(0, 1),
+    )
+    other = replace(base, rule="s", value=0.5)
+    changes = [
+        {"value": 1.0}, {"value": True}, {"value": math.nan}, {"value": math.nan},
+        {"value": math.inf}, {"value": 2.5e-07}, {"value": None}, {"step": 7},
+        {"message": "caf\u00e9 \"x\" \\ \u2028 \U0001f600"}, {"span": (0, 9)}, {"span": None},
+        {"violating_steps": (3, 4)}, {"check": {"kind": "max", "value": 2.0}},
+        {"check": {"kind": "max", "value": math.nan}}, {"overlay": {"lo": [1.0, math.nan]}},
+        {"status": Status.FAIL}, {"judged": 10, "violations": 2}, {"not_judged": "n/a"},
+        {"expected": "x <= 1"}, {},
+    ]
+    texts, result, made = VerdictText(), base, 0
+    for change in changes:
+        result = replace(result, **change) if change else result
+        verdict = Verdict(run={"name": "x", "points": made}, results=[result, other], final=False)
+        before = list(texts._kept)
+        data, text = texts.encode(verdict)
+        assert text == json.dumps(verdict.to_dict()), change
+        assert json.dumps(data) == text  # the dict kept is the one the text says
+        made += before[0][2] is not texts._kept[0][2] if before else 1
+        assert before[1][2] is texts._kept[1][2] if before else True  # unchanged: kept
+    # each change made its JSON again, but `{}` and the same NaN object again (== itself)
+    assert made == len(changes) - 2

@@ -142,6 +142,28 @@ def test_directory_picks_up_per_process_files_as_they_appear(tmp_path: Path) -> 
     assert poll.series["rollout/raw_reward"].step_key == "rollout/step"
 
 
+def test_path_is_looked_at_once_a_poll_whatever_it_turns_out_to_be(tmp_path: Path) -> None:
+    """One stat of the watched path a poll tells it all: not there yet (nothing, its
+    sidecar looked up as a file's), a directory made since (its files read, its
+    `run.json` named), a FIFO (refused, never read: it would hang the poll)."""
+    import pytest
+
+    from gatekeeper.errors import SourceError
+
+    path = tmp_path / "run"
+    src = LiveJsonlSource(str(path))
+    assert src.poll().points == 0 and not src._is_dir
+    path.mkdir()
+    (path / "rank0.jsonl").write_bytes(_row(0))
+    (path / "run.json").write_text(json.dumps({"name": "named-by-sidecar"}))
+    poll = src.poll()
+    assert _steps(poll) == [0] and src._is_dir and poll.run.name == "named-by-sidecar"
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(SourceError, match="not a regular file or directory"):
+        LiveJsonlSource(str(fifo)).poll()
+
+
 def test_run_ends_when_every_file_wrote_its_end_marker(tmp_path: Path) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a.write_bytes(_row(0) + b'{"event": "end", "state": "finished"}\n')

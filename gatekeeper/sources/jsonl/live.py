@@ -427,8 +427,16 @@ class LiveJsonlSource(LiveSource):
 
     # -- files --------------------------------------------------------------------------
     def _files(self) -> list[str]:
-        """The record files that exist now (none yet is fine: the trainer creates them)."""
-        self._is_dir = os.path.isdir(self.path)
+        """The record files that exist now (none yet is fine: the trainer creates them).
+        One stat of the path a poll: a writer may rename over it meanwhile."""
+        try:
+            mode = os.stat(self.path).st_mode
+        except FileNotFoundError:
+            self._is_dir = False
+            return []  # not created yet, or between a writer's unlink and rename
+        except OSError as exc:
+            raise SourceError(f"{self.path}: cannot read: {exc.strerror}") from None
+        self._is_dir = stat.S_ISDIR(mode)
         if self._is_dir:
             try:
                 # dot-files are writers' temp files, renamed into place when complete
@@ -438,17 +446,8 @@ class LiveJsonlSource(LiveSource):
             except OSError as exc:
                 raise SourceError(f"{self.path}: cannot list directory: {exc.strerror}") from None
             return [os.path.join(self.path, n) for n in names]
-        try:
-            mode = os.stat(self.path).st_mode  # one stat: a writer may rename over it meanwhile
-        except FileNotFoundError:
-            return []  # not created yet, or between a writer's unlink and rename
-        except OSError as exc:
-            raise SourceError(f"{self.path}: cannot read: {exc.strerror}") from None
         if stat.S_ISREG(mode):
             return [self.path]
-        if stat.S_ISDIR(mode):  # appeared since the isdir() above
-            self._is_dir = True
-            return []
         raise SourceError(
             f"{self.path}: not a regular file or directory; only regular files are read"
         )
