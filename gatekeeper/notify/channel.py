@@ -80,6 +80,7 @@ class Channel:
         self.retry_backoff_max = retry_backoff_max
         self.limiter = RateLimiter(notifier.limits)
         self.retrying: list[Pending] = []  # failed, waiting for the next attempt
+        self.in_hand: list[Pending] = []  # taken off the queue: being grouped or sent
         self.failures = 0  # consecutive failed attempts of the retry batch
         self.retry_at = 0.0  # monotonic time of the next attempt
         self._stop = threading.Event()
@@ -93,7 +94,7 @@ class Channel:
 
     def waiting(self) -> int:
         """Alerts queued or waiting for a retry."""
-        return self.queue.qsize() + len(self.retrying)
+        return self.queue.qsize() + len(self.retrying) + len(self.in_hand)
 
     def start(self) -> None:
         self._thread.start()
@@ -129,7 +130,8 @@ class Channel:
                 self._absorb(min(max(wait, 0.0), 0.2))
                 if wait > 0:
                     continue
-                batch, self.retrying = self.retrying, []
+                batch = self.in_hand = self.retrying
+                self.retrying = []
             else:
                 batch = self._collect()
                 if not batch:
@@ -141,11 +143,14 @@ class Channel:
                     return  # stopping: the alerts stay pending
                 log.exception("notifier %s: delivery failed", self.name)
                 self._finish(batch, "failed", "internal error")
+            finally:
+                self.in_hand = []
 
     def _collect(self) -> list[Pending]:
         """The next batch: the first alert, then whatever arrives within group_wait."""
+        batch = self.in_hand = []  # counted as waiting while it groups
         try:
-            batch = [self.queue.get(timeout=0.2)]
+            batch.append(self.queue.get(timeout=0.2))
         except queue.Empty:
             return []
         deadline = time.monotonic() + self.group_wait
@@ -212,6 +217,7 @@ class Channel:
         if expired:
             self._finish(expired, "expired", f"undelivered for retry_for ({error})")
         self.retrying = [p for p in batch if not self._expired(p, now)]
+        self.in_hand = []  # counted in `retrying` from here
         if not self.retrying:
             self.failures = 0
             return

@@ -217,3 +217,30 @@ def test_a_receiver_echoing_the_url_does_not_put_it_in_the_alert_log(outcomes: O
     assert rec.wait(lambda: outcomes.marks.get(1) == "failed")
     assert "s3cret-hook-id" not in outcomes.details[1] and "[redacted]" in outcomes.details[1]
     ch.stop(), rec.close()
+
+
+def test_alerts_taken_off_the_queue_still_count_as_waiting(outcomes: Outcomes) -> None:
+    """`gatekeeper_notifications_waiting` reads `waiting()` at scrape time: alerts the
+    worker took off the queue (grouped for group_wait, then being sent) count until their
+    outcome is known. Before, a scrape in either moment read 0 (the daemon's outage test
+    caught it under load)."""
+    release = threading.Event()
+
+    def slow(n: int) -> None:
+        release.wait(10)  # the receiver holds the request: the alerts are being sent
+
+    rec = Recorder(script=slow)
+    ch = channel(WebhookNotifier("w", rec.url, timeout=5, max_lines=10), outcomes,
+                 group_wait=0.3)
+    ch.offer(1, alert("a")), ch.offer(2, alert("b"))
+    seen = []
+    end = time.monotonic() + 0.8  # 0.3 s grouping, then the post held
+    while time.monotonic() < end:
+        seen.append(ch.waiting())
+        time.sleep(0.01)
+    assert rec.requests == 1
+    release.set()
+    assert rec.wait(lambda: outcomes.marks.get(2) == "sent")
+    assert set(seen) == {2}, seen
+    assert rec.wait(lambda: ch.waiting() == 0)
+    ch.stop(), rec.close()
