@@ -4,9 +4,12 @@ Put this folder on PYTHONPATH with GK_PROBE=PREFIX set: every `gatekeeper serve`
 Python starts then writes PREFIX.PID.txt at the end of a window (GK_PROBE_WINDOW="START,
 SECONDS" after its start; default 25,35, bench_fleet's warm-up and measuring time at
 --seconds 40): the process CPU (user, system), the thread CPU spent in
-`RunWatcher.fetch`, `RunWatcher.apply` and APScheduler's `_process_jobs`, per apply, and
+`RunWatcher.fetch`, `RunWatcher.apply`, APScheduler's `_process_jobs`, its job wrapper
+(`run_job`), the poll job (`PollScheduler.poll`) and the job events, per apply, and
 the cyclic collector's passes per generation with their wall time (the collector holds
-the GIL) and what they collected. Other processes (the bench itself) are left alone.
+the GIL) and what they collected. With GK_PROBE_PARTS=1 also bench_poll_parts.py's parts
+of a poll, timed the same way (exclusive thread CPU), to set beside the in-process
+figures. Other processes (the bench itself) are left alone.
 
   PYTHONPATH=$PWD:$PWD/bench/daemon_probe GK_PROBE=/tmp/probe \\
       python bench/bench_fleet.py --runs 1000 --seconds 40 --skip replicas,length
@@ -49,6 +52,8 @@ def _timed(owner: Any, name: str) -> None:
     fn = getattr(owner, name)
 
     def timed(*args: Any, **kw: Any) -> Any:
+        if not _on:
+            return fn(*args, **kw)
         c0 = time.thread_time()
         try:
             return fn(*args, **kw)
@@ -68,15 +73,73 @@ def _times() -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def _begin() -> None:
-    global _on, _t0
+def _wrap() -> None:
+    """Wrapped at start-up, before the scheduler binds its methods; timed in the window."""
+    import apscheduler.executors.pool as aps_pool
+    from apscheduler.executors.base import BaseExecutor
     from apscheduler.schedulers.base import BaseScheduler
 
+    from gatekeeper.daemon.scheduler import PollScheduler
     from gatekeeper.daemon.watch import RunWatcher
 
     for owner, name in ((RunWatcher, "fetch"), (RunWatcher, "apply")):
         _timed(owner, name)
     _timed(BaseScheduler, "_process_jobs")
+    # the poll job: APScheduler's wrapper of it (on the worker), the job itself (its thread
+    # CPU: metrics, the hand-off to the pool and the wait; apply inside), the scheduler's
+    # events of it (submitted, on its loop; success, on the worker), and discovery
+    _timed(aps_pool, "run_job")
+    for name in ("poll", "_submitted", "discover"):
+        _timed(PollScheduler, name)
+    _timed(BaseExecutor, "_run_job_success")
+
+
+_local = threading.local()  # per thread: the CPU the open wrapped parts' callees took
+
+
+def _part(row: str, fn: Any) -> Any:
+    """bench_poll_parts' exclusive timing of one part, per thread."""
+
+    def timed(*args: Any, **kw: Any) -> Any:
+        if not _on:
+            return fn(*args, **kw)
+        stack = _local.__dict__.setdefault("stack", [])
+        stack.append(0.0)
+        t0 = time.thread_time()
+        try:
+            return fn(*args, **kw)
+        finally:
+            took = time.thread_time() - t0
+            inner = stack.pop()
+            _parts[row] = _parts.get(row, 0.0) + took - inner
+            if stack:
+                stack[-1] += took
+
+    return timed
+
+
+_parts: dict[str, float] = {}
+
+
+def _wrap_parts() -> None:
+    """The parts of bench_poll_parts.py (same functions, same exclusive timing)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from bench_poll_parts import PARTS
+
+    for row, module, path in PARTS:
+        owner: Any = importlib.import_module(module)
+        *outer, name = path.split(".")
+        for step in outer:
+            owner = getattr(owner, step, None)
+        if owner is not None and hasattr(owner, name):
+            setattr(owner, name, _part(row, getattr(owner, name)))
+
+
+def _begin() -> None:
+    global _on, _t0
     _t0 = _times()
     _on = True
 
@@ -96,6 +159,7 @@ def _end() -> None:
         f"  {k}: {v[0]:.2f} s in {int(v[1])} calls, {1000 * v[0] / n:.3f} ms per apply"
         for k, v in _cpu.items()
     ]
+    lines += [f"  part {k}: {1000 * v / n:.3f} ms per apply" for k, v in _parts.items()]
     lines += [
         f"  collector gen{g}: {p} passes, {s:.3f} s, collected {c}" for g, (p, s, c) in _gc.items()
     ]
@@ -105,6 +169,9 @@ def _end() -> None:
 
 if _OUT and _serving():
     gc.callbacks.append(_collector)
+    if os.environ.get("GK_PROBE_PARTS"):
+        _wrap_parts()  # inside the timers of _wrap: the probe's own timers stay outermost
+    _wrap()
     for at, what in ((START, _begin), (START + SECONDS, _end)):
         timer = threading.Timer(at, what)
         timer.daemon = True
