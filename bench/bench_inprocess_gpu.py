@@ -401,7 +401,8 @@ def pl_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
     cb = []
     if kind == "pl+cb":
         cb = [instrument_callback(GatekeeperCallback(POLICY, echo=False),
-                                  ("on_before_backward", "on_train_batch_end"))]
+                                  ("on_train_batch_start", "on_before_backward",
+                                   "on_train_batch_end"))]
         batch_end = cb[0].on_train_batch_end
 
         def blocked_end(trainer: Any, *args: Any) -> Any:
