@@ -42,6 +42,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from gatekeeper.inprocess.rows import PLAIN_TYPES
+
 Judge = Callable[[int | None, dict[str, Any]], bool]  # (step, values) -> stop
 OUTSTANDING = 2  # a pipe: hand-overs sent and not yet answered, at most (a trainer needs 2)
 
@@ -56,7 +58,6 @@ class Pipe(Protocol):
 
 
 _STACKS = object()  # the key of the device groups in a captured dict
-_PLAIN = frozenset({float, int, bool, str, type(None)})
 
 
 def capture(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
@@ -68,7 +69,7 @@ def capture(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
     values: dict[Any, Any] = {}
     groups: dict[tuple[Any, ...], list[str]] = {}
     for name, value in metrics.items():
-        if type(value) in _PLAIN:  # most of what HF logs: a number already
+        if type(value) in PLAIN_TYPES:  # most of what HF logs: a number already
             values[name] = value
             continue
         detach = getattr(value, "detach", None)

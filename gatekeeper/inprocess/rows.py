@@ -29,6 +29,11 @@ _MARKERS = {"nan": math.nan, "inf": math.inf, "infinity": math.inf, "+inf": math
             "-inf": -math.inf, "-infinity": -math.inf}
 
 
+# A logged value of exactly one of these types is taken as it is, with no probe of its
+# attributes (a tensor, a numpy scalar or a subclass is looked at further)
+PLAIN_TYPES = frozenset({float, int, bool, str, type(None)})
+
+
 def is_scalar(value: Any) -> bool:
     """True for what `to_float` accepts as one number: what trainer callbacks forward.
     (Called on every logged value of every step: the common types are tested first,

@@ -26,7 +26,7 @@ import orjson
 
 from gatekeeper import errors
 from gatekeeper.inprocess.local import Judged
-from gatekeeper.inprocess.rows import to_float
+from gatekeeper.inprocess.rows import PLAIN_TYPES, to_float
 from gatekeeper.session import Change
 from gatekeeper.verdict import GateStatus, RuleResult, Status
 
@@ -60,7 +60,6 @@ def plain(key: str, value: Any) -> Any:
     return to_float(key, value)
 
 
-_AS_IS = frozenset({float, int, str, bool, type(None)})  # the common types, tested once
 _WIDE = 1 << 63  # an integer outside [-2**63, 2**63) goes as its float (orjson's range)
 
 
@@ -70,7 +69,7 @@ def plain_row(row: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in row.items():
         key = k if type(k) is str else str(k)
-        if type(v) not in _AS_IS:
+        if type(v) not in PLAIN_TYPES:
             v = _exact(key, v)
         if type(v) is float and v - v != 0.0:  # NaN or an infinity
             v = "NaN" if v != v else "Infinity" if v > 0 else "-Infinity"
