@@ -20,7 +20,7 @@ step"). Beside the rates, per timed step: the wall time, the process's CPU, the 
 thread's CPU, the time the gate's calls take on the training thread (by hook) and a
 judging worker's CPU (a gate judging on a thread; the default judge process is fed by
 the training thread: its share is in the calls). `--blocks K` also measures each loop
-within its own runs: the gate (or the assert) gets the metrics in every other block of
+within its own runs: the gate (or the assert) gets the metrics in half the blocks of
 K steps, and the median step time of those blocks is set against the others' — the
 same process and minute on both sides, where separate runs of one loop spread ~40 % on
 the lent machine. Then each loop runs once more with a NaN loss at step 60, and the
@@ -58,7 +58,7 @@ BASELINE = {"item": "plain", "gate": "plain", "gate-sync": "plain", "hf+cb": "hf
 
 TICKS: list[float] = []  # the clock at each timed step's end (no sync): the step cadence
 TICK_STEPS: list[int] = []  # the step each tick ended
-BLOCKS = [0]  # --blocks K: gated loops judge only in every other block of K steps
+BLOCKS = [0]  # --blocks K: gated loops judge only in half the blocks of K steps (ABBA)
 # per loop run: seconds in the gate's calls on the training thread / the worker's CPU,
 # over the timed steps; seconds from the last step's end to the trainer's return
 COST = {"hooks": 0.0, "worker": 0.0, "tail": 0.0}
@@ -72,9 +72,11 @@ def tick(step: int, warmup: int) -> None:
 
 def gated(step: int) -> bool:
     """--blocks K: is `step` in a block whose metrics the gate (or the assert) gets? Off
-    blocks run the same loop with the gate handed nothing (its hooks still called)."""
+    blocks run the same loop with the gate handed nothing (its hooks still called). The
+    blocks go on, off, off, on (ABBA), so a steady drift over the run (clocks, caches
+    warming) falls on both halves alike instead of favouring the off blocks."""
     k = BLOCKS[0]
-    return k == 0 or (step // k) % 2 == 0
+    return k == 0 or (step // k) % 4 in (0, 3)
 
 
 SETTLE = 3  # a block's first steps carry the previous block's gate work: not counted
@@ -495,6 +497,30 @@ def profile_table(loop: str, stats: pstats.Stats, top: int, steps: int) -> list[
     for (file, line, func), (_, calls, own, _, _) in rows:
         where = f"{Path(file).name}:{line}({func})" if line else func
         lines.append(f"| {where} | {calls / steps:.1f} | {own / steps * 1e6:.0f} |")
+    return lines + gate_profile(loop, stats, top, steps)
+
+
+def gate_profile(loop: str, stats: pstats.Stats, top: int, steps: int) -> list[str]:
+    """The gate's side of the profile: each gatekeeper function's own time, and the time
+    of each call it makes out of the package (torch, orjson, os...), with its callees."""
+    mine = str(ROOT / "gatekeeper")
+    costs: dict[str, tuple[float, float]] = {}  # where -> (calls, seconds)
+    for (file, line, func), (_, calls, own, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
+        if file.startswith(mine):
+            where = f"{Path(file).name}:{line}({func}) own"
+            costs[where] = (calls, own)
+            continue
+        for (cfile, cline, cfunc), (_, ccalls, _, ccum) in callers.items():
+            if cfile.startswith(mine):
+                name = f"{Path(file).name}:{line}({func})" if line else func
+                where = f"{name} from {Path(cfile).name}:{cline}({cfunc})"
+                costs[where] = (ccalls, ccum)
+    rows = sorted(costs.items(), key=lambda kv: kv[1][1], reverse=True)[:top]
+    lines = [f"\nThe gate's side of {loop}'s profile (gatekeeper's own time, and its calls "
+             "out of the package with their callees), per step:\n",
+             "| function | calls/step | us/step |", "|---|---|---|"]
+    for where, (calls, seconds) in rows:
+        lines.append(f"| {where} | {calls / steps:.1f} | {seconds / steps * 1e6:.0f} |")
     return lines
 
 
@@ -512,9 +538,9 @@ def main() -> int:
                              "N costliest functions per step (slows every loop)")
     parser.add_argument("--blocks", type=int, default=0, metavar="K",
                         help="also measure each loop within its own runs: the gate (or the "
-                             "assert) gets the metrics in every other block of K steps only, "
-                             "and the table gives the speed of those blocks relative to the "
-                             "others (ungated loops: the noise floor)")
+                             "assert) gets the metrics in half the blocks of K steps only "
+                             "(on, off, off, on), and the table gives the speed of those "
+                             "blocks relative to the others (ungated loops: the noise floor)")
     opts = parser.parse_args()
     BLOCKS[0] = opts.blocks
     device = "cuda" if torch.cuda.is_available() and not opts.quick else "cpu"
