@@ -13,7 +13,7 @@ copies a step's values and reads a flag; the judging happens elsewhere.
 
 - Torch tensors on an accelerator are stacked there and copied to the host without a
   sync (`torch.stack(...).to("cpu", non_blocking=True)`: PyTorch puts the copy in pinned
-  memory from its caching host allocator) and one `torch.cuda.Event` is recorded per
+  memory from its caching host allocator) and one event is recorded per
   hand-over; the worker waits on that event, never the training thread. A host tensor is
   copied (trainers update their loss accumulators in place): a one-element one read as
   its number, any other cloned; anything else is handed as it is.
@@ -76,7 +76,7 @@ def capture(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
         if detach is None or not callable(detach):
             values[name] = value
         elif getattr(value, "is_cuda", False):
-            groups.setdefault((value.device, value.dtype, tuple(value.shape)), []).append(name)
+            groups.setdefault((value.get_device(), value.dtype, value.shape), []).append(name)
         elif getattr(value, "is_cpu", False) and value.numel() == 1:
             values[name] = value.item()  # host memory: no sync, and a copy
         else:
@@ -86,13 +86,44 @@ def capture(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
     import torch  # a tensor on the device: torch is loaded already
 
     stacks = []
-    for names in groups.values():
-        stacked = torch.stack([metrics[n].detach() for n in names])
-        stacks.append((names, stacked.to("cpu", non_blocking=True)))
+    with torch.no_grad():  # no graph: cheaper than a `detach` per tensor
+        for names in groups.values():
+            stacked = torch.stack([metrics[n] for n in names])
+            stacks.append((names, stacked.to("cpu", non_blocking=True)))
     values[_STACKS] = (list(metrics), stacks)
-    event = torch.cuda.Event()
-    event.record()
-    return values, event
+    devices = {key[0] for key in groups}
+    if len(devices) == 1:
+        return values, _recorded(torch, devices.pop())
+    return values, _Events([_recorded(torch, device) for device in sorted(devices)])
+
+
+def _recorded(torch: Any, device: int) -> Any:
+    """An event recorded on `device`'s current stream, after the copies queued there.
+    `torch.Event` (torch >= 2.4) records from C++ (~1.6 us on an H100's host against ~6.5
+    for `torch.cuda.Event`, whose `record` builds the current `Stream` in Python);
+    `query` and `synchronize` are alike."""
+    if hasattr(torch, "Event"):
+        event = torch.Event(device=torch.device("cuda", device))
+        event.record()
+        return event
+    with torch.cuda.device(device):  # pragma: no cover - torch < 2.4
+        event = torch.cuda.Event()
+        event.record()
+    return event
+
+
+class _Events:
+    """The copies of one hand-over on several devices: landed when each device's has."""
+
+    def __init__(self, events: list[Any]):
+        self._events = events
+
+    def query(self) -> bool:
+        return all(event.query() for event in self._events)
+
+    def synchronize(self) -> None:
+        for event in self._events:
+            event.synchronize()
 
 
 def landed(values: dict[Any, Any]) -> dict[str, Any]:

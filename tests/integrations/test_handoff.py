@@ -157,3 +157,37 @@ def test_a_held_host_tensor_keeps_its_value_at_hand_over(tmp_path: Path) -> None
     gate.release()
     verdict = gate.finalize(write=False)
     assert verdict.passed, [r.message for r in verdict.results]
+
+
+@pytest.mark.skipif(
+    not __import__("importlib").util.find_spec("torch")
+    or not __import__("torch").cuda.is_available(),
+    reason="needs a CUDA device (runs on the lent GPU with the bench, not in CI)",
+)
+def test_device_tensors_land_with_their_values_and_one_event_per_device() -> None:
+    """The device path of `capture` (torch 2.11 on an H100): tensors of several dtypes
+    and shapes, one needing grad, are stacked per group and copied without a sync; once
+    the event says so, `landed` gives every value exactly, in the order handed over."""
+    import torch
+
+    from gatekeeper.inprocess.handoff import capture, landed
+
+    w = torch.ones((), device="cuda", requires_grad=True)
+    metrics = {
+        "loss": (w * 2.5).squeeze(), "lr": 1e-4, "grad": torch.tensor(0.5, device="cuda"),
+        "bf": torch.tensor(1.5, device="cuda", dtype=torch.bfloat16),
+        "one": torch.tensor([7.0], device="cuda"), "nan": torch.tensor(float("nan"),
+                                                                       device="cuda"),
+        "host": torch.tensor(3.0),
+    }
+    values, event = capture(metrics)
+    assert event is not None and type(event).__name__ != "_Events"  # one device: one event
+    event.synchronize()
+    assert event.query()
+    got = landed(values)
+    assert list(got) == list(metrics)
+    assert got["loss"] == 2.5 and got["lr"] == 1e-4 and got["grad"] == 0.5
+    assert float(got["bf"]) == 1.5 and float(got["host"]) == 3.0
+    assert got["one"].tolist() == [7.0]  # a (1,)-shaped tensor stays one, on the host
+    assert not got["one"].is_cuda
+    assert math.isnan(got["nan"])
