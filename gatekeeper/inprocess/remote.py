@@ -194,9 +194,10 @@ class RemoteJudge:
         proc = self._proc
         if proc.stdin is None or proc.stdin.closed:
             raise JudgeProcessError("the judge process was closed")
-        try:
-            proc.stdin.write(request)
-            proc.stdin.flush()
+        try:  # straight to the pipe (its buffer is never left holding anything)
+            view, fd = memoryview(request), proc.stdin.fileno()
+            while view:
+                view = view[os.write(fd, view):]
         except BrokenPipeError:
             raise self._gone("ended", with_code=True) from None
         except OSError as exc:

@@ -52,18 +52,24 @@ SUMMARY_KEYS = frozenset(
 )
 
 
+MAX_NAMES = 4096  # logged keys whose gate name is kept (a run logs a few dozen)
+
+
+def _name(key: str, wandb_names: bool) -> str:
+    """The name a logged key is judged by: WandbCallback's (`eval_x` -> `eval/x`,
+    `test_x` -> `test/x`, anything else `train/x`), or the key itself."""
+    if not wandb_names:
+        return key
+    if key.startswith("eval_"):
+        return "eval/" + key[5:]
+    if key.startswith("test_"):
+        return "test/" + key[5:]
+    return "train/" + key
+
+
 def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
-    """The metric names WandbCallback logs: `eval_x` -> `eval/x`, `test_x` -> `test/x`,
-    anything else `train/x`."""
-    out: dict[str, Any] = {}
-    for key, value in logs.items():
-        if key.startswith("eval_"):
-            out["eval/" + key[5:]] = value
-        elif key.startswith("test_"):
-            out["test/" + key[5:]] = value
-        else:
-            out["train/" + key] = value
-    return out
+    """The metric names WandbCallback logs, for a whole log."""
+    return {_name(key, True): value for key, value in logs.items()}
 
 
 class GatekeeperCallback(GateCallback, TrainerCallback):
@@ -90,6 +96,7 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
         self.wandb_names = wandb_names
         self.axis = AXIS if wandb_names else "global_step"
         self._settle_in_log = False  # async: this step's log awaits the judgement
+        self._names: dict[str, str] = {}  # logged key -> judged name ("": not a series)
         super().__init__(policies, **options)
 
     def on_train_begin(
@@ -119,15 +126,27 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
             self._settle_in_log = False
             self.settle_at_boundary()
             self.decide(_stopper(control))
-        scalars = {k: v for k, v in (logs or {}).items() if k not in SUMMARY_KEYS and is_scalar(v)}
+        scalars = self._series(logs or {})
         if not scalars:
             return
-        if self.wandb_names:
-            scalars = rewrite_logs(scalars)
         self.hand_over(state.global_step, scalars, hold=self.mode is Mode.ASYNC and self._defer)
         if self.mode is Mode.SYNC:
             self.settle_at_boundary()
             self.decide(_stopper(control))
+
+    def _series(self, logs: Mapping[str, Any]) -> dict[str, Any]:
+        """The logged numbers that go into series, by the names the gate judges (one pass:
+        this runs at every step; each key's name is worked out once)."""
+        names, out = self._names, {}
+        for key, value in logs.items():
+            name = names.get(key)
+            if name is None:
+                name = "" if key in SUMMARY_KEYS else _name(key, self.wandb_names)
+                if len(names) < MAX_NAMES:
+                    names[key] = name
+            if name and is_scalar(value):
+                out[name] = value
+        return out
 
     def on_pre_optimizer_step(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl,

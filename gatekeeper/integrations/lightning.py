@@ -51,9 +51,10 @@ from gatekeeper.integrations.core import GateCallback
 from gatekeeper.model import RunState
 
 AXIS = "trainer/global_step"
+MAX_NAMES = 4096  # logged metrics whose logger name is kept (a run logs a few dozen)
 
 
-def _logged(trainer: pl.Trainer, on_step: bool) -> dict[str, Any]:
+def _logged(trainer: pl.Trainer, on_step: bool, names: _Names) -> dict[str, Any]:
     """The metrics Lightning hands its loggers for a step (`on_step`) or an epoch, as the
     tensors it holds (no `.item()`), plus the `epoch` it adds for them."""
     results = trainer._results
@@ -65,10 +66,29 @@ def _logged(trainer: pl.Trainer, on_step: bool) -> dict[str, Any]:
             continue
         value = results._get_cache(result_metric, on_step)
         if value is not None and is_scalar(value):
-            metrics[results._forked_name(result_metric, on_step)[1]] = value
+            metrics[names.forked(results, result_metric, on_step)] = value
     if metrics:
         metrics.setdefault("epoch", trainer.current_epoch)
     return metrics
+
+
+class _Names:
+    """The logger name of each logged metric (`_forked_name`), worked out once per metric
+    and step/epoch: a metric's meta is fixed once logged (Lightning refuses a second
+    `self.log` of the key with other arguments), and this runs at every step."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[int, bool], tuple[Any, Any, str]] = {}
+
+    def forked(self, results: Any, metric: Any, on_step: bool) -> str:
+        hit = self._kept.get((id(metric), on_step))
+        if hit is not None and hit[0] is metric and hit[1] is metric.meta:
+            return hit[2]
+        name: str = results._forked_name(metric, on_step)[1]
+        if len(self._kept) >= MAX_NAMES:  # metrics made afresh: keep the newest only
+            self._kept.clear()
+        self._kept[(id(metric), on_step)] = (metric, metric.meta, name)
+        return name
 
 
 def _logger_step(trainer: pl.Trainer) -> int:
@@ -85,6 +105,10 @@ class GatekeeperCallback(GateCallback, pl.Callback):
     """
 
     axis = AXIS
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._names = _Names()
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         hparams = getattr(pl_module, "hparams", None)
@@ -121,17 +145,17 @@ class GatekeeperCallback(GateCallback, pl.Callback):
             return bool(trainer.strategy.reduce_boolean_decision(stop, all=False))
 
         self.boundary(
-            _logger_step(trainer), _logged(trainer, on_step=True), stop_training=stop_training,
+            _logger_step(trainer), _logged(trainer, True, self._names), stop_training=stop_training,
             agree=agree if trainer.world_size > 1 else None, hold=True,
         )
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self.hand_over(_logger_step(trainer), _logged(trainer, on_step=False))
+            self.hand_over(_logger_step(trainer), _logged(trainer, False, self._names))
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # The fit loop logs epoch metrics at the epoch's last step, not the next one.
-        self.hand_over(max(_logger_step(trainer) - 1, 0), _logged(trainer, on_step=False))
+        self.hand_over(max(_logger_step(trainer) - 1, 0), _logged(trainer, False, self._names))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.finish(RunState.FINISHED)
