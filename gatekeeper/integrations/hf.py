@@ -53,6 +53,7 @@ SUMMARY_KEYS = frozenset(
 
 
 MAX_NAMES = 4096  # logged keys whose gate name is kept (a run logs a few dozen)
+_UNSEEN = "\0unseen"  # a key seen for the first time (no logged key is this)
 
 
 def _name(key: str, wandb_names: bool) -> str:
@@ -96,7 +97,7 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
         self.wandb_names = wandb_names
         self.axis = AXIS if wandb_names else "global_step"
         self._settle_in_log = False  # async: this step's log awaits the judgement
-        self._names: dict[str, str] = {}  # logged key -> judged name ("": not a series)
+        self._names: dict[str, str | None] = {}  # logged key -> judged name (None: summary)
         super().__init__(policies, **options)
 
     def on_train_begin(
@@ -139,12 +140,12 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
         this runs at every step; each key's name is worked out once)."""
         names, out = self._names, {}
         for key, value in logs.items():
-            name = names.get(key)
-            if name is None:
-                name = "" if key in SUMMARY_KEYS else _name(key, self.wandb_names)
+            name = names.get(key, _UNSEEN)
+            if name is _UNSEEN:
+                name = None if key in SUMMARY_KEYS else _name(key, self.wandb_names)
                 if len(names) < MAX_NAMES:
                     names[key] = name
-            if name and is_scalar(value):
+            if name is not None and is_scalar(value):
                 out[name] = value
         return out
 

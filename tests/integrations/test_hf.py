@@ -194,3 +194,23 @@ def test_async_hands_a_step_to_the_judge_once_the_next_backward_is_queued(
         ("pre-optimizer", 2, 0), ("log", 3, 1),
         ("pre-optimizer", 3, 0), ("log", 4, 1),
     ]
+
+
+def test_logged_names_are_worked_out_once_and_the_same_every_step(tmp_path: Path) -> None:
+    """`on_log`'s names (transformers 5.25 `WandbCallback.rewrite_logs`): the run's
+    summary keys and anything not one number are left out, `eval_`/`test_` become
+    `eval/`/`test/`, the rest `train/`; the second step gets the same names from the kept
+    ones, and `wandb_names=False` keeps the keys as they are (an empty one included)."""
+    logs = {"loss": 1.5, "eval_loss": 2.0, "test_acc": 0.5, "train_runtime": 9.0,
+            "note": "text", "grad_norm": torch.tensor(3.0), "": 4.0}
+    cb = GatekeeperCallback(str(gate_policy(tmp_path)), mode="sync")
+    want = {"train/loss": 1.5, "eval/loss": 2.0, "test/acc": 0.5, "train/grad_norm": 3.0,
+            "train/": 4.0}
+    for _ in range(2):
+        assert {k: float(v) for k, v in cb._series(logs).items()} == want
+    assert cb._series({"loss": [1.0, 2.0]}) == {}
+    plain = GatekeeperCallback(str(gate_policy(tmp_path)), mode="sync", wandb_names=False)
+    for _ in range(2):
+        assert list(plain._series(logs)) == ["loss", "eval_loss", "test_acc", "grad_norm", ""]
+    cb.finish()
+    plain.finish()
