@@ -45,6 +45,9 @@ class Cycle:
     shed: list[str] = field(default_factory=list)  # runs to stop polling, then `release`
     share: int = 0
     replicas: int = 1
+    # runs taken this cycle (free or expired), not renewed: one this replica still polls
+    # was held by another in between, which may have committed past what it has in hand
+    taken: set[str] = field(default_factory=set)
 
 
 class Leases:
@@ -84,11 +87,13 @@ class Leases:
             )
             held = dict(cur.fetchall())
             want = share - len(held)
+            taken: dict[str, str] = {}
             if want > 0:
                 cur.execute(_TAKE, (me, ttl, want))
-                held.update(dict(cur.fetchall()))
+                taken = dict(cur.fetchall())
+                held.update(taken)
         shed = sorted(held)[share + 1 :] if len(held) > share + 1 else []
-        return Cycle(held, shed, share, replicas)
+        return Cycle(held, shed, share, replicas, set(taken))
 
     def release(self, runs: list[str]) -> None:
         """Hand runs back (this replica stopped polling them, or they ended)."""

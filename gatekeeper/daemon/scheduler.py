@@ -171,7 +171,12 @@ class PollScheduler:
             self.metrics.poll_errors.labels(kind="lease").inc()
             return
         targets = {w.target: w for w, _ in self.targets}
-        for key in sorted(self.leased - set(cycle.held)) + cycle.shed:
+        # A run still polled here but taken again, not renewed, was held by another
+        # replica in between (this one was cut off past its lease, its renewals failing)
+        # that may have committed past what this one holds in memory: it is dropped and
+        # taken again below, from its committed record.
+        again = sorted(cycle.taken & self.leased)
+        for key in sorted(self.leased - set(cycle.held)) + cycle.shed + again:
             self._unwatch(key)
         foreign = [k for k, t in cycle.held.items() if t not in targets]
         self.leases.release(cycle.shed + foreign)
