@@ -1,5 +1,5 @@
 """What the in-process gate costs a training step (issue 30): the same GPT-2-shaped model
-trained by seven loops, interleaved, each repetition a fresh model.
+trained by several loops, interleaved, each repetition a fresh model.
 
     python bench/bench_inprocess_gpu.py                  # CUDA: small (6x512, B8 T256)
     python bench/bench_inprocess_gpu.py --size bigger    # CUDA: 12x512, B16 T512
@@ -7,10 +7,15 @@ trained by seven loops, interleaved, each repetition a fresh model.
 
 Loops: plain (the metric tensors computed, never read) · item (`loss.item()`,
 `grad_norm.item()` and an assert: the trainer's own check) · gate (`Gate.feed`, mode
-async, the default) · gate-sync (`Gate.feed`, mode sync) · hf (Trainer, logging_steps=1)
+async, the default) · gate-held (`submit(hold=True)` at a step's end, `release()` once
+the next backward is queued, `wait` for the previous step's ticket: no sender thread) ·
+gate-sync (`Gate.feed`, mode sync) · hf (Trainer, logging_steps=1)
 · hf+cb (+ `GatekeeperCallback`) · hf+cb-eager (the callback handing each step over at
 its log and awaiting it at the next step's end: the placement before the hold, for
-comparison) · pl (Lightning, `self.log(on_step=True)`) · pl+cb.
+comparison) · pl (Lightning, `self.log(on_step=True)`) · pl+cb. Diagnostics:
+gate-lite (`Gate.feed` of the same metrics to a 1-rule policy: the judge process's own
+CPU apart) and gate+batch, hf+cb+batch (the judge process set to SCHED_BATCH: woken on
+the trainer's CPU, it does not preempt it).
 Every loop computes the same 14 metrics (loss, grad_norm, learning_rate and 11 more);
 the gated ones judge them with bench/inprocess_policy.yaml (20 rules). Random weights
 and tokens, AdamW, bf16 autocast on CUDA; timing covers N steps after 20 warm-up steps
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import math
+import os
 import pstats
 import statistics
 import sys
@@ -46,13 +52,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 POLICY = str(ROOT / "bench" / "inprocess_policy.yaml")
+LITE = str(ROOT / "bench" / "inprocess_policy_lite.yaml")  # one rule: the judge's CPU apart
 SIZES = {  # layers, width, batch, tokens, vocabulary
     "small": (6, 512, 8, 256, 50257),
     "bigger": (12, 512, 16, 512, 50257),
     "quick": (2, 64, 4, 32, 512),
 }
-LOOPS = ("plain", "item", "gate", "gate-sync", "hf", "hf+cb", "hf+cb-eager", "pl", "pl+cb")
-BASELINE = {"item": "plain", "gate": "plain", "gate-sync": "plain", "hf+cb": "hf",
+LOOPS = ("plain", "item", "gate", "gate-held", "gate-sync", "gate-lite", "gate+batch", "hf",
+         "hf+cb", "hf+cb-eager", "hf+cb+batch", "pl", "pl+cb")
+BASELINE = {"item": "plain", "gate": "plain", "gate-held": "plain", "gate-sync": "plain",
+            "gate-lite": "plain",
+            "gate+batch": "plain", "hf+cb+batch": "hf", "hf+cb": "hf",
             "hf+cb-eager": "hf", "pl+cb": "pl"}
 
 
@@ -212,10 +222,17 @@ class Extras:
             }
 
 
-def gate(mode: str = "async") -> Any:
+def gate(mode: str = "async", policy: str = POLICY) -> Any:
     from gatekeeper.inprocess import Gate
 
-    return instrument(Gate(POLICY, mode=mode, echo=False, axis="train/global_step"))
+    return instrument(Gate(policy, mode=mode, echo=False, axis="train/global_step"))
+
+
+def batch_judge(g: Any) -> None:
+    """`+batch` loops: the gate's judge process under SCHED_BATCH, set from here (a
+    diagnostic: a woken batch task does not preempt the trainer on its CPU)."""
+    if hasattr(os, "SCHED_BATCH"):
+        os.sched_setscheduler(g._judge._proc.pid, os.SCHED_BATCH, os.sched_param(0))
 
 
 # ---- hand-written loops -------------------------------------------------------------------
@@ -225,8 +242,13 @@ def custom_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[fl
     ids = b.ids()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     extras = Extras(model, b.batch * b.tokens)
-    g = gate("sync" if kind == "gate-sync" else "async") if kind.startswith("gate") else None
-    start, last = 0.0, 0
+    g = None
+    if kind.startswith("gate"):
+        g = gate("sync" if kind == "gate-sync" else "async",
+                 LITE if kind == "gate-lite" else POLICY)
+        if kind.endswith("+batch"):
+            batch_judge(g)
+    start, last, previous = 0.0, 0, 0
     for step in range(1, b.warmup + steps + 1):
         if step == b.warmup + 1:
             b.sync()
@@ -237,6 +259,8 @@ def custom_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[fl
         if step == nan_at:
             loss = loss * float("nan")
         loss.backward()
+        if kind == "gate-held":  # the last step's values, their copy landed by now
+            timed(g.release, "hooks")()  # type: ignore[union-attr]
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -247,6 +271,11 @@ def custom_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[fl
         if kind == "item" and gated(step):
             if not (math.isfinite(loss.item()) and math.isfinite(grad_norm.item())):
                 break  # the assert a trainer would raise
+        elif kind == "gate-held" and gated(step):
+            ticket = timed(g.submit, "hooks")(step, metrics, hold=True)  # type: ignore[union-attr]
+            if previous and timed(g.wait, "hooks")(previous):  # type: ignore[union-attr]
+                break
+            previous = ticket
         elif g is not None and gated(step) and timed(g.feed, "hooks")(step, metrics):
             break
     b.sync()
@@ -319,7 +348,9 @@ def hf_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
     if kind.startswith("hf+cb"):
         cb = [instrument_callback(GatekeeperCallback(POLICY, echo=False),
                                   ("on_log", "on_pre_optimizer_step", "on_step_end"))]
-        cb[0]._defer = kind == "hf+cb"
+        cb[0]._defer = kind != "hf+cb-eager"
+        if kind.endswith("+batch"):
+            batch_judge(cb[0].gate)
         on_log = cb[0].on_log
 
         def blocked_log(args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> Any:
@@ -431,7 +462,9 @@ def pl_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
 
 RUNNERS: dict[str, Callable[[Bench, str, int, int | None], tuple[float, int, Any]]] = {
     "plain": custom_loop, "item": custom_loop, "gate": custom_loop, "gate-sync": custom_loop,
-    "hf": hf_loop, "hf+cb": hf_loop, "hf+cb-eager": hf_loop, "pl": pl_loop, "pl+cb": pl_loop,
+    "gate-held": custom_loop, "gate-lite": custom_loop, "gate+batch": custom_loop,
+    "hf": hf_loop, "hf+cb": hf_loop,
+    "hf+cb-eager": hf_loop, "hf+cb+batch": hf_loop, "pl": pl_loop, "pl+cb": pl_loop,
 }
 
 
