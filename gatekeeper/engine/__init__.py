@@ -309,7 +309,9 @@ class Evaluation:
                 if settled is not None:
                     tracker.feed(*settled)
         shared = {"run": run, "history": history, "now": now, "references": references}
-        results = [self._judged(i, final, shared, arrivals) for i in self._result_order()]
+        before = self.applicability.before  # per rule, the outcome the metadata decides
+        order = self._result_order()
+        results = [self._judged(i, before[i], final, shared, arrivals) for i in order]
         allowed = self.applicability.allowed  # run states relaxed by the policies that apply
         ended = run_state_result(run, final=final, allowed=allowed)  # how the run ended
         if ended is not None:
@@ -318,7 +320,12 @@ class Evaluation:
         return Verdict(run=run.summary(), results=results, final=final, nothing_allowed=nothing)
 
     def _judged(
-        self, i: int, final: bool, shared: dict[str, Any], arrivals: Mapping[str, float]
+        self,
+        i: int,
+        decided: Outcome | None,
+        final: bool,
+        shared: dict[str, Any],
+        arrivals: Mapping[str, float],
     ) -> RuleResult:
         """Rule `i`'s result. Live, the result of its last verdict is given again while
         nothing it is a function of changed: its tracker's `changes` (every change of its
@@ -328,12 +335,12 @@ class Evaluation:
         for `stale`). A final verdict judges anew: it reads the run itself (summary values,
         the metrics it names) and the axis' last step (a `last` selection)."""
         tracker = self.trackers[i]
-        rule, decided = tracker.rule, self.applicability.before[i]
+        rule = tracker.rule
         if decided is None and id(tracker) in self.unjudged:  # never judged on a part
             decided = Outcome(Status.ERROR, self.unjudged[id(tracker)])
         names = rule.check.context_fields
         if decided is None:
-            tracker.see_axis(self.axis_last.get(tracker.step_key or ""))
+            tracker.see_axis(self.axis_last.get(tracker.selection.step_key or ""))
         # what of the context the check reads keys the result (no context read: decided)
         inputs = None if final else _inputs(names, decided is None, rule, shared, arrivals)
         kept, key = tracker.kept, (tracker.changes, decided, inputs)
