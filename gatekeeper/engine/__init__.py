@@ -330,8 +330,9 @@ class Evaluation:
         """Rule `i`'s result. Live, the result of its last verdict is given again while
         nothing it is a function of changed: its tracker's `changes` (every change of its
         state; the run's metadata too: `bind` counts on each change of what the policies
-        read of it), the outcome the metadata (or a part fed before its rule was known)
-        decides, and the context fields its check reads (`Check.context_fields`: the clock
+        read of it) or, where the metadata decides its outcome, what `_result` reads of the
+        tracker (`_reads`), the outcome the metadata (or a part fed before its rule was
+        known) decides, and the context fields its check reads (`Check.context_fields`: the clock
         for `stale`). A final verdict judges anew: it reads the run itself (summary values,
         the metrics it names) and the axis' last step (a `last` selection)."""
         tracker = self.trackers[i]
@@ -343,7 +344,7 @@ class Evaluation:
             tracker.see_axis(self.axis_last.get(tracker.selection.step_key or ""))
         # what of the context the check reads keys the result (no context read: decided)
         inputs = None if final else _inputs(names, decided is None, rule, shared, arrivals)
-        kept, key = tracker.kept, (tracker.changes, decided, inputs)
+        kept, key = tracker.kept, (_reads(tracker, decided), decided, inputs)
         if kept is not None and inputs is not None and kept[0] == key:
             return kept[1]
         outcome, overlay = decided, None
@@ -354,8 +355,19 @@ class Evaluation:
                 overlay = rule.check.overlay(tracker.agg_state, ctx)
         assert outcome is not None
         result = _result(rule, outcome, tracker, overlay)
-        tracker.kept = None if inputs is None else ((tracker.changes, decided, inputs), result)
+        kept = (_reads(tracker, decided), decided, inputs), result
+        tracker.kept = None if inputs is None else kept
         return result
+
+
+def _reads(tracker: RuleTracker, decided: Outcome | None) -> Any:
+    """What a rule's result reads of its tracker: its whole state (`changes`) where it
+    is judged; where the metadata decides its outcome, only the rule (bound or not: its
+    bound, expectation and plot parameters), the step axis, the span and the marked steps
+    (`_result`), which the points it is still fed mostly leave as they are."""
+    if decided is None:
+        return tracker.changes
+    return tracker.rule, tracker.selection.step_key, tracker.span, tracker.marked
 
 
 def evaluate(
