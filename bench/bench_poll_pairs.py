@@ -2,7 +2,7 @@
 
 On a shared machine the same poll measures ~2.1 or ~3.5 ms depending on the second it
 runs in, so whole `bench_poll_parts.py` runs taken one after another cannot resolve a
-few per cent. Here one worker process per checkout holds `bench_fleet_state`'s run (1,000
+few per cent. Here one worker process per checkout holds its `bench_fleet_state`'s run (1,000
 steps x 10 metrics, the shipped policies, the daemon's `RunWatcher` on SQLite, warmed by
 20 polls); the coordinator asks each worker in turn for `--per` polls (10 new steps
 each, appended untimed; fetch + apply timed by the process' CPU), alternating the order
@@ -26,13 +26,17 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 def worker() -> None:
-    """Each stdin line N: N polls; prints their CPU times (s) as a JSON list."""
-    sys.path.insert(0, HERE)
+    """Each stdin line N: N polls; prints their CPU times (s) as a JSON list. The run and
+    policies are the checkout's own `bench_fleet_state` (which puts its checkout first on
+    sys.path: this file's would judge with this checkout's gatekeeper)."""
+    sys.path.insert(0, os.path.join(os.environ["PYTHONPATH"], "bench"))
     import bench_fleet_state
+
+    import gatekeeper
+
+    assert gatekeeper.__file__.startswith(os.environ["PYTHONPATH"]), gatekeeper.__file__
 
     tmp = tempfile.mkdtemp(prefix="gk-bench-poll-pairs-")
     try:

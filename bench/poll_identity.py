@@ -10,7 +10,7 @@ channels (one repeating). After every poll: the run rows (cursor, state, verdict
 counts), rule rows, alert states and the outbox's alerts, the temporary directory and the
 file's inode and device replaced (they differ between the two runs).
 
-Usage: PYTHONPATH=<checkout> python bench/poll_identity.py OUT
+Usage: PYTHONPATH=<checkout> python bench/poll_identity.py OUT  (prints the gatekeeper used)
 """
 
 from __future__ import annotations
@@ -26,15 +26,24 @@ import sqlite3
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gatekeeper.daemon.service import fingerprint
+from gatekeeper.daemon.state import StateStore
+from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched
+from gatekeeper.policy.loader import load_policies
+from gatekeeper.sources import open_live_source
 
-from bench_fleet_state import METRICS, POLICIES  # noqa: E402
-
-from gatekeeper.daemon.service import fingerprint  # noqa: E402
-from gatekeeper.daemon.state import StateStore  # noqa: E402
-from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched  # noqa: E402
-from gatekeeper.policy.loader import load_policies  # noqa: E402
-from gatekeeper.sources import open_live_source  # noqa: E402
+# bench_fleet_state's metrics; the policies of this file's checkout for both runs (not
+# imported from bench_fleet_state: it puts this checkout first on sys.path)
+METRICS = [
+    *("train/ppo_kl", "train/pg_clipfrac", "train/kl_loss", "train/loss", "train/grad_norm"),
+    *("train/train_rollout_logprob_abs_diff", "train/entropy", "train/lr", "train/reward"),
+    "train/response_len",
+]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+POLICIES = [
+    os.path.join(REPO, "policies", "miles"),
+    os.path.join(REPO, "policies", "rl-health.yaml"),
+]
 
 EXTRA = """version: 1
 name: extra
@@ -81,6 +90,9 @@ def dump(db_path: str, tmp: str) -> str:
 
 
 def main() -> None:
+    import gatekeeper
+
+    print(gatekeeper.__file__)
     tmp, rng = tempfile.mkdtemp(prefix="gk-poll-identity-"), random.Random(7)
     try:
         extra = os.path.join(tmp, "extra.yaml")
