@@ -83,10 +83,15 @@ def _float_out(x: float) -> float | str:
     return x
 
 
+_ARRAY_KINDS = {"i": "i8", "u": "i8", "f": "f8", "b": "b1"}  # numpy's dtype.kind -> ours
+
+
 def _array_out(a: np.ndarray) -> dict[str, Any]:
-    kind = {"i": "i8", "u": "i8", "f": "f8", "b": "b1"}.get(a.dtype.kind)
+    kind = _ARRAY_KINDS.get(a.dtype.kind)
     if kind is None:
         raise TypeError(f"array of {a.dtype} is not state data")
+    if not a.size:  # a mask check's lead-in without a window: on every poll
+        return {"dtype": kind, "b64": ""}
     raw = np.ascontiguousarray(a.ravel(), dtype=_DTYPES[kind]).tobytes()
     return {"dtype": kind, "b64": base64.b64encode(raw).decode("ascii")}
 

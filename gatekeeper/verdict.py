@@ -162,16 +162,20 @@ class Verdict:
 
     @property
     def status(self) -> GateStatus:
-        gating = [r for r in self.results if r.gating]
-        if any(r.status is Status.FAIL for r in gating):
+        # one pass over the enforced results' statuses (the daemon reads this on every
+        # poll: `gating`/`enforced`, Python-level properties, cost ~0.5 us a result)
+        statuses = [
+            r.status
+            for r in self.results
+            if r.mode is Mode.ENFORCE and r.severity is Severity.FAIL
+        ]
+        if Status.FAIL in statuses:  # a gating failure
             return GateStatus.FAIL
-        if gating:
+        if Status.ERROR in statuses:  # gating, not failing
             return GateStatus.ERROR
         if not self.final:  # live: not judged *yet* is pending, never "nothing judged"
-            if any(r.status is Status.PENDING and r.enforced for r in self.results):
-                return GateStatus.PENDING
-            return GateStatus.PASS
-        if self.nothing_allowed is None and not self.judged():
+            return GateStatus.PENDING if Status.PENDING in statuses else GateStatus.PASS
+        if self.nothing_allowed is None and statuses.count(Status.SKIP) == len(statuses):
             return GateStatus.NOTHING
         return GateStatus.PASS
 

@@ -1,6 +1,7 @@
 """A live verdict gives a rule its last result again while nothing the result is a
-function of changed (`Evaluation._judged`, engine/__init__.py): its tracker's `changes`,
-the outcome the run's metadata decides for it, the context fields its check reads (the
+function of changed (`Evaluation._judged`, engine/__init__.py): its tracker's `changes`
+(where the metadata decides its outcome: what the result reads of the tracker), the
+outcome the run's metadata decides for it, the context fields its check reads (the
 clock for `stale`), never on a final verdict. One input left out would repeat a stale
 result: over random polls of every check kind — with the run's config, tags, state and
 unreadable metrics changing, restarts from the saved row, config learned late, templates,

@@ -309,7 +309,9 @@ class Evaluation:
                 if settled is not None:
                     tracker.feed(*settled)
         shared = {"run": run, "history": history, "now": now, "references": references}
-        results = [self._judged(i, final, shared, arrivals) for i in self._result_order()]
+        before = self.applicability.before  # per rule, the outcome the metadata decides
+        order = self._result_order()
+        results = [self._judged(i, before[i], final, shared, arrivals) for i in order]
         allowed = self.applicability.allowed  # run states relaxed by the policies that apply
         ended = run_state_result(run, final=final, allowed=allowed)  # how the run ended
         if ended is not None:
@@ -318,25 +320,31 @@ class Evaluation:
         return Verdict(run=run.summary(), results=results, final=final, nothing_allowed=nothing)
 
     def _judged(
-        self, i: int, final: bool, shared: dict[str, Any], arrivals: Mapping[str, float]
+        self,
+        i: int,
+        decided: Outcome | None,
+        final: bool,
+        shared: dict[str, Any],
+        arrivals: Mapping[str, float],
     ) -> RuleResult:
         """Rule `i`'s result. Live, the result of its last verdict is given again while
         nothing it is a function of changed: its tracker's `changes` (every change of its
         state; the run's metadata too: `bind` counts on each change of what the policies
-        read of it), the outcome the metadata (or a part fed before its rule was known)
-        decides, and the context fields its check reads (`Check.context_fields`: the clock
+        read of it) or, where the metadata decides its outcome, what `_result` reads of the
+        tracker (`_reads`), the outcome the metadata (or a part fed before its rule was
+        known) decides, and the context fields its check reads (`Check.context_fields`: the clock
         for `stale`). A final verdict judges anew: it reads the run itself (summary values,
         the metrics it names) and the axis' last step (a `last` selection)."""
         tracker = self.trackers[i]
-        rule, decided = tracker.rule, self.applicability.before[i]
+        rule = tracker.rule
         if decided is None and id(tracker) in self.unjudged:  # never judged on a part
             decided = Outcome(Status.ERROR, self.unjudged[id(tracker)])
         names = rule.check.context_fields
         if decided is None:
-            tracker.see_axis(self.axis_last.get(tracker.step_key or ""))
+            tracker.see_axis(self.axis_last.get(tracker.selection.step_key or ""))
         # what of the context the check reads keys the result (no context read: decided)
         inputs = None if final else _inputs(names, decided is None, rule, shared, arrivals)
-        kept, key = tracker.kept, (tracker.changes, decided, inputs)
+        kept, key = tracker.kept, (_reads(tracker, decided), decided, inputs)
         if kept is not None and inputs is not None and kept[0] == key:
             return kept[1]
         outcome, overlay = decided, None
@@ -347,8 +355,19 @@ class Evaluation:
                 overlay = rule.check.overlay(tracker.agg_state, ctx)
         assert outcome is not None
         result = _result(rule, outcome, tracker, overlay)
-        tracker.kept = None if inputs is None else ((tracker.changes, decided, inputs), result)
+        kept = (_reads(tracker, decided), decided, inputs), result
+        tracker.kept = None if inputs is None else kept
         return result
+
+
+def _reads(tracker: RuleTracker, decided: Outcome | None) -> Any:
+    """What a rule's result reads of its tracker: its whole state (`changes`) where it
+    is judged; where the metadata decides its outcome, only the rule (bound or not: its
+    bound, expectation and plot parameters), the step axis, the span and the marked steps
+    (`_result`), which the points it is still fed mostly leave as they are."""
+    if decided is None:
+        return tracker.changes
+    return tracker.rule, tracker.selection.step_key, tracker.span, tracker.marked
 
 
 def evaluate(

@@ -43,6 +43,8 @@ def _state_value(value: Any) -> Any:
     if value is None or kind in _PLAIN:
         return value
     if kind is tuple or kind is list or kind is set:
+        if not value:  # most of them on every poll: no missing steps, tail, marks
+            return []
         for v in value:
             if not (type(v) in _PLAIN or (type(v) is float and math.isfinite(v))):
                 return encode(value)
