@@ -24,6 +24,9 @@ from gatekeeper.inprocess.gate import Gate, GateFailed, Mode, OnFail, PolicyInpu
 from gatekeeper.model import RunState
 from gatekeeper.verdict import Verdict
 
+# logged names a callback keeps worked out (a run logs a few dozen; a bound all the same)
+NAMES_KEPT = 4096
+
 
 class GateCallback:
     """The framework-free half of a trainer callback; a framework's callback subclasses

@@ -41,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
 from gatekeeper.inprocess.gate import Mode, PolicyInput
 from gatekeeper.inprocess.rows import is_scalar
-from gatekeeper.integrations.core import GateCallback
+from gatekeeper.integrations.core import NAMES_KEPT, GateCallback
 from gatekeeper.model import RunState
 
 AXIS = "train/global_step"
@@ -52,7 +52,6 @@ SUMMARY_KEYS = frozenset(
 )
 
 
-MAX_NAMES = 4096  # logged keys whose gate name is kept (a run logs a few dozen)
 _UNSEEN = "\0unseen"  # a key seen for the first time (no logged key is this)
 
 
@@ -143,7 +142,7 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
             name = names.get(key, _UNSEEN)
             if name is _UNSEEN:
                 name = None if key in SUMMARY_KEYS else _name(key, self.wandb_names)
-                if len(names) < MAX_NAMES:
+                if len(names) < NAMES_KEPT:
                     names[key] = name
             if name is not None and is_scalar(value):
                 out[name] = value

@@ -47,11 +47,10 @@ except ImportError:  # pragma: no cover - the pre-2.0 package name
 
 from gatekeeper.inprocess.gate import GateFailed
 from gatekeeper.inprocess.rows import is_scalar
-from gatekeeper.integrations.core import GateCallback
+from gatekeeper.integrations.core import NAMES_KEPT, GateCallback
 from gatekeeper.model import RunState
 
 AXIS = "trainer/global_step"
-MAX_NAMES = 4096  # logged metrics whose logger name is kept (a run logs a few dozen)
 
 
 def _logged(trainer: pl.Trainer, on_step: bool, names: _Names) -> dict[str, Any]:
@@ -85,7 +84,7 @@ class _Names:
         if hit is not None and hit[0] is metric and hit[1] is metric.meta:
             return hit[2]
         name: str = results._forked_name(metric, on_step)[1]
-        if len(self._kept) >= MAX_NAMES:  # metrics made afresh: keep the newest only
+        if len(self._kept) >= NAMES_KEPT:  # metrics made afresh: keep the newest only
             self._kept.clear()
         self._kept[(id(metric), on_step)] = (metric, metric.meta, name)
         return name
