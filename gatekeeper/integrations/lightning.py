@@ -104,12 +104,10 @@ class GatekeeperCallback(GateCallback, pl.Callback):
     """
 
     axis = AXIS
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._names = _Names()
+    _names: _Names  # the logger names worked out (from fit start)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._names = _Names()
         hparams = getattr(pl_module, "hparams", None)
         if isinstance(hparams, Mapping):
             self.gate.update_run(config=dict(hparams))
