@@ -104,10 +104,14 @@ class GatekeeperCallback(GateCallback, pl.Callback):
     """
 
     axis = AXIS
-    _names: _Names  # the logger names worked out (from fit start)
+    _names: _Names | None = None  # the logger names worked out, once a hook needs them
+
+    def _metrics(self, trainer: pl.Trainer, on_step: bool) -> dict[str, Any]:
+        if self._names is None:  # made here: `validate()` runs no fit hook before it
+            self._names = _Names()
+        return _logged(trainer, on_step, self._names)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._names = _Names()
         hparams = getattr(pl_module, "hparams", None)
         if isinstance(hparams, Mapping):
             self.gate.update_run(config=dict(hparams))
@@ -142,17 +146,17 @@ class GatekeeperCallback(GateCallback, pl.Callback):
             return bool(trainer.strategy.reduce_boolean_decision(stop, all=False))
 
         self.boundary(
-            _logger_step(trainer), _logged(trainer, True, self._names), stop_training=stop_training,
+            _logger_step(trainer), self._metrics(trainer, True), stop_training=stop_training,
             agree=agree if trainer.world_size > 1 else None, hold=True,
         )
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self.hand_over(_logger_step(trainer), _logged(trainer, False, self._names))
+            self.hand_over(_logger_step(trainer), self._metrics(trainer, False))
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # The fit loop logs epoch metrics at the epoch's last step, not the next one.
-        self.hand_over(max(_logger_step(trainer) - 1, 0), _logged(trainer, False, self._names))
+        self.hand_over(max(_logger_step(trainer) - 1, 0), self._metrics(trainer, False))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.finish(RunState.FINISHED)

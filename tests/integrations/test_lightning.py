@@ -211,3 +211,19 @@ def test_async_sends_a_step_to_the_judge_at_the_next_batch_start(tmp_path: Path)
         ("batch-start", 1, 0), ("batch-end", 2, 1),  # and sent as step 2 starts
         ("batch-start", 2, 0), ("batch-end", 3, 1),
     ]
+
+
+def test_validate_alone_hands_its_metrics_to_the_gate(tmp_path: Path) -> None:
+    """`Trainer.validate` (lightning 2.6) runs `on_validation_end` with no fit hook before
+    it: the callback hands the validation metrics over all the same."""
+    cb = GatekeeperCallback(str(gate_policy(tmp_path)), mode="sync", reports=reports(tmp_path))
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[cb],
+                         enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=str(tmp_path))
+    torch.manual_seed(0)
+    trainer.validate(Regressor(), data(32, 1))
+    verdict = cb.finish()
+    judged = {r.rule: r for r in verdict.results}
+    assert judged["val-loss-finite"].status.value == "pass", judged
+    learns = judged["val-loss-learns"]  # an untrained model: judged on its value, pass or not
+    assert learns.status.value in ("pass", "fail") and learns.value is not None, learns
