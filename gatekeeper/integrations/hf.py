@@ -52,7 +52,6 @@ SUMMARY_KEYS = frozenset(
 )
 
 
-_UNSEEN = "\0unseen"  # a key seen for the first time (no logged key is this)
 
 
 def _name(key: str, wandb_names: bool) -> str:
@@ -139,8 +138,9 @@ class GatekeeperCallback(GateCallback, TrainerCallback):
         this runs at every step; each key's name is worked out once)."""
         names, out = self._names, {}
         for key, value in logs.items():
-            name = names.get(key, _UNSEEN)
-            if name is _UNSEEN:
+            try:
+                name = names[key]
+            except KeyError:  # a key seen for the first time
                 name = None if key in SUMMARY_KEYS else _name(key, self.wandb_names)
                 if len(names) < NAMES_KEPT:
                     names[key] = name
