@@ -5,7 +5,6 @@ it had in memory (the other replica may have committed past it)."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from gatekeeper.daemon.stores import open_state
 from tests.daemon.harness import POLICY, DaemonProcess
 from tests.daemon.recorder import Recorder
 from tests.daemon.replica_scenario import replica_config
+from tests.daemon.test_replicas import append, stored
 from tests.daemon.test_serve import firing_lines
 from tests.helpers import wait_until
 
@@ -90,12 +90,6 @@ def test_a_replica_cut_off_past_its_lease_reads_a_run_again_when_it_takes_it_bac
         hook.close()
 
 
-def append(path: Path, step: int, kl: float = 0.001) -> None:
-    with open(path, "a") as fh:
-        fh.write(json.dumps({"train/step": step, "train/ppo_kl": kl, "train/loss": 1.0}) + "\n")
-
-
 def stored_points(url: str) -> int:
-    with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT points FROM gkd_runs").fetchone()
-    return int(row[0]) if row else 0
+    """The one run's committed points (0 before its first commit)."""
+    return stored(url).get("r", (0, 0.0))[0]
