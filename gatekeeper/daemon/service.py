@@ -7,14 +7,15 @@ ConfigError), and `serve()` runs until SIGTERM/SIGINT.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
 import json
 import logging
 import math
+import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -174,7 +175,6 @@ class Daemon:
             request_timeout=http.request_timeout,
             max_connections=http.max_connections,
         )
-        self.stopped = threading.Event()
 
     def _channel(self, n: Any) -> Channel:
         hooks = ChannelHooks(
@@ -308,14 +308,35 @@ class Daemon:
         _log_stopped(left)
 
     def serve(self) -> None:
-        """Run until SIGTERM or SIGINT."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.stopped.set())
+        """Run until SIGTERM or SIGINT; a second one while stopping changes nothing."""
+        wakeup = _Wakeup((signal.SIGTERM, signal.SIGINT))
         self.start()
         try:
-            self.stopped.wait()
+            log.info("%s received", signal.Signals(wakeup.wait()).name)
         finally:
             self.stop()
+
+
+class _Wakeup:
+    """Signals that wake `wait()`. A Python signal handler runs in the main thread
+    between two bytecodes, inside whatever that thread holds, so this one takes no lock:
+    it writes the signal's number to a pipe. (One that set a threading.Event deadlocked
+    when a second SIGTERM came while the first's handler held the Event's lock.)"""
+
+    def __init__(self, signals: Iterable[int]):
+        # Left open for the process's life: a late signal must not write to a reused fd.
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        for sig in signals:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):  # full: a wakeup is already waiting
+            os.write(self._write, bytes([signum]))
+
+    def wait(self) -> int:
+        """The first signal's number (blocks until one comes)."""
+        return os.read(self._read, 1)[0]
 
 
 def _writer_lock(state: str) -> WriterLock | None:

@@ -66,7 +66,9 @@ class DaemonProcess:
     def __init__(self, config: Path, env: dict[str, str] | None = None, level: str = "info"):
         self.config = config
         self.level = level
-        self.env = {**os.environ, **(env or {})}
+        # A daemon that hangs is sent SIGABRT before SIGKILL: faulthandler writes every
+        # thread's stack to its log, which the failure shows.
+        self.env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
         self.port = port_of(config)
         self.log = config.parent / "daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -93,8 +95,8 @@ class DaemonProcess:
             assert self.wait(lambda: self.get("/readyz").status_code == 200, 20), self.tail()
         return self
 
-    def tail(self) -> str:
-        return self.log.read_text()[-3000:] if self.log.exists() else ""
+    def tail(self, chars: int = 3000) -> str:
+        return self.log.read_text()[-chars:] if self.log.exists() else ""
 
     def get(self, path: str) -> httpx.Response:
         try:
@@ -151,8 +153,18 @@ class DaemonProcess:
         try:
             return self.proc.wait(15)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self.abort()
             raise
+
+    def abort(self) -> None:
+        """A hung daemon's thread stacks into its log (faulthandler), then SIGKILL."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGABRT)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
 
 
 def writer(path: Path, *args: str) -> subprocess.Popen[bytes]:

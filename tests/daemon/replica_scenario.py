@@ -325,8 +325,11 @@ class Scenario:
         hung = stop_all(self.fleet)
         self.result.phases[phase] = time.monotonic() - t0
         self._clock = time.monotonic()
-        if hung:
-            self.result.failures.append(f"{hung} not stopped 15s after SIGTERM (killed)")
+        for name in hung:
+            tail = next(r.tail(12000) for r in self.fleet if r.env["GATEKEEPER_REPLICA"] == name)
+            self.result.failures.append(
+                f"{name} not stopped 15s after SIGTERM (aborted; its threads):\n{tail}"
+            )
 
     def close(self) -> None:
         for r in self.fleet:
@@ -373,7 +376,7 @@ def replica_config(tmp: Path, i: int, url: str, hook: str, lease: float) -> Path
 
 def stop_all(fleet: list[DaemonProcess]) -> list[str]:
     """SIGTERM every live replica at once, then wait for each (a clean stop); the
-    names of those not stopped 15 s after it (killed then)."""
+    names of those not stopped 15 s after it (aborted then, see DaemonProcess.abort)."""
     live = [r for r in fleet if r.proc is not None and r.proc.poll() is None]
     for r in live:
         assert r.proc is not None
