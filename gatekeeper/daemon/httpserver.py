@@ -171,6 +171,11 @@ class BoundedServer:
         self.server.max_connections = max_connections
         self.tick = min(_TICK, request_timeout / 4)
         self._stopping = threading.Event()
+        # The loop closes the sockets (the trigger among them) once it sees `_stopping`;
+        # `stop` pulls the trigger only while they are open: a closed trigger's number
+        # may be another file's by then (EBADF, or a byte written into that file).
+        self._closing = threading.Lock()
+        self._closed = False
         self.thread = threading.Thread(target=self._loop, name="http", daemon=True)
 
     @property
@@ -182,8 +187,10 @@ class BoundedServer:
 
     def stop(self) -> None:
         self._stopping.set()
+        with self._closing:
+            if not self._closed:
+                self.server.pull_trigger()  # the loop wakes, sees `_stopping` and closes
         if self.thread.is_alive():
-            self.server.pull_trigger()
             self.thread.join(5)
         else:
             self._close()
@@ -197,5 +204,8 @@ class BoundedServer:
             self._close()
 
     def _close(self) -> None:
-        close_all(self._map)
+        with self._closing:
+            if not self._closed:
+                self._closed = True
+                close_all(self._map)
         self.server.task_dispatcher.shutdown(timeout=2)

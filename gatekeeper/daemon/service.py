@@ -7,7 +7,6 @@ ConfigError), and `serve()` runs until SIGTERM/SIGINT.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -318,25 +317,34 @@ class Daemon:
 
 
 class _Wakeup:
-    """Signals that wake `wait()`. A Python signal handler runs in the main thread
-    between two bytecodes, inside whatever that thread holds, so this one takes no lock:
-    it writes the signal's number to a pipe. (One that set a threading.Event deadlocked
-    when a second SIGTERM came while the first's handler held the Event's lock.)"""
+    """Signals that wake `wait()`, through `signal.set_wakeup_fd`: CPython's own C-level
+    handler writes the signal's number to a pipe the main thread reads, from whichever
+    thread the kernel gave the signal to, and the Python-level handler does nothing.
+    Two waits of another kind hung the daemon: a handler that set a threading.Event
+    took the Event's lock again when a second SIGTERM came while the first's handler
+    held it; and a signal given to another thread than the main one (a process-directed
+    signal may go to any thread; seen right after a SIGCONT) never interrupted the main
+    thread's wait, so no handler ran."""
 
     def __init__(self, signals: Iterable[int]):
+        self._signals = frozenset(signals)
         # Left open for the process's life: a late signal must not write to a reused fd.
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-        for sig in signals:
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        with contextlib.suppress(OSError):  # full: a wakeup is already waiting
-            os.write(self._write, bytes([signum]))
+        self._read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        for sig in self._signals:
+            signal.signal(sig, _noted)
 
     def wait(self) -> int:
-        """The first signal's number (blocks until one comes)."""
-        return os.read(self._read, 1)[0]
+        """The first of the signals to come (blocks until one does)."""
+        while True:
+            got = os.read(self._read, 1)[0]
+            if got in self._signals:
+                return got
+
+
+def _noted(_signum: int, _frame: object) -> None:
+    """The Python-level handler: the signal was written to the wakeup pipe already."""
 
 
 def _writer_lock(state: str) -> WriterLock | None:

@@ -95,15 +95,31 @@ class PostgresState(SqlState):
     def _connect(self) -> Any:
         conn = dburl.connect_postgres(self._url, "state store", **_KEEPALIVE)
         if self.replica is not None:
-            conn.execute("SELECT set_config('gatekeeper.replica', %s, false)", (self.replica,))
+            self._as_replica(conn)
         return conn
 
     def lease_as(self, replica: str, ttl: float) -> Leases:
         """From now on this store's commits are fenced by `replica`'s leases."""
         self.replica, self.ttl = replica, ttl
         with self._read() as cur:
-            cur.execute("SELECT set_config('gatekeeper.replica', %s, false)", (replica,))
+            self._as_replica(cur)
         return Leases(self, replica, ttl)
+
+    def _as_replica(self, cur: Any) -> None:
+        """This session as the replica's (`cur`: a cursor or the connection): its name,
+        which the alerts' owner and `pg_stat_activity.application_name` show, and a
+        server-side end to a transaction left open for longer than a lease. A replica
+        frozen inside one (SIGSTOP, a paused VM, a network lost with the socket still
+        open) otherwise kept its row locks for good, and the others' takeover, which
+        skips locked leases, never took those runs. Every setting is one a role with
+        only DML rights may make."""
+        assert self.replica is not None
+        cur.execute(
+            "SELECT set_config('gatekeeper.replica', %s, false), "
+            "set_config('application_name', %s, false), "
+            "set_config('idle_in_transaction_session_timeout', %s, false)",
+            (self.replica, f"gatekeeper {self.replica}"[:63], str(max(1, round(self.ttl * 1000)))),
+        )
 
     def _fence(self, cur: Any, key: str) -> None:
         """Renew the run's lease in the commit's transaction, or refuse the commit: a

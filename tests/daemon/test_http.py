@@ -6,6 +6,7 @@ from __future__ import annotations
 import resource
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -262,3 +263,31 @@ def test_clients_that_vanish_mid_request_leave_no_traceback_and_no_socket_behind
         assert daemon.stop() == 0
     log = daemon.log.read_text()
     assert "Traceback" not in log and "Exception" not in log, log[-2000:]
+
+
+def test_a_stop_after_the_loop_closed_its_sockets_writes_to_none_of_them() -> None:
+    """The serving loop closes its sockets (the trigger among them) once it sees the stop
+    flag. A stop that came between that and the thread's end pulled the closed trigger:
+    EBADF ended the daemon's stop as an internal error (exit 70) before the scheduler,
+    the channels and the leases were stopped (a replica resumed from SIGSTOP and sent
+    SIGTERM did so), and a reused descriptor number would have had a byte written into
+    another file. Here the loop's close is held open 0.3 s so the stop lands in it."""
+    srv = HttpServer(_api(), "127.0.0.1", 0, workers=1, request_timeout=1.0, max_connections=5)
+    bounded = srv.server
+    close, closed = bounded._close, threading.Event()
+
+    def lingering_close() -> None:
+        close()
+        closed.set()
+        time.sleep(0.3)  # the thread is still alive when stop() runs
+
+    bounded._close = lingering_close  # type: ignore[method-assign]
+    srv.start()
+    port = srv.port
+    bounded._stopping.set()  # the loop ends its turn (a tick) and closes, as on a stop
+    assert closed.wait(5)
+    assert bounded.thread.is_alive()
+    srv.stop()  # raised OSError (EBADF) from pull_trigger before the fix
+    assert not bounded.thread.is_alive()
+    with pytest.raises(OSError):  # closed once, by the loop
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()

@@ -8,6 +8,7 @@ loses no verdict and sends nothing twice. The scenario is tests/daemon/replica_s
 from __future__ import annotations
 
 import json
+import random
 import signal
 import time
 from pathlib import Path
@@ -117,6 +118,80 @@ def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
         assert hook.wait(lambda: len(firing_lines(hook.bodies)) == 1, 20)
         time.sleep(1.0)
         assert firing_lines(hook.bodies) == {(theirs[0], "kl-small", "firing"): 1}
+    finally:
+        for replica in fleet:
+            if replica.proc is not None and replica.proc.poll() is None:
+                replica.proc.send_signal(signal.SIGCONT)
+            replica.stop()
+        hook.close()
+
+
+def freeze_holding_leases(replica: DaemonProcess, url: str, tries: int = 2000) -> int:
+    """SIGSTOP `replica` at a moment its open transaction holds lease rows locked (a
+    lease cycle's renewal, a poll's commit past its fence); how many rows, 0 when no try
+    of `tries` caught one (the replica left running)."""
+    assert replica.proc is not None
+    holder = replica.env["GATEKEEPER_REPLICA"]
+    rng = random.Random(3)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for _ in range(tries):
+            replica.proc.send_signal(signal.SIGSTOP)
+            time.sleep(0.005)  # a statement in flight ends; the transaction stays open
+            with conn.transaction(force_rollback=True):
+                held = conn.execute(
+                    "SELECT count(*) FROM gkd_leases WHERE holder = %s", (holder,)
+                ).fetchone()
+                free = conn.execute(
+                    "SELECT count(*) FROM (SELECT run FROM gkd_leases WHERE holder = %s "
+                    "FOR UPDATE SKIP LOCKED) s",
+                    (holder,),
+                ).fetchone()
+            assert held is not None and free is not None
+            if held[0] > free[0]:
+                return int(held[0] - free[0])
+            replica.proc.send_signal(signal.SIGCONT)
+            time.sleep(rng.uniform(0, 0.02))
+    return 0
+
+
+def test_a_replica_frozen_inside_a_transaction_keeps_no_run(tmp_path: Path, pg_url: str) -> None:
+    """A replica stopped inside a transaction (SIGSTOP here; a paused VM or a network
+    lost with the socket still open alike) held its row locks for as long as it was
+    stopped: the other replica's takeover skips locked leases, so the runs whose lease
+    rows it had locked (all of them, frozen in a lease cycle; one, in a poll's commit)
+    were polled by nobody. The server now ends a session idle inside a transaction for
+    longer than a lease (`idle_in_transaction_session_timeout`), and they are taken.
+    Without that, this test fails whatever the frozen transaction was."""
+    hook = Recorder()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "kl.yaml").write_text(POLICY)
+    runs = [tmp_path / "runs" / f"run{i:03d}.jsonl" for i in range(48)]
+    for path in runs:
+        append(path, 0)
+    fleet = [
+        DaemonProcess(replica_config(tmp_path, i, pg_url, hook.url, STALL_LEASE),
+                      {"GATEKEEPER_REPLICA": f"rep-{i}"})
+        for i in range(2)
+    ]  # fmt: skip
+    try:
+        for replica in fleet:
+            replica.start()
+        found: dict[str, list[str]] = {}
+        shared = lambda: (  # noqa: E731
+            once_each(fleet, found, 48) and {v[0] for v in found.values()} == {"rep-0", "rep-1"}
+        )
+        assert wait_until(shared, 40), found
+        assert freeze_holding_leases(fleet[0], pg_url), fleet[0].tail()
+        stopped = time.time()
+        for path in runs:
+            append(path, 1)
+        # every run committed after the freeze, by the replica still running
+        taken = lambda: all(u > stopped and p == 4 for p, u in stored(pg_url).values())  # noqa: E731
+        # the session ends a lease after the freeze; the leases expire, are taken
+        assert wait_until(taken, 6 * STALL_LEASE), (
+            sorted(n for n, (p, u) in stored(pg_url).items() if u <= stopped or p != 4),
+            fleet[1].tail(),
+        )
     finally:
         for replica in fleet:
             if replica.proc is not None and replica.proc.poll() is None:

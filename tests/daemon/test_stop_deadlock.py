@@ -8,14 +8,18 @@ SIGTERM when every replica was stopped at once (1 repetition in ~10)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
+import platform
 import random
 import signal
 import subprocess
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from gatekeeper.daemon.config import load_config
 from gatekeeper.daemon.service import Daemon
@@ -78,3 +82,32 @@ def test_a_burst_of_sigterms_stops_the_daemon_cleanly(tmp_path: Path) -> None:
             raise AssertionError(f"still running 15 s after SIGTERM:\n{tail}") from None
         assert code == 0, daemon.tail()
         assert "SIGTERM received" in daemon.tail() and "stopped;" in daemon.tail()
+
+
+_TGKILL = {"x86_64": 234, "aarch64": 131}  # the tgkill(2) system call's number
+
+
+@pytest.mark.skipif(platform.machine() not in _TGKILL, reason="tgkill's number unknown here")
+def test_a_sigterm_given_to_another_thread_than_the_main_one_stops_the_daemon(
+    tmp_path: Path,
+) -> None:
+    """The kernel gives a process-directed signal to any thread that does not block it
+    (after a SIGCONT it was not the main one). A signal caught on another thread only
+    notes it for the main thread, which runs the handler at its next bytecode, and a
+    main thread blocked waiting never got there: the daemon ran on. Here SIGTERM is
+    given to another of its threads with tgkill(2), as the kernel may give it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    daemon = DaemonProcess(write_config(tmp_path)).start()
+    assert daemon.proc is not None
+    pid = daemon.proc.pid
+    others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    assert others, "the daemon runs threads besides its main one"
+    assert libc.syscall(_TGKILL[platform.machine()], pid, others[0], signal.SIGTERM) == 0
+    try:
+        code = daemon.proc.wait(15)
+    except subprocess.TimeoutExpired:
+        daemon.abort()
+        tail = daemon.tail(8000)
+        raise AssertionError(f"still running 15 s after SIGTERM:\n{tail}") from None
+    assert code == 0, daemon.tail()
+    assert "SIGTERM received" in daemon.tail()
