@@ -107,18 +107,25 @@ class PostgresState(SqlState):
 
     def _as_replica(self, cur: Any) -> None:
         """This session as the replica's (`cur`: a cursor or the connection): its name,
-        which the alerts' owner and `pg_stat_activity.application_name` show, and a
-        server-side end to a transaction left open for longer than a lease. A replica
-        frozen inside one (SIGSTOP, a paused VM, a network lost with the socket still
-        open) otherwise kept its row locks for good, and the others' takeover, which
-        skips locked leases, never took those runs. Every setting is one a role with
-        only DML rights may make."""
+        which the alerts' owner and `pg_stat_activity.application_name` show, and two
+        bounds of a lease period each, kept by the server:
+        - a transaction left open for longer ends the session. A replica frozen inside
+          one (SIGSTOP, a paused VM, a network lost with the socket still open) kept its
+          row locks for good, and the others' takeover, which skips locked leases, never
+          took those runs;
+        - a statement waits no longer for a lock (`lock_timeout`). A row held by another
+          session (an operator's, a migration) made a commit wait for as long, and the
+          daemon's stop with it (the scheduler waits for the polls in flight); the poll
+          now fails, counted, and the run is polled again.
+        Every setting is one a role with only DML rights may make."""
         assert self.replica is not None
+        lease = str(max(1, round(self.ttl * 1000)))  # milliseconds
         cur.execute(
             "SELECT set_config('gatekeeper.replica', %s, false), "
             "set_config('application_name', %s, false), "
-            "set_config('idle_in_transaction_session_timeout', %s, false)",
-            (self.replica, f"gatekeeper {self.replica}"[:63], str(max(1, round(self.ttl * 1000)))),
+            "set_config('idle_in_transaction_session_timeout', %s, false), "
+            "set_config('lock_timeout', %s, false)",
+            (self.replica, f"gatekeeper {self.replica}"[:63], lease, lease),
         )
 
     def _fence(self, cur: Any, key: str) -> None:

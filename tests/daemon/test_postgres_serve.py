@@ -172,3 +172,44 @@ def test_check_config_on_a_postgres_state_creates_nothing(tmp_path: Path, pg_url
         daemon.stop()
     checked = serve(config, "--check-config")
     assert checked.returncode == 0 and ": ok, 1 runs" in checked.stdout, checked.stdout
+
+
+def test_a_run_locked_by_another_session_fails_its_commit_and_never_holds_the_stop(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A session outside gatekeeper (an operator's, a migration) holding a run's row made
+    that run's commit wait for as long as it held it, and the daemon's stop with it (the
+    scheduler waits for the polls in flight). A replica's statements wait at most a lease
+    period for a lock: the commit fails, counted and logged; the run is polled again
+    once the row is free; a stop meanwhile takes no longer than that wait."""
+    config = pg_config(tmp_path, pg_url, [], interval=0.2, jitter=0, lease=2)
+    run = tmp_path / "runs" / "r0.jsonl"
+
+    def step(n: int) -> None:
+        with open(run, "a") as fh:
+            fh.write(json.dumps({"train/step": n, "train/ppo_kl": 0.01, "train/loss": 1.0}) + "\n")
+
+    def points() -> int:
+        with psycopg.connect(pg_url) as conn:
+            row = conn.execute("SELECT coalesce(sum(points), 0) FROM gkd_runs").fetchone()
+        return int(row[0]) if row else 0
+
+    step(0)
+    daemon = DaemonProcess(config).start()
+    try:
+        assert daemon.wait(lambda: points() == 2, 20), daemon.tail()
+        with psycopg.connect(pg_url) as other:  # a transaction holding every run row
+            other.execute("SELECT key FROM gkd_runs FOR UPDATE")
+            step(1)
+            assert daemon.wait(lambda: "lock timeout" in daemon.log.read_text(), 15), daemon.tail()
+            other.rollback()
+        assert daemon.wait(lambda: points() == 4, 20), daemon.tail()  # polled again, whole
+        with psycopg.connect(pg_url) as other:
+            other.execute("SELECT key FROM gkd_runs FOR UPDATE")
+            step(2)
+            time.sleep(0.6)  # a poll is waiting for the row now
+            began = time.monotonic()
+            assert daemon.stop() == 0, daemon.tail()
+            assert time.monotonic() - began < 10, daemon.tail()
+    finally:
+        daemon.stop()
