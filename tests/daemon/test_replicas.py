@@ -61,6 +61,32 @@ def once_each(fleet: list[DaemonProcess], found: dict[str, list[str]], runs: int
     return len(found) == runs and all(len(v) == 1 for v in found.values())
 
 
+def two_replicas(
+    tmp: Path, url: str, hook: Recorder, count: int
+) -> tuple[list[Path], list[DaemonProcess]]:
+    """`count` runs at step 0 and two replicas (rep-0, rep-1, not started) on `url`."""
+    (tmp / "runs").mkdir()
+    (tmp / "kl.yaml").write_text(POLICY)
+    runs = [tmp / "runs" / f"run{i:03d}.jsonl" for i in range(count)]
+    for path in runs:
+        append(path, 0)
+    fleet = [
+        DaemonProcess(replica_config(tmp, i, url, hook.url, STALL_LEASE),
+                      {"GATEKEEPER_REPLICA": f"rep-{i}"})
+        for i in range(2)
+    ]  # fmt: skip
+    return runs, fleet
+
+
+def resume_and_stop(fleet: list[DaemonProcess], hook: Recorder) -> None:
+    """SIGCONT to a replica left stopped, then stop every replica and the receiver."""
+    for replica in fleet:
+        if replica.proc is not None and replica.proc.poll() is None:
+            replica.proc.send_signal(signal.SIGCONT)
+        replica.stop()
+    hook.close()
+
+
 def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
     tmp_path: Path, pg_url: str
 ) -> None:
@@ -68,18 +94,7 @@ def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
     its polls of runs the other replica took are refused by the lease check in the
     commit, so no point is counted twice and no alert created twice."""
     hook = Recorder()
-    (tmp_path / "runs").mkdir()
-    (tmp_path / "kl.yaml").write_text(POLICY)
-    runs = [tmp_path / "runs" / f"run{i:03d}.jsonl" for i in range(24)]
-    for path in runs:
-        append(path, 0)
-    fleet = [
-        DaemonProcess(
-            replica_config(tmp_path, i, pg_url, hook.url, STALL_LEASE),
-            {"GATEKEEPER_REPLICA": f"rep-{i}"},
-        )
-        for i in range(2)
-    ]
+    runs, fleet = two_replicas(tmp_path, pg_url, hook, 24)
     try:
         for replica in fleet:
             replica.start()
@@ -119,11 +134,7 @@ def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
         time.sleep(1.0)
         assert firing_lines(hook.bodies) == {(theirs[0], "kl-small", "firing"): 1}
     finally:
-        for replica in fleet:
-            if replica.proc is not None and replica.proc.poll() is None:
-                replica.proc.send_signal(signal.SIGCONT)
-            replica.stop()
-        hook.close()
+        resume_and_stop(fleet, hook)
 
 
 def freeze_holding_leases(replica: DaemonProcess, url: str, tries: int = 2000) -> int:
@@ -163,16 +174,7 @@ def test_a_replica_frozen_inside_a_transaction_keeps_no_run(tmp_path: Path, pg_u
     longer than a lease (`idle_in_transaction_session_timeout`), and they are taken.
     Without that, this test fails whatever the frozen transaction was."""
     hook = Recorder()
-    (tmp_path / "runs").mkdir()
-    (tmp_path / "kl.yaml").write_text(POLICY)
-    runs = [tmp_path / "runs" / f"run{i:03d}.jsonl" for i in range(48)]
-    for path in runs:
-        append(path, 0)
-    fleet = [
-        DaemonProcess(replica_config(tmp_path, i, pg_url, hook.url, STALL_LEASE),
-                      {"GATEKEEPER_REPLICA": f"rep-{i}"})
-        for i in range(2)
-    ]  # fmt: skip
+    runs, fleet = two_replicas(tmp_path, pg_url, hook, 48)
     try:
         for replica in fleet:
             replica.start()
@@ -193,11 +195,7 @@ def test_a_replica_frozen_inside_a_transaction_keeps_no_run(tmp_path: Path, pg_u
             fleet[1].tail(),
         )
     finally:
-        for replica in fleet:
-            if replica.proc is not None and replica.proc.poll() is None:
-                replica.proc.send_signal(signal.SIGCONT)
-            replica.stop()
-        hook.close()
+        resume_and_stop(fleet, hook)
 
 
 def test_runs_that_ended_are_listed_by_every_replica_after_a_restart_of_all(

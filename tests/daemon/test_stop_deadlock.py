@@ -56,6 +56,19 @@ def test_a_discovery_that_adds_a_run_while_the_daemon_stops_does_not_hang_it(
         release.set()
 
 
+def assert_stopped_cleanly(daemon: DaemonProcess) -> None:
+    """The daemon, sent SIGTERM, exits 0 within 15 s and says so (else its threads)."""
+    assert daemon.proc is not None
+    try:
+        code = daemon.proc.wait(15)
+    except subprocess.TimeoutExpired:
+        daemon.abort()
+        tail = daemon.tail(8000)
+        raise AssertionError(f"still running 15 s after SIGTERM:\n{tail}") from None
+    assert code == 0, daemon.tail()
+    assert "SIGTERM received" in daemon.tail() and "stopped;" in daemon.tail()
+
+
 def test_a_burst_of_sigterms_stops_the_daemon_cleanly(tmp_path: Path) -> None:
     """A second SIGTERM while the first's handler ran re-entered `threading.Event.set`,
     whose lock that handler held, and the daemon hung for good (CI saw a replica still
@@ -74,14 +87,7 @@ def test_a_burst_of_sigterms_stops_the_daemon_cleanly(tmp_path: Path) -> None:
             until = time.perf_counter() + rng.uniform(0, 100e-6)
             while time.perf_counter() < until:
                 pass
-        try:
-            code = daemon.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            daemon.abort()
-            tail = daemon.tail(8000)
-            raise AssertionError(f"still running 15 s after SIGTERM:\n{tail}") from None
-        assert code == 0, daemon.tail()
-        assert "SIGTERM received" in daemon.tail() and "stopped;" in daemon.tail()
+        assert_stopped_cleanly(daemon)
 
 
 _TGKILL = {"x86_64": 234, "aarch64": 131}  # the tgkill(2) system call's number
@@ -103,11 +109,4 @@ def test_a_sigterm_given_to_another_thread_than_the_main_one_stops_the_daemon(
     others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
     assert others, "the daemon runs threads besides its main one"
     assert libc.syscall(_TGKILL[platform.machine()], pid, others[0], signal.SIGTERM) == 0
-    try:
-        code = daemon.proc.wait(15)
-    except subprocess.TimeoutExpired:
-        daemon.abort()
-        tail = daemon.tail(8000)
-        raise AssertionError(f"still running 15 s after SIGTERM:\n{tail}") from None
-    assert code == 0, daemon.tail()
-    assert "SIGTERM received" in daemon.tail()
+    assert_stopped_cleanly(daemon)
