@@ -286,25 +286,38 @@ class Daemon:
         log.info("serving on http://%s:%d", self.config.http.address, self.http.port)
 
     def stop(self) -> None:
-        """Stop everything; a second call does nothing."""
+        """Stop everything; a second call does nothing. A part that fails to stop (a bug)
+        keeps none of the others running: the rest still stops, the leases go back, the
+        store is closed and its lock released, and the first failure is raised then."""
         if self._closed:
             return
         self._closed = True
         log.info("stopping: polls end, then the channels and the HTTP server")
-        self.http.stop()
-        self.scheduler.stop()
+        failed: list[Exception] = []
+
+        def part(what: str, stop: Callable[[], object]) -> None:
+            try:
+                stop()
+            except Exception as exc:
+                log.exception("stopping %s failed", what)
+                failed.append(exc)
+
+        part("the HTTP server", self.http.stop)
+        part("the polls", self.scheduler.stop)
         for ch in self.channels.values():
-            ch.stop()
+            part(f"channel {ch.name}", ch.stop)
         left = {ch.name: ch.waiting() for ch in self.channels.values() if ch.waiting()}
         if self.leases is not None:
             try:
                 self.leases.leave()  # the others take its runs now, not after expiry
             except Exception as exc:
                 log.warning("leases: handing them back failed (they expire): %s", exc)
-        self.store.close()
+        part("the state store", self.store.close)
         if self.lock is not None:
-            self.lock.release()
+            part("the state file's lock", self.lock.release)
         _log_stopped(left)
+        if failed:
+            raise failed[0]
 
     def serve(self) -> None:
         """Run until SIGTERM or SIGINT; a second one while stopping changes nothing."""

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from gatekeeper import dburl
 from gatekeeper.daemon.config import load_config
+from gatekeeper.daemon.lock import WriterLock
 from gatekeeper.daemon.service import Daemon
 from tests.daemon.harness import DaemonProcess, write_config
 from tests.daemon.sources import open_test_source
@@ -110,3 +112,25 @@ def test_a_sigterm_given_to_another_thread_than_the_main_one_stops_the_daemon(
     assert others, "the daemon runs threads besides its main one"
     assert libc.syscall(_TGKILL[platform.machine()], pid, others[0], signal.SIGTERM) == 0
     assert_stopped_cleanly(daemon)
+
+
+def test_a_part_that_fails_to_stop_keeps_none_of_the_others_running(tmp_path: Path) -> None:
+    """A bug in stopping one part (the HTTP server's EBADF was one) ended the stop there:
+    the polls ran on, the state store stayed open and its lock held, so the next daemon
+    on the file was refused until this process ended. Every other part now stops, and
+    the first failure is raised after them (the CLI makes it exit 70)."""
+    daemon = Daemon(load_config(str(write_config(tmp_path))), open_test_source)
+    daemon.start()
+    http_stop = daemon.http.stop
+
+    def broken() -> None:
+        raise RuntimeError("the HTTP server did not stop")
+
+    daemon.http.stop = broken  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RuntimeError, match="did not stop"):
+            daemon.stop()
+        assert not daemon.scheduler.scheduler.running
+        WriterLock.take(dburl.parse(daemon.config.state).path).release()  # free for the next
+    finally:
+        http_stop()
