@@ -61,9 +61,8 @@ SIZES = {  # layers, width, batch, tokens, vocabulary
 LOOPS = ("plain", "item", "gate", "gate-held", "gate-sync", "gate-lite", "gate+batch", "hf",
          "hf+cb", "hf+cb-eager", "hf+cb+batch", "pl", "pl+cb")
 BASELINE = {"item": "plain", "gate": "plain", "gate-held": "plain", "gate-sync": "plain",
-            "gate-lite": "plain",
-            "gate+batch": "plain", "hf+cb+batch": "hf", "hf+cb": "hf",
-            "hf+cb-eager": "hf", "pl+cb": "pl"}
+            "gate-lite": "plain", "gate+batch": "plain", "hf+cb": "hf", "hf+cb-eager": "hf",
+            "hf+cb+batch": "hf", "pl+cb": "pl"}
 
 
 TICKS: list[float] = []  # the clock at each timed step's end (no sync): the step cadence
@@ -463,8 +462,8 @@ def pl_loop(b: Bench, kind: str, steps: int, nan_at: int | None) -> tuple[float,
 RUNNERS: dict[str, Callable[[Bench, str, int, int | None], tuple[float, int, Any]]] = {
     "plain": custom_loop, "item": custom_loop, "gate": custom_loop, "gate-sync": custom_loop,
     "gate-held": custom_loop, "gate-lite": custom_loop, "gate+batch": custom_loop,
-    "hf": hf_loop, "hf+cb": hf_loop,
-    "hf+cb-eager": hf_loop, "hf+cb+batch": hf_loop, "pl": pl_loop, "pl+cb": pl_loop,
+    "hf": hf_loop, "hf+cb": hf_loop, "hf+cb-eager": hf_loop, "hf+cb+batch": hf_loop,
+    "pl": pl_loop, "pl+cb": pl_loop,
 }
 
 

@@ -52,8 +52,6 @@ SUMMARY_KEYS = frozenset(
 )
 
 
-
-
 def _name(key: str, wandb_names: bool) -> str:
     """The name a logged key is judged by: WandbCallback's (`eval_x` -> `eval/x`,
     `test_x` -> `test/x`, anything else `train/x`), or the key itself."""
