@@ -66,6 +66,12 @@ class PollSettings(_Model):
     # On a PostgreSQL state: how long a replica's hold on a run lasts unless renewed
     # (every third of it, and by each commit); a replica gone this long loses its runs.
     lease: Annotated[float, BeforeValidator(seconds), Field(ge=1, le=3600)] = 30.0
+    # How long a run's judging state may stay in memory, ahead of the store, while its
+    # polls change nothing an operator or a channel sees (no rule's status, no alert):
+    # such polls are committed together, at most this long apart (0: every poll is
+    # committed). A crash or kill -9 then re-reads at most this much of the run from the
+    # source; a status change, an alert, an ended run and a clean stop commit at once.
+    checkpoint: Annotated[float, BeforeValidator(seconds), Field(ge=0, le=3600)] = 0.0
 
 
 class WandbFilter(_Model):

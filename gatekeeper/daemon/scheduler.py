@@ -112,6 +112,24 @@ class PollScheduler:
             self._stopping = True
         self.scheduler.shutdown(wait=True)
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self._flush_all()
+
+    def _flush_all(self) -> None:
+        """Commit the polls held in memory (poll.checkpoint) before the leases go back."""
+        held = [w for w in self.snapshot() if w.held is not None]
+        if not held:
+            return
+        log.info("committing the polls %d runs hold in memory", len(held))
+        for watcher in held:
+            self._flush(watcher)
+
+    def _flush(self, watcher: RunWatcher) -> None:
+        try:
+            watcher.flush(time.time())
+        except Exception as exc:  # lost to another replica or the store is away: it is
+            # read again from the committed cursor by whoever polls it next
+            log.warning("run %s: committing its held poll failed: %s", watcher.key, exc)
+            self.metrics.poll_errors.labels(kind="checkpoint").inc()
 
     def _remove_job(self, key: str) -> None:
         with self._stopping_lock:
@@ -176,8 +194,10 @@ class PollScheduler:
         # that may have committed past what this one holds in memory: it is dropped and
         # taken again below, from its committed record.
         again = sorted(cycle.taken & self.leased)
-        for key in sorted(self.leased - set(cycle.held)) + cycle.shed + again:
+        for key in sorted(self.leased - set(cycle.held)) + again:
             self._unwatch(key)
+        for key in cycle.shed:  # still held: what it holds in memory is committed first
+            self._unwatch(key, flush=True)
         foreign = [k for k, t in cycle.held.items() if t not in targets]
         self.leases.release(cycle.shed + foreign)
         for key, target in sorted(cycle.held.items()):
@@ -207,8 +227,9 @@ class PollScheduler:
             return
         self.leased.add(key)
 
-    def _unwatch(self, key: str) -> None:
-        """Stop polling a run (its lease is lost or handed back), after a poll in flight."""
+    def _unwatch(self, key: str, flush: bool = False) -> None:
+        """Stop polling a run (its lease is lost or handed back), after a poll in flight;
+        `flush`: still leased here, its held poll is committed first."""
         self.leased.discard(key)
         with self.lock:
             watcher = self.watchers.pop(key, None)
@@ -216,7 +237,8 @@ class PollScheduler:
             return
         self._remove_job(key)
         with watcher.polling:  # wait for a poll in flight; none starts after this
-            pass
+            if flush:
+                self._flush(watcher)
         log.info("run %s: no longer polled by this replica", key)
 
     def _watch(self, key: str, watched: Watched, fresh: RunRecord | None = None) -> None:

@@ -101,6 +101,7 @@ def load_targets(
             interval=t.interval or config.poll.interval,
             debounce=config.poll.debounce,
             channels=channels,
+            checkpoint=config.poll.checkpoint,
             open_source=open_source,
         )
         out.append((watched, lister(t)))
@@ -242,7 +243,7 @@ class Daemon:
                 return {
                     **w.summary(),
                     "replica": self._holder(w),
-                    "verdict": w.verdict,
+                    "verdict": w.current_verdict(),
                     "rules": _rules(w.rules.values()),
                 }
         return self._find_ended(ident) if self.leases is not None else None

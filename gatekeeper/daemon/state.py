@@ -130,6 +130,7 @@ class PollCommit:
     alerts: list[tuple[str, dict[str, Any]]]  # (channel, payload) to enqueue
     # `json.dumps(verdict)`, when the caller made it already (payload.VerdictText)
     verdict_text: str | None = None
+    polls: int = 1  # the polls it commits: this one and those held before it (checkpoint)
 
 
 class SqlState:
@@ -357,6 +358,7 @@ class SqlState:
                     json.dumps(c.verdict) if c.verdict_text is None else c.verdict_text,
                     c.status,
                     c.points,
+                    c.polls,
                     int(c.ended),
                     c.now,
                 ),
@@ -448,10 +450,10 @@ _RUN_COLUMNS = (
 )
 _UPSERT_RUN = (
     "INSERT INTO {t}runs (key, target, cursor, state, fingerprint, verdict, status, points,"
-    " polls, ended, updated) VALUES ({p},{p},{p},{p},{p},{p},{p},{p},1,{p},{p})"
+    " polls, ended, updated) VALUES ({p},{p},{p},{p},{p},{p},{p},{p},{p},{p},{p})"
     " ON CONFLICT (key) DO UPDATE SET target=excluded.target, cursor=excluded.cursor,"
     " state=excluded.state, fingerprint=excluded.fingerprint, verdict=excluded.verdict,"
-    " status=excluded.status, points=excluded.points, polls={t}runs.polls+1,"
+    " status=excluded.status, points=excluded.points, polls={t}runs.polls+excluded.polls,"
     " ended=excluded.ended, updated=excluded.updated"
 )
 _UPSERT_RULE = (

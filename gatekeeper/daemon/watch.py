@@ -4,9 +4,15 @@
 poll into the persisted state in one transaction and returns the alerts to enqueue.
 The judging itself is a `session.JudgingSession`, as for `check` and `watch`; a watcher
 adds persistence, debounce and alerts. The in-memory session always matches the
-committed cursor: a failed fetch changes
-nothing, a failed commit drops the in-memory state so it is reloaded from the store (at
-once, or before the next fetch when the store cannot be read either).
+in-memory cursor: a failed fetch changes nothing, a failed commit drops the in-memory
+state so it is reloaded from the store (at once, or before the next fetch when the
+store cannot be read either).
+
+With `poll.checkpoint` > 0 a poll that changes nothing seen outside (no rule's status,
+severity or debounce count, no alert, not the run's status) stays in memory, ahead of
+the store, until the next poll that does, `checkpoint` seconds after the last commit,
+or `flush` (a clean stop, a run handed back). Lost in a crash, such polls are read again
+from the committed cursor: the source still holds their points.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from gatekeeper.notify.grouping import ChannelState, alert_payload, decide
 from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.session import JudgingSession
 from gatekeeper.sources.base import LiveSource, Poll
-from gatekeeper.verdict import Mode, RuleResult, Severity, Status
+from gatekeeper.verdict import Mode, RuleResult, Severity, Status, Verdict
 
 log = logging.getLogger("gatekeeper.daemon")
 
@@ -71,6 +77,7 @@ class Watched:
     debounce: int
     channels: list[ChannelRule]
     open_source: Callable[[str], LiveSource]
+    checkpoint: float = 0.0  # poll.checkpoint: 0, every poll is committed
 
 
 @dataclass
@@ -99,6 +106,14 @@ class RunWatcher:
     stale: bool = False  # the in-memory state is ahead of the store: reload before polling
     polling: threading.RLock = field(default_factory=threading.RLock)  # held by a poll
     texts: payload.VerdictText = field(default_factory=payload.VerdictText)
+    # poll.checkpoint: the in-memory poll not committed yet (its verdict; `cursor`,
+    # `rules`, `status` and `points` are then its, ahead of the store), the rule rows it
+    # changed that the store lacks, and when the last commit was (None: nothing usable
+    # is committed, the next poll commits)
+    held: Verdict | None = None
+    unsaved: dict[tuple[str, str], RuleRow] = field(default_factory=dict)
+    committed_at: float | None = None
+    held_polls: int = 0  # polls held since the last commit
 
     def __post_init__(self, record: RunRecord | None) -> None:
         self.name = self.name or _default_name(self.key)
@@ -107,9 +122,10 @@ class RunWatcher:
     def _load(self, rec: RunRecord | None) -> None:
         self.source = None
         evaluation, self.cursor = self._restore(rec), None
+        self.held, self.unsaved, self.committed_at, self.held_polls = None, {}, None, 0
         if evaluation is not None:
             assert rec is not None
-            self.cursor = rec.cursor
+            self.cursor, self.committed_at = rec.cursor, rec.updated
         self.session = JudgingSession(
             self.watched.policies,
             live=True,
@@ -138,7 +154,8 @@ class RunWatcher:
 
     # ---- polling ------------------------------------------------------------------------
     def fetch(self) -> Poll:
-        """Source I/O only: open (resuming from the committed cursor) and poll."""
+        """Source I/O only: open (resuming from the cursor the session has read to) and
+        poll."""
         if self.stale:  # a commit failed and the store could not be read back then
             self._load(self.store_record())
             self.stale = False
@@ -150,7 +167,8 @@ class RunWatcher:
         return self.source.poll()
 
     def apply(self, poll: Poll, now: float) -> list[tuple[int, str, dict[str, Any]]]:
-        """Evaluate the poll and commit it; the (alert id, channel, payload) to enqueue."""
+        """Evaluate the poll and commit it (or hold it: poll.checkpoint); the (alert id,
+        channel, payload) to enqueue."""
         assert self.session is not None and self.source is not None
         if self._idle(poll, now):
             self.errors, self.last_success, self.last_error = 0, now, None
@@ -168,31 +186,59 @@ class RunWatcher:
             return []
         run = self.session.run
         assert run is not None
-        verdict.run["points"] = self.points + poll.points  # the run's, across restarts
+        points = self.points + poll.points  # the run's, across restarts
+        verdict.run["points"] = points
         results = list(verdict.results)
         if self._unreadable():
             results.append(source_result(Status.PASS, "the run can be read again"))
         rows = track(self.rules, results, debounce=self.watched.debounce, final=poll.ended, now=now)
         states, alerts = self._decide(results, rows, verdict.run, now)
-        data, text = self.texts.encode(verdict)
-        status = data["status"]  # `verdict.status`, worked out once (63 rules read)
+        status = verdict.status.value  # worked out once (63 rules read)
         if status != "fail" and any(r.status == "error" and _is_source(r) for r in rows):
             status = "error"  # read again, but recovery is not confirmed yet (debounce)
+        self.name = run.name or self.name
+        if self._holds(poll, rows, states, alerts, status, now):
+            self._hold(verdict, rows, status, points)
+            self.errors, self.last_success, self.last_error = 0, now, None
+            return []
+        commit = Held(verdict, rows, status, points, self.source.cursor(), poll.ended, polls=1)
+        ids = self._commit(commit, states, alerts, now)
+        self.alerts.update(states)
+        self.errors, self.last_success, self.last_error = 0, now, None
+        return [(i, ch, p) for i, (ch, p) in zip(ids, alerts, strict=True)]
+
+    def _commit(
+        self,
+        poll: Held,
+        states: dict[tuple[str, str, str], AlertState],
+        alerts: list[tuple[str, dict[str, Any]]],
+        now: float,
+    ) -> list[int]:
+        """Write the poll (and what polls held in memory before it) in one transaction;
+        the outbox ids of `alerts`. A failed commit reloads what the store holds."""
+        assert self.session is not None
+        data, text = self.texts.encode(poll.verdict)
+        keys = self.unsaved
         commit = PollCommit(
             key=self.key,
             target=self.watched.target,
-            cursor=self.source.cursor(),
+            cursor=poll.cursor,
             evaluation=self.session.evaluation,
             fingerprint=self.watched.fingerprint,
             verdict=data,
-            status=status,
-            points=self.points + poll.points,
+            status=poll.status,
+            points=poll.points,
             ended=poll.ended,
             now=now,
-            rules=[r for r in rows if _changed(self.rules.get((r.policy, r.rule)), r)],
+            rules=[
+                r
+                for r in poll.rows
+                if (r.policy, r.rule) in keys or _changed(self.rules.get((r.policy, r.rule)), r)
+            ],
             alert_states={k: a for k, a in states.items() if self.alerts.get(k) != a},
-            alerts=[(ch, p) for ch, p in alerts],
+            alerts=alerts,
             verdict_text=text,
+            polls=self.held_polls + poll.polls,
         )
         try:
             ids = self.store.commit_poll(commit)
@@ -200,11 +246,58 @@ class RunWatcher:
             self._reload()
             raise
         self.cursor, self.verdict, self.status = commit.cursor, commit.verdict, commit.status
-        self.points, self.ended, self.name = commit.points, poll.ended, run.name or self.name
+        self.points, self.ended = commit.points, commit.ended
+        self.rules = {(r.policy, r.rule): r for r in poll.rows}
+        self.held, self.unsaved, self.committed_at, self.held_polls = None, {}, now, 0
+        return ids
+
+    def _holds(
+        self,
+        poll: Poll,
+        rows: list[RuleRow],
+        states: dict[tuple[str, str, str], AlertState],
+        alerts: list[tuple[str, dict[str, Any]]],
+        status: str,
+        now: float,
+    ) -> bool:
+        """Whether this poll may stay in memory (poll.checkpoint): nothing of it is seen
+        outside the verdict's text and the rules' messages, and the last commit is
+        younger than the checkpoint interval."""
+        every, since = self.watched.checkpoint, self.committed_at
+        if every <= 0 or since is None or now - since >= every:
+            return False
+        if poll.ended or poll.reset or alerts or status != self.status:
+            return False
+        if any(self.alerts.get(k) != a for k, a in states.items()):
+            return False
+        return all(_same_standing(self.rules.get((r.policy, r.rule)), r) for r in rows)
+
+    def _hold(self, verdict: Verdict, rows: list[RuleRow], status: str, points: int) -> None:
+        assert self.source is not None
+        for r in rows:
+            key = (r.policy, r.rule)
+            if _changed(self.rules.get(key), r):
+                self.unsaved[key] = r
+        self.cursor, self.held, self.status, self.points = self.source.cursor(), verdict, status, points
+        self.held_polls += 1
         self.rules = {(r.policy, r.rule): r for r in rows}
-        self.alerts.update(states)
-        self.errors, self.last_success, self.last_error = 0, now, None
-        return [(i, ch, p) for i, (ch, p) in zip(ids, alerts, strict=True)]
+
+    def flush(self, now: float) -> bool:
+        """Commit the poll held in memory, if any (a clean stop, a run handed back);
+        whether there was one."""
+        with self.polling:
+            verdict = self.held
+            if verdict is None or self.cursor is None:
+                return False
+            rows = list(self.rules.values())
+            held = Held(verdict, rows, self.status, self.points, self.cursor, False, polls=0)
+            self._commit(held, {}, [], now)
+            return True
+
+    def current_verdict(self) -> dict[str, Any] | None:
+        """The verdict of the last poll, committed or held in memory."""
+        held = self.held
+        return held.to_dict() if held is not None else self.verdict
 
     def _reload(self) -> None:
         """Back to what is committed; when the store cannot be read either (a shared
@@ -220,6 +313,8 @@ class RunWatcher:
             return False
         if self._unreadable():
             return False  # readable again: resolve the error even without new data
+        if self.held is not None and now - (self.committed_at or 0.0) >= self.watched.checkpoint:
+            return False  # a held poll is due to be committed
         repeats = {ch.name: ch.repeat_interval for ch in self.watched.channels}
         return not any(
             a.firing and repeats.get(ch, 0) > 0 and now - a.last_sent >= repeats[ch]
@@ -271,6 +366,7 @@ class RunWatcher:
         states, alerts = self._decide([result], [row], run, now)
         ids = self.store.commit_unreadable(self.key, self.watched.target, now, row, states, alerts)
         self.rules[SOURCE_KEY] = row
+        self.unsaved.pop(SOURCE_KEY, None)
         self.alerts.update(states)
         self.status = "error"
         return [(i, ch, p) for i, (ch, p) in zip(ids, alerts, strict=True)]
@@ -306,6 +402,29 @@ class RunWatcher:
             "last_success": self.last_success,
             "hung": self.in_flight is not None and not self.in_flight.done(),
         }
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a poll makes of the run that its commit writes."""
+
+    verdict: Verdict
+    rows: list[RuleRow]
+    status: str
+    points: int
+    cursor: dict[str, Any]
+    ended: bool
+    polls: int  # 1 for a poll, 0 for a flush (its polls were counted as they were held)
+
+
+def _same_standing(old: RuleRow | None, row: RuleRow) -> bool:
+    """Whether `row` says what `old` says but for its message: the same confirmed and
+    candidate status, since the same time, at the same severity."""
+    return old is row or (
+        old is not None
+        and (old.status, old.since, old.severity) == (row.status, row.since, row.severity)
+        and (old.candidate, old.candidate_count) == (row.candidate, row.candidate_count)
+    )
 
 
 def _changed(old: RuleRow | None, row: RuleRow) -> bool:
