@@ -278,8 +278,8 @@ class RunWatcher:
             key = (r.policy, r.rule)
             if _changed(self.rules.get(key), r):
                 self.unsaved[key] = r
-        self.cursor, self.held, self.status, self.points = self.source.cursor(), verdict, status, points
-        self.held_polls += 1
+        self.cursor, self.held, self.held_polls = self.source.cursor(), verdict, self.held_polls + 1
+        self.status, self.points = status, points
         self.rules = {(r.policy, r.rule): r for r in rows}
 
     def flush(self, now: float) -> bool:
