@@ -117,10 +117,17 @@ def setup(
 
 
 def config(
-    tmp: str, name: str, interval: float, workers: int, policies: list[str], state: str | None
+    tmp: str,
+    name: str,
+    interval: float,
+    workers: int,
+    policies: list[str],
+    state: str | None,
+    poll: dict[str, object] | None = None,
 ) -> tuple[int, str]:
     """A config file tmp/NAME.yaml for one daemon watching tmp/runs/*.jsonl on a free
-    port: (port, its path). Replicas on one shared store each have one."""
+    port: (port, its path). Replicas on one shared store each have one. `poll`: more
+    `poll:` settings (bench_fleet's `checkpoint`)."""
     port = free_port()
     cfg = {
         "state": state or os.path.join(tmp, "state.db"),
@@ -131,6 +138,7 @@ def config(
             "timeout": 20,
             "discovery_interval": 10,
             "workers": workers,
+            **(poll or {}),
         },
         "targets": [{"glob": os.path.join(tmp, "runs", "*.jsonl"), "policies": policies}],
     }

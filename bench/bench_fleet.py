@@ -8,17 +8,20 @@
 
 Per daemon: CPU (share of one core) and peak RSS; per phase: polls/s committed (the
 store's `runs.polls`, summed) against the polls/s needed (runs / interval), CPU per
-committed poll, and the ingest lag (steps written minus steps committed, per run: p95
-and max at the end; "bounded" when the max at the end is no worse than in the first
-half: a run the scheduler does not reach falls behind a step a second while the p95 may
-stay flat). The writer (a thread of this process appending one row to every run each
-second, bench_daemon.Writer) costs CPU of its own: this process's share is printed
-beside each figure, and on PostgreSQL the server's (postmaster and its children). The
-1-minute load average is printed beside every figure: other jobs on the machine take
-cores from the daemon.
+committed poll, and the ingest lag (steps written minus steps read, per run: p95 and
+max at the end; "bounded" when the max at the end is no worse than in the first half: a
+run the scheduler does not reach falls behind a step a second while the p95 may stay
+flat). Steps read are the store's, or with --checkpoints above 0 the daemons' /api/runs
+(the store lags by up to a checkpoint; a phase per value, side by side). The writer (a
+thread of this process appending one row to every run each second,
+bench_daemon.Writer) costs CPU of its own: this process's share is printed beside each
+figure, and on PostgreSQL the server's (postmaster and its children). The 1-minute load
+average is printed beside every figure: other jobs on the machine take cores from the
+daemon.
 
 Usage: python bench/bench_fleet.py [--runs 1000,3000,10000] [--replicas 3]
        [--replica-runs 3000] [--seconds 60] [--interval 10] [--lengths 1000,10000,100000]
+       [--checkpoints 0,60]
        [--quick]   (one small scale phase, 2 replicas, short lengths: < 60 s)
 """
 
@@ -36,6 +39,8 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+import httpx
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -55,7 +60,7 @@ def load() -> str:
 
 
 # ---- what a phase reads -------------------------------------------------------------------
-def committed(url: str) -> Callable[[], tuple[list[int], int]]:
+def committed(url: str) -> Callable[[], tuple[list[int], int | None]]:
     """A reader of the store's (points per run, polls committed in all): what the daemons
     have committed, whichever replica did it."""
     if url.startswith("postgresql://"):
@@ -81,6 +86,34 @@ def committed(url: str) -> Callable[[], tuple[list[int], int]]:
         return [int(p) for p, _ in rows], sum(int(n) for _, n in rows)
 
     return lite
+
+
+def served(ports: list[int]) -> Callable[[], tuple[list[int], int | None]]:
+    """With poll.checkpoint > 0 the store lags by up to a checkpoint: a reader of the
+    points the daemons have judged, committed or held in memory (each daemon's /api/runs;
+    a run shown by two replicas at a handover counts once, its larger figure). Its polls
+    are read only at the window's ends (`judged_polls`): a /metrics scrape at 1,000 runs
+    costs the daemon more CPU than a sample every 5 s should."""
+
+    def api() -> tuple[list[int], int | None]:
+        points: dict[str, int] = {}
+        for port in ports:
+            base = f"http://127.0.0.1:{port}"
+            for r in httpx.get(f"{base}/api/runs", timeout=30).json()["runs"]:
+                points[r["key"]] = max(points.get(r["key"], 0), int(r["points"]))
+        return list(points.values()), None
+
+    return api
+
+
+def judged_polls(ports: list[int]) -> int:
+    """The polls the daemons judged, committed or held: `gatekeeper_polls_total{outcome="ok"}`."""
+    polls = 0
+    for port in ports:
+        for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text.splitlines():
+            if line.startswith('gatekeeper_polls_total{outcome="ok"}'):
+                polls += int(float(line.split()[-1]))
+    return polls
 
 
 def server_pids(url: str) -> list[int]:
@@ -115,6 +148,7 @@ class Phase:
     runs: int
     state: str  # the store URL (a SQLite path or postgresql://)
     replicas: int = 1
+    checkpoint: float = 0.0  # poll.checkpoint of its daemons
     daemons: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
 
@@ -130,7 +164,13 @@ def running(phase: Phase, tmp: str, args: argparse.Namespace) -> Iterator[bd.Wri
     try:
         for i in range(phase.replicas):
             port, cfg = bd.config(
-                tmp, f"replica{i}", args.interval, args.workers, POLICIES, phase.state
+                tmp,
+                f"replica{i}",
+                args.interval,
+                args.workers,
+                POLICIES,
+                phase.state,
+                {"checkpoint": phase.checkpoint},
             )
             log = os.path.join(tmp, f"replica{i}.log")
             phase.daemons.append(bd.spawn(cfg, log, {"GATEKEEPER_REPLICA": f"bench-{i}"}))
@@ -158,12 +198,17 @@ def running(phase: Phase, tmp: str, args: argparse.Namespace) -> Iterator[bd.Wri
 
 def measure(phase: Phase, writer: bd.Writer, args: argparse.Namespace) -> dict[str, object]:
     """Warm up, then sample every 5 s for --seconds: the phase's figures."""
-    read = committed(phase.state)
+    read = served(phase.ports) if phase.checkpoint else committed(phase.state)
+
+    def polls_now() -> int:
+        n = read()[1]
+        return judged_polls(phase.ports) if n is None else n
+
     server = server_pids(phase.state) if phase.state.startswith("postgresql://") else []
     pids = [d.pid for d in phase.daemons]
     time.sleep(args.warmup)
+    polls0 = polls_now()  # before the CPU's start: a scrape is not the daemon's polling
     cpu0, own0, srv0 = [bd.cpu_seconds(p) for p in pids], time.process_time(), cpu_of(server)
-    _, polls0 = read()
     t0 = time.monotonic()
     rss = [0.0] * len(pids)
     lags: list[float] = []
@@ -182,17 +227,16 @@ def measure(phase: Phase, writer: bd.Writer, args: argparse.Namespace) -> dict[s
         dt = time.monotonic() - t0
         loads.append(os.getloadavg()[0])
         cpus = [(bd.cpu_seconds(p) - c) / dt for p, c in zip(pids, cpu0, strict=True)]
+        rate = "   —  " if polls is None else f"{(polls - polls0) / dt:6.1f}"
         print(
-            f"    t={dt:4.0f}s polls/s {(polls - polls0) / dt:6.1f} of "
-            f"{phase.runs / args.interval:.0f} | cpu "
+            f"    t={dt:4.0f}s polls/s {rate} of {phase.runs / args.interval:.0f} | cpu "
             + " ".join(f"{c:.2f}" for c in cpus)
             + f" | lag p95 {lags[-1]:.0f} max {behind[-1]:.0f} steps | {load()}",
             flush=True,
         )
     dt = time.monotonic() - t0
     cpus = [(bd.cpu_seconds(p) - c) / dt for p, c in zip(pids, cpu0, strict=True)]
-    _, polls = read()
-    rate = (polls - polls0) / dt
+    rate = (polls_now() - polls0) / dt
     # bounded: the worst run's lag at the end is no worse than in the first half (a run
     # the scheduler never reaches grows by a step a second while p95 may stay flat)
     half = maxes[: max(1, len(maxes) // 2)]
@@ -200,6 +244,7 @@ def measure(phase: Phase, writer: bd.Writer, args: argparse.Namespace) -> dict[s
         "phase": phase.label,
         "runs": phase.runs,
         "replicas": phase.replicas,
+        "checkpoint": phase.checkpoint,
         "cpu": cpus,
         "rss_mb": rss,
         "polls_per_s": rate,
@@ -219,7 +264,8 @@ def report(r: dict[str, object]) -> None:
     assert isinstance(cpus, list) and isinstance(rss, list)
     server = r["server_cpu"]
     print(
-        f"  {r['phase']}: {r['runs']} runs, {r['replicas']} daemon(s): polls/s "
+        f"  {r['phase']}: {r['runs']} runs, {r['replicas']} daemon(s), checkpoint "
+        f"{r['checkpoint']:g}s: polls/s "
         f"{r['polls_per_s']:.0f} of {r['needed_per_s']:.0f} needed, "
         f"{r['ms_per_poll']:.2f} ms daemon CPU per poll | cpu per daemon "
         + ", ".join(f"{c:.2f}" for c in cpus)
@@ -238,7 +284,10 @@ def phase_run(phase: Phase, args: argparse.Namespace) -> dict[str, object]:
     tmp = tempfile.mkdtemp(prefix="gk-bench-fleet-")
     if not phase.state.startswith("postgresql://"):
         phase.state = os.path.join(tmp, "state.db")
-    print(f"  {phase.label}: {phase.runs} runs, {phase.replicas} daemon(s) ... ({load()})")
+    print(
+        f"  {phase.label}: {phase.runs} runs, {phase.replicas} daemon(s), checkpoint "
+        f"{phase.checkpoint:g}s ... ({load()})"
+    )
     try:
         with running(phase, tmp, args) as writer:
             result = measure(phase, writer, args)
@@ -254,10 +303,12 @@ def replica_phases(args: argparse.Namespace) -> list[dict[str, object]]:
     out = []
     with pgcluster.cluster("max_connections=200") as server:
         for n in args.replica_counts:
-            db = f"fleet{n}"
-            with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
-                conn.execute(f"CREATE DATABASE {db}")
-            out.append(phase_run(Phase("replicas", args.replica_runs, f"{server}/{db}", n), args))
+            for every in args.checkpoints:
+                db = f"fleet{n}_{int(every)}"
+                with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+                    conn.execute(f"CREATE DATABASE {db}")
+                phase = Phase("replicas", args.replica_runs, f"{server}/{db}", n, every)
+                out.append(phase_run(phase, args))
     return out
 
 
@@ -292,6 +343,12 @@ def main() -> None:
     ap.add_argument("--lengths", default="1000,10000,100000")
     ap.add_argument("--polls", type=int, default=30)
     ap.add_argument("--skip", default="", help="phases to skip: scale,replicas,length")
+    ap.add_argument(
+        "--checkpoints",
+        default="0",
+        help="poll.checkpoint values, seconds: each scale and replica phase runs once per "
+        "value, side by side (e.g. 0,60)",
+    )
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     args.replica_counts = list(range(1, args.replicas + 1))
@@ -300,6 +357,7 @@ def main() -> None:
         args.seconds, args.interval, args.lengths, args.polls = 8, 4, "1000,10000", 5
     args.warmup = 2 * args.interval + 5 if not args.quick else args.interval + 3
     args.lengths = [int(x) for x in args.lengths.split(",")]
+    args.checkpoints = [float(x) for x in args.checkpoints.split(",")]
     skip = set(args.skip.split(","))
     started = time.monotonic()
     print(
@@ -310,7 +368,8 @@ def main() -> None:
     if "scale" not in skip:
         print("scale: one daemon, SQLite state")
         for n in (int(x) for x in args.runs.split(",")):
-            phase_run(Phase("scale", n, "sqlite"), args)
+            for every in args.checkpoints:
+                phase_run(Phase("scale", n, "sqlite", checkpoint=every), args)
     if "replicas" not in skip:
         print(f"replicas: {args.replica_runs} runs on one PostgreSQL state")
         replica_phases(args)

@@ -68,7 +68,8 @@ class PollSettings(_Model):
     lease: Annotated[float, BeforeValidator(seconds), Field(ge=1, le=3600)] = 30.0
     # How long a run's judging state may stay in memory, ahead of the store, while its
     # polls change nothing an operator or a channel sees (no rule's status, no alert):
-    # such polls are committed together, at most this long apart (0: every poll is
+    # such polls are committed together, at most this long apart (each run's period is
+    # half to all of it, so runs started together spread their commits; 0: every poll is
     # committed). A crash or kill -9 then re-reads at most this much of the run from the
     # source; a status change, an alert, an ended run and a clean stop commit at once.
     checkpoint: Annotated[float, BeforeValidator(seconds), Field(ge=0, le=3600)] = 0.0

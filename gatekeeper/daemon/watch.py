@@ -10,8 +10,8 @@ store cannot be read either).
 
 With `poll.checkpoint` > 0 a poll that changes nothing seen outside (no rule's status,
 severity or debounce count, no alert, not the run's status) stays in memory, ahead of
-the store, until the next poll that does, `checkpoint` seconds after the last commit,
-or `flush` (a clean stop, a run handed back). Lost in a crash, such polls are read again
+the store, until the next poll that does, its period after the last commit (half to all
+of `checkpoint`, by the run's key), or `flush` (a clean stop, a run handed back). Lost in a crash, such polls are read again
 from the committed cursor: the source still holds their points.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import InitVar, dataclass, field
@@ -263,7 +264,7 @@ class RunWatcher:
         """Whether this poll may stay in memory (poll.checkpoint): nothing of it is seen
         outside the verdict's text and the rules' messages, and the last commit is
         younger than the checkpoint interval."""
-        every, since = self.watched.checkpoint, self.committed_at
+        every, since = self._every(), self.committed_at
         if every <= 0 or since is None or now - since >= every:
             return False
         if poll.ended or poll.reset or alerts or status != self.status:
@@ -271,6 +272,12 @@ class RunWatcher:
         if any(self.alerts.get(k) != a for k, a in states.items()):
             return False
         return all(_same_standing(self.rules.get((r.policy, r.rule)), r) for r in rows)
+
+    def _every(self) -> float:
+        """This run's checkpoint period: between half and all of poll.checkpoint, by its
+        key, so that runs started together (a daemon's start, a takeover) do not all
+        commit together every period."""
+        return self.watched.checkpoint * (0.5 + (zlib.crc32(self.key.encode()) % 1024) / 2048)
 
     def _hold(self, verdict: Verdict, rows: list[RuleRow], status: str, points: int) -> None:
         assert self.source is not None
@@ -313,7 +320,7 @@ class RunWatcher:
             return False
         if self._unreadable():
             return False  # readable again: resolve the error even without new data
-        if self.held is not None and now - (self.committed_at or 0.0) >= self.watched.checkpoint:
+        if self.held is not None and now - (self.committed_at or 0.0) >= self._every():
             return False  # a held poll is due to be committed
         repeats = {ch.name: ch.repeat_interval for ch in self.watched.channels}
         return not any(

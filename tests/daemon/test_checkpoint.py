@@ -27,8 +27,18 @@ from gatekeeper.policy.loader import load_policies
 from gatekeeper.sources import open_live_source
 from tests.daemon.harness import DaemonProcess, write_config, writer
 from tests.daemon.recorder import Recorder
+from tests.daemon.replica_scenario import api_runs
 from tests.daemon.test_bounded_state import CONFIG, SHIPPED, _append, _check, _results, _sidecar
+from tests.daemon.test_replicas import (
+    STALL_LEASE,
+    append,
+    once_each,
+    resume_and_stop,
+    stored,
+    two_replicas,
+)
 from tests.daemon.test_serve import firing_lines
+from tests.helpers import wait_until
 
 HOOK = ChannelRule("hook", frozenset({"fail", "error"}), 0.0)
 
@@ -67,7 +77,7 @@ def test_steady_polls_are_held_until_the_checkpoint_and_the_api_shows_them(
     tmp_path: Path,
 ) -> None:
     path, db = _run(tmp_path, "r"), tmp_path / "state.db"
-    w = _watcher(db, path, checkpoint=30)
+    w = _watcher(db, path, checkpoint=60)  # this run's period: 30-60 s, by its key
     w.apply(w.fetch(), 0.0)  # a run's first poll is committed
     first = _row(db)
     assert (first["points"], first["polls"]) == (250, 1)
@@ -79,7 +89,7 @@ def test_steady_polls_are_held_until_the_checkpoint_and_the_api_shows_them(
         assert w.current_verdict()["run"]["points"] == 250 + 50 * i  # the API's view
         assert w.summary()["points"] == 250 + 50 * i
     _append(path, 70, 80)
-    w.apply(w.fetch(), 30.0)  # 30 s after the last commit
+    w.apply(w.fetch(), 60.0)  # a whole checkpoint after the last commit
     row = _row(db)
     assert w.held is None and (row["points"], row["polls"]) == (400, 4)
     assert row["cursor"] == w.cursor
@@ -230,3 +240,41 @@ def test_kill9_with_polls_held_loses_no_point_and_sends_no_alert_twice(tmp_path:
             kid.kill()
         assert daemon.stop() == 0
         hook.close()
+
+
+def test_a_replica_hands_back_its_runs_with_their_held_polls_committed(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """rep-0 alone holds 24 runs with polls held in memory (an hour's checkpoint); when
+    rep-1 joins, rep-0 hands half back and commits their held polls first, so rep-1
+    resumes where rep-0 had read to and reads no point again."""
+    hook = Recorder()
+    runs, fleet = two_replicas(tmp_path, pg_url, hook, 24)
+    for replica in fleet:
+        config = json.loads(replica.config.read_text())
+        config["poll"]["checkpoint"] = 3600
+        replica.config.write_text(json.dumps(config))
+    first, second = fleet
+    try:
+        first.start()
+        assert wait_until(lambda: {r["points"] for r in api_runs(first)} == {2}, 30)
+        for step in (1, 2):
+            for path in runs:
+                append(path, step)
+        assert wait_until(lambda: {r["points"] for r in api_runs(first)} == {6}, 30)
+        assert {p for p, _ in stored(pg_url).values()} == {2}  # held by rep-0, not stored
+        second.start()
+        found: dict[str, list[str]] = {}
+        both = {"rep-0", "rep-1"}
+        shared = lambda: (  # noqa: E731
+            once_each(fleet, found, 24) and {n for v in found.values() for n in v} == both
+        )
+        assert wait_until(shared, 6 * STALL_LEASE), found
+        theirs = [n for n, names in found.items() if names == ["rep-1"]]
+        assert "committing its held poll failed" not in first.log.read_text()
+        assert second.metric("gatekeeper_points_ingested_total") == 0  # nothing read again
+        assert all(stored(pg_url)[n][0] == 6 for n in theirs), stored(pg_url)
+        assert {r["points"] for r in api_runs(second)} == {6}
+    finally:
+        resume_and_stop(fleet, hook)
+    assert {p for p, _ in stored(pg_url).values()} == {6}  # rep-0's stop committed the rest
