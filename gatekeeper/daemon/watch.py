@@ -11,8 +11,9 @@ store cannot be read either).
 With `poll.checkpoint` > 0 a poll that changes nothing seen outside (no rule's status,
 severity or debounce count, no alert, not the run's status) stays in memory, ahead of
 the store, until the next poll that does, its period after the last commit (half to all
-of `checkpoint`, by the run's key), or `flush` (a clean stop, a run handed back). Lost in a crash, such polls are read again
-from the committed cursor: the source still holds their points.
+of `checkpoint`, by the run's key), or `flush` (a clean stop, a run handed back). Lost in
+a crash, such polls are read again from the committed cursor: the source still holds
+their points.
 """
 
 from __future__ import annotations
