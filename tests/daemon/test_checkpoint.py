@@ -12,7 +12,6 @@ ends where committing every poll ends; the API shows the poll held in memory.
 from __future__ import annotations
 
 import json
-import random
 import sqlite3
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from tests.daemon.test_replicas import (
     stored,
     two_replicas,
 )
-from tests.daemon.test_serve import firing_lines
+from tests.daemon.test_serve import kill9_at_random_moments
 from tests.helpers import wait_until
 
 HOOK = ChannelRule("hook", frozenset({"fail", "error"}), 0.0)
@@ -198,48 +197,10 @@ def test_a_clean_stop_commits_what_the_polls_held(tmp_path: Path) -> None:
 
 
 def test_kill9_with_polls_held_loses_no_point_and_sends_no_alert_twice(tmp_path: Path) -> None:
-    """test_serve's kill -9 at random moments, with every steady poll held (checkpoint
-    of an hour): each life re-reads what the last one held."""
-    hook = Recorder()
-    config = write_config(
-        tmp_path,
-        [{"name": "hook", "kind": "webhook", "url": hook.url, "group_wait": 0.2}],
-        interval=0.1,
-        jitter=0,
-        checkpoint=3600,
-    )
-    daemon = DaemonProcess(config).start()
-    runs = tmp_path / "runs"
-    kids = [
-        writer(runs / f"r{i}.jsonl", "--steps", "60", "--period", "0.1",
-               "--bad-at", str(10 + 12 * i), "--end")
-        for i in range(3)
-    ]
-    rng = random.Random(28)
-    try:
-        for _ in range(5):
-            time.sleep(rng.uniform(0.4, 1.2))
-            daemon.kill9()
-            daemon.start()
-        for kid in kids:
-            kid.wait(30)
-        assert daemon.wait(lambda: all(daemon.run(f"r{i}")["ended"] for i in range(3)), 30), (
-            daemon.tail()
-        )
-        for i in range(3):
-            run = daemon.run(f"r{i}")
-            assert run["points"] == 120, run  # every point read exactly once across 6 lives
-            assert _committed_points(tmp_path, f"r{i}") == 120  # an ended run is committed
-            kl = next(r for r in run["verdict"]["results"] if r["rule"] == "kl-small")
-            assert (run["status"], kl["step"]) == ("fail", 10 + 12 * i)
-        assert hook.wait(lambda: len(firing_lines(hook.bodies)) == 3)
-        time.sleep(1.0)
-        assert firing_lines(hook.bodies) == {(f"r{i}", "kl-small", "firing"): 1 for i in range(3)}
-    finally:
-        for kid in kids:
-            kid.kill()
-        assert daemon.stop() == 0
-        hook.close()
+    """test_serve's kill -9 at random moments, with every steady poll held (a checkpoint
+    of an hour): each life re-reads what the last one held; an ended run is committed."""
+    kill9_at_random_moments(tmp_path, seed=28, checkpoint=3600)
+    assert [_committed_points(tmp_path, f"r{i}") for i in range(3)] == [120, 120, 120]
 
 
 def test_a_replica_hands_back_its_runs_with_their_held_polls_committed(

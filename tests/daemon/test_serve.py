@@ -87,15 +87,24 @@ def test_live_runs_are_judged_and_alerted_once_grouped_on_every_channel(tmp_path
 def test_kill9_at_random_moments_loses_no_point_no_verdict_and_sends_no_alert_twice(
     tmp_path: Path,
 ) -> None:
+    kill9_at_random_moments(tmp_path, seed=6)
+
+
+def kill9_at_random_moments(tmp: Path, seed: int, **poll: object) -> None:
+    """Three runs written by child processes, each going bad at its own step, and the
+    daemon killed with -9 five times at random moments: every point read once across
+    its six lives, each run failed at its bad step, each alert sent once. `poll`: more
+    poll settings (test_checkpoint's `checkpoint`)."""
     hook = Recorder()
     config = write_config(
-        tmp_path,
+        tmp,
         [{"name": "hook", "kind": "webhook", "url": hook.url, "group_wait": 0.2}],
         interval=0.1,
         jitter=0,
+        **poll,
     )
     daemon = DaemonProcess(config).start()
-    runs = tmp_path / "runs"
+    runs = tmp / "runs"
     kids = [
         writer(
             runs / f"r{i}.jsonl",
@@ -109,7 +118,7 @@ def test_kill9_at_random_moments_loses_no_point_no_verdict_and_sends_no_alert_tw
         )
         for i in range(3)
     ]
-    rng = random.Random(6)
+    rng = random.Random(seed)
     try:
         for _ in range(5):
             time.sleep(rng.uniform(0.4, 1.2))
