@@ -87,6 +87,7 @@ class RunView:
     rules: Sequence[RuleLike]
     ended: bool = False  # ended runs are not polled: no last-poll time to go stale
     metrics: tuple[MetricView, ...] = ()
+    held: int = 0  # polls judged and held in memory, not committed yet (poll.checkpoint)
 
 
 def rule_code(severity: str, status: str) -> int:
@@ -125,6 +126,9 @@ _FAMILIES = {  # name -> help; every one a gauge
     ),
     "gatekeeper_rule_status_code": f"(Debounced) status of a rule on a watched run: {_CODES_HELP}",
     "gatekeeper_runs": "Watched runs by gate status",
+    "gatekeeper_polls_held": (
+        "Polls judged and held in memory, not committed yet (poll.checkpoint), all runs"
+    ),
     "gatekeeper_last_successful_poll_timestamp_seconds": (
         "Unix time of the last successful poll of a run still being watched"
     ),
@@ -153,9 +157,12 @@ class StateExposition:
         """The families (only `names` when given, as `/metrics?name[]=...`)."""
         lines: dict[str, list[str]] = {name: [] for name in _FAMILIES}
         counts = {s.value: 0 for s in GateStatus}
+        held = 0
         for run in self.snapshot():
             counts[run.status] = counts.get(run.status, 0) + 1
+            held += run.held
             self._run(run, _label(run.name), lines)
+        lines["gatekeeper_polls_held"] = [f"gatekeeper_polls_held {floatToGoString(held)}\n"]
         lines["gatekeeper_runs"] = [
             f'gatekeeper_runs{{status="{_label(s)}"}} {floatToGoString(n)}\n'
             for s, n in counts.items()

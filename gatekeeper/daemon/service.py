@@ -215,6 +215,7 @@ class Daemon:
                 ended=w.ended,
                 rules=tuple(w.rules.values()),  # RuleRows: policy, rule, severity, status
                 metrics=tuple(MetricView(m, step, value) for m, step, value in w.latest()),
+                held=w.held_polls,
             )
             for w in watchers
         ]
@@ -381,7 +382,7 @@ def _ended_row(e: dict[str, Any]) -> dict[str, Any]:
     """A run that ended, as `RunWatcher.summary` shows one, from `Leases.ended`."""
     return {**e, "name": e["name"] or _default_name(e["key"]),
             "status": e["status"] or "pending", "ended": True, "errors": 0,
-            "last_error": None, "hung": False, "replica": None}  # fmt: skip
+            "last_error": None, "hung": False, "replica": None, "held_polls": 0}  # fmt: skip
 
 
 def _rules(rows: Iterable[RuleRow]) -> list[dict[str, Any]]:

@@ -405,6 +405,7 @@ class RunWatcher:
             "status": self.status,
             "ended": self.ended,
             "points": self.points,
+            "held_polls": self.held_polls,  # judged, not committed yet (poll.checkpoint)
             "errors": self.errors,
             "last_error": self.last_error,
             "last_success": self.last_success,

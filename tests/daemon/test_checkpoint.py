@@ -184,8 +184,9 @@ def test_a_clean_stop_commits_what_the_polls_held(tmp_path: Path) -> None:
     kid = writer(tmp_path / "runs" / "r.jsonl", "--steps", "400", "--period", "0.02")
     try:
         assert daemon.wait(lambda: (daemon.run("r") or {}).get("points", 0) >= 100), daemon.tail()
-        shown = daemon.run("r")["points"]
-        assert _committed_points(tmp_path, "r") < shown  # held in memory, ahead of the store
+        run = daemon.run("r")
+        assert _committed_points(tmp_path, "r") < run["points"]  # held, ahead of the store
+        assert run["held_polls"] > 0 and daemon.metric("gatekeeper_polls_held") > 0
     finally:
         kid.kill()
         kid.wait()
