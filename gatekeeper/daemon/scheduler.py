@@ -36,6 +36,7 @@ log = logging.getLogger("gatekeeper.daemon")
 DISCOVERY_JOB = "__discovery__"
 LEASE_JOB = "__leases__"
 CONTROL = "control"  # the executor of discovery and the lease cycle
+FLUSH_SECONDS = 15.0  # a stop's commits of held polls (poll.checkpoint), at most
 Offer = Callable[[int, str, dict[str, Any]], None]
 
 
@@ -115,12 +116,23 @@ class PollScheduler:
         self._flush_all()
 
     def _flush_all(self) -> None:
-        """Commit the polls held in memory (poll.checkpoint) before the leases go back."""
+        """Commit the polls held in memory (poll.checkpoint) before the leases go back,
+        for at most FLUSH_SECONDS (inside a pod's 30 s grace period): the runs left are
+        read again from their committed cursor by whoever polls them next."""
         held = [w for w in self.snapshot() if w.held is not None]
         if not held:
             return
         log.info("committing the polls %d runs hold in memory", len(held))
-        for watcher in held:
+        until = time.monotonic() + FLUSH_SECONDS
+        for i, watcher in enumerate(held):
+            if time.monotonic() > until:
+                log.warning(
+                    "stopping: %d runs' held polls not committed within %gs: they are read "
+                    "again from their committed cursor",
+                    len(held) - i,
+                    FLUSH_SECONDS,
+                )
+                return
             self._flush(watcher)
 
     def _flush(self, watcher: RunWatcher) -> None:

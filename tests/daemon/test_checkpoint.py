@@ -12,6 +12,7 @@ ends where committing every poll ends; the API shows the poll held in memory.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -19,7 +20,9 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.daemon.service import fingerprint
+from gatekeeper.daemon import scheduler
+from gatekeeper.daemon.config import load_config
+from gatekeeper.daemon.service import Daemon, fingerprint
 from gatekeeper.daemon.state import StateStore
 from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched
 from gatekeeper.policy.loader import load_policies
@@ -27,6 +30,7 @@ from gatekeeper.sources import open_live_source
 from tests.daemon.harness import DaemonProcess, write_config, writer
 from tests.daemon.recorder import Recorder
 from tests.daemon.replica_scenario import api_runs
+from tests.daemon.sources import open_test_source
 from tests.daemon.test_bounded_state import CONFIG, SHIPPED, _append, _check, _results, _sidecar
 from tests.daemon.test_replicas import (
     STALL_LEASE,
@@ -240,3 +244,53 @@ def test_a_replica_hands_back_its_runs_with_their_held_polls_committed(
     finally:
         resume_and_stop(fleet, hook)
     assert {p for p, _ in stored(pg_url).values()} == {6}  # rep-0's stop committed the rest
+
+
+def _steps(path: Path, start: int, stop: int) -> None:
+    """Rows of the harness's kl policy's two metrics (2 points a step)."""
+    with open(path, "a") as fh:
+        for step in range(start, stop):
+            fh.write(json.dumps({"train/step": step, "train/ppo_kl": 0.001, "train/loss": 1.0}))
+            fh.write("\n")
+
+
+def test_a_stop_spends_at_most_its_budget_on_held_polls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An in-process daemon whose runs hold polls, each commit slowed to 0.3 s: the stop
+    commits what fits in its budget (0.5 s here, 15 s in serve), says how many it left,
+    and those runs are read again from their committed cursor after a restart."""
+    config = load_config(str(write_config(tmp_path, interval=0.1, jitter=0, checkpoint=3600)))
+    runs = [tmp_path / "runs" / f"r{i}.jsonl" for i in range(4)]
+    for path in runs:
+        _steps(path, 0, 3)
+    daemon = Daemon(config, open_test_source)
+    daemon.start()
+    try:
+        watchers = lambda: daemon.scheduler.snapshot()  # noqa: E731
+        assert wait_until(lambda: len(watchers()) == 4 and all(w.points == 6 for w in watchers()))
+        for path in runs:
+            _steps(path, 3, 5)
+        assert wait_until(lambda: all(w.held_polls > 0 and w.points == 10 for w in watchers()))
+    finally:
+        monkeypatch.setattr(scheduler, "FLUSH_SECONDS", 0.5)
+        slow = StateStore.commit_poll
+        monkeypatch.setattr(
+            StateStore, "commit_poll", lambda self, c: (time.sleep(0.3), slow(self, c))[1]
+        )
+        with caplog.at_level(logging.INFO, logger="gatekeeper.daemon"):
+            daemon.stop()
+    assert "committing the polls 4 runs hold in memory" in caplog.text
+    assert "2 runs' held polls not committed within 0.5s" in caplog.text
+    db = tmp_path / "state" / "gatekeeper.db"
+    with sqlite3.connect(db) as conn:
+        points = sorted(p for (p,) in conn.execute("SELECT points FROM runs"))
+    assert points == [6, 6, 10, 10]  # two committed in the budget, two left as committed
+    monkeypatch.undo()
+    again = Daemon(load_config(str(tmp_path / "gatekeeper.yaml")), open_test_source)
+    again.start()
+    try:  # the two left are read again from their committed cursor: nothing lost
+        found = lambda: again.scheduler.snapshot()  # noqa: E731
+        assert wait_until(lambda: len(found()) == 4 and all(w.points == 10 for w in found()))
+    finally:
+        again.stop()
