@@ -104,6 +104,15 @@ def load_targets(
             checkpoint=config.poll.checkpoint,
             open_source=open_source,
         )
+        if 0 < watched.checkpoint < 2 * watched.interval:
+            log.warning(
+                "target %s: poll.checkpoint (%gs) is under twice its poll interval (%gs): a "
+                "run's period is half to all of the checkpoint, so runs whose period is "
+                "shorter than the interval have every poll committed",
+                watched.target,
+                watched.checkpoint,
+                watched.interval,
+            )
         out.append((watched, lister(t)))
     return out
 

@@ -22,7 +22,7 @@ import pytest
 
 from gatekeeper.daemon import scheduler
 from gatekeeper.daemon.config import load_config
-from gatekeeper.daemon.service import Daemon, fingerprint
+from gatekeeper.daemon.service import Daemon, fingerprint, load_targets
 from gatekeeper.daemon.state import StateStore
 from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched
 from gatekeeper.policy.loader import load_policies
@@ -294,3 +294,17 @@ def test_a_stop_spends_at_most_its_budget_on_held_polls(
         assert wait_until(lambda: len(found()) == 4 and all(w.points == 10 for w in found()))
     finally:
         again.stop()
+
+
+def test_a_checkpoint_under_twice_the_interval_is_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    short = load_config(str(write_config(tmp_path, interval=30, checkpoint="45s")))
+    with caplog.at_level(logging.WARNING, logger="gatekeeper.daemon"):
+        load_targets(short, open_test_source)
+    assert "poll.checkpoint (45s) is under twice its poll interval (30s)" in caplog.text
+    caplog.clear()
+    fine = load_config(str(write_config(tmp_path, interval=30, checkpoint="1m")))
+    with caplog.at_level(logging.WARNING, logger="gatekeeper.daemon"):
+        load_targets(fine, open_test_source)
+    assert "poll.checkpoint" not in caplog.text
