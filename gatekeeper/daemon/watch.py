@@ -195,16 +195,19 @@ class RunWatcher:
             results.append(source_result(Status.PASS, "the run can be read again"))
         rows = track(self.rules, results, debounce=self.watched.debounce, final=poll.ended, now=now)
         states, alerts = self._decide(results, rows, verdict.run, now)
-        status = verdict.status.value  # worked out once (63 rules read)
+        # the status is worked out once (63 rules read): by the encoding, when every poll
+        # is committed
+        encoded = None if self.watched.checkpoint > 0 else self.texts.encode(verdict)
+        status = verdict.status.value if encoded is None else encoded[0]["status"]
         if status != "fail" and any(r.status == "error" and _is_source(r) for r in rows):
             status = "error"  # read again, but recovery is not confirmed yet (debounce)
         self.name = run.name or self.name
-        if self._holds(poll, rows, states, alerts, status, now):
+        if encoded is None and self._holds(poll, rows, states, alerts, status, now):
             self._hold(verdict, rows, status, points)
             self.errors, self.last_success, self.last_error = 0, now, None
             return []
         commit = Held(verdict, rows, status, points, self.source.cursor(), poll.ended, polls=1)
-        ids = self._commit(commit, states, alerts, now)
+        ids = self._commit(commit, states, alerts, now, encoded)
         self.alerts.update(states)
         self.errors, self.last_success, self.last_error = 0, now, None
         return [(i, ch, p) for i, (ch, p) in zip(ids, alerts, strict=True)]
@@ -215,11 +218,13 @@ class RunWatcher:
         states: dict[tuple[str, str, str], AlertState],
         alerts: list[tuple[str, dict[str, Any]]],
         now: float,
+        encoded: tuple[dict[str, Any], str] | None = None,
     ) -> list[int]:
         """Write the poll (and what polls held in memory before it) in one transaction;
-        the outbox ids of `alerts`. A failed commit reloads what the store holds."""
+        the outbox ids of `alerts`; `encoded`: the verdict's data and text, when made
+        already. A failed commit reloads what the store holds."""
         assert self.session is not None
-        data, text = self.texts.encode(poll.verdict)
+        data, text = encoded or self.texts.encode(poll.verdict)
         keys = self.unsaved
         commit = PollCommit(
             key=self.key,
@@ -235,7 +240,8 @@ class RunWatcher:
             rules=[
                 r
                 for r in poll.rows
-                if (r.policy, r.rule) in keys or _changed(self.rules.get((r.policy, r.rule)), r)
+                if _changed(self.rules.get((r.policy, r.rule)), r)
+                or (keys and (r.policy, r.rule) in keys)  # moved in a held poll
             ],
             alert_states={k: a for k, a in states.items() if self.alerts.get(k) != a},
             alerts=alerts,
