@@ -58,7 +58,13 @@ def one(base: str, n: int, args: argparse.Namespace) -> ScenarioResult:
     tmp = Path(tempfile.mkdtemp(prefix=f"gk-replicas-{n}-"))
     try:
         try:
-            result = run_scenario(tmp, fresh_database(base, n), runs=args.runs, lease=args.lease)
+            result = run_scenario(
+                tmp,
+                fresh_database(base, n),
+                runs=args.runs,
+                lease=args.lease,
+                checkpoint=args.checkpoint,
+            )
         except Exception:  # a bug of the scenario itself: counted, its logs kept
             result = ScenarioResult(args.runs, args.lease, failures=[traceback.format_exc()])
         if not result.ok:
@@ -90,6 +96,12 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--lease", type=float, default=4.0)
+    ap.add_argument(
+        "--checkpoint",
+        type=float,
+        default=0.0,
+        help="the replicas' poll.checkpoint, seconds (0: every poll committed)",
+    )
     ap.add_argument("--pg", help="postgresql://USER@HOST:PORT of a server to use")
     ap.add_argument("--keep", default=str(REPO / "bench" / "out" / "replicas"))
     args = ap.parse_args()

@@ -111,11 +111,18 @@ class ScenarioResult:
 
 
 def run_scenario(
-    tmp: Path, pg_url: str, *, runs: int = 300, lease: float = 4.0, replicas: int = 3
+    tmp: Path,
+    pg_url: str,
+    *,
+    runs: int = 300,
+    lease: float = 4.0,
+    replicas: int = 3,
+    checkpoint: float = 0.0,
 ) -> ScenarioResult:
     """Play the scenario in `tmp` on the empty database `pg_url`; never raises for a
-    failed check (see ScenarioResult.failures). Daemon logs stay in tmp/replica*/."""
-    sc = Scenario(tmp, pg_url, runs, lease, replicas)
+    failed check (see ScenarioResult.failures). Daemon logs stay in tmp/replica*/.
+    `checkpoint`: the replicas' poll.checkpoint (bench_replicas.py --checkpoint)."""
+    sc = Scenario(tmp, pg_url, runs, lease, replicas, checkpoint)
     try:
         sc.play()
     except Abort as exc:
@@ -126,7 +133,9 @@ def run_scenario(
 
 
 class Scenario:
-    def __init__(self, tmp: Path, pg_url: str, runs: int, lease: float, replicas: int):
+    def __init__(
+        self, tmp: Path, pg_url: str, runs: int, lease: float, replicas: int, checkpoint: float
+    ):
         self.tmp, self.url, self.lease = tmp, pg_url, lease
         self.result = ScenarioResult(runs, lease)
         self.hook = Recorder()
@@ -137,7 +146,7 @@ class Scenario:
         self.steps = 0
         self.fleet = [
             DaemonProcess(
-                replica_config(tmp, i, pg_url, self.hook.url, lease),
+                replica_config(tmp, i, pg_url, self.hook.url, lease, checkpoint),
                 {"GATEKEEPER_REPLICA": f"rep-{i}"},
             )
             for i in range(replicas)
@@ -358,14 +367,16 @@ def check_phase(
 
 
 # ---- the fleet ---------------------------------------------------------------------------
-def replica_config(tmp: Path, i: int, url: str, hook: str, lease: float) -> Path:
+def replica_config(
+    tmp: Path, i: int, url: str, hook: str, lease: float, checkpoint: float = 0.0
+) -> Path:
     home = tmp / f"replica{i}"
     home.mkdir(exist_ok=True)
     config = {
         "state": url,
         "http": {"port": free_port()},
         "poll": {"interval": 1.0, "jitter": 0.1, "timeout": 5, "discovery_interval": 1.0,
-                 "lease": lease},
+                 "lease": lease, "checkpoint": checkpoint},
         "targets": [{"glob": str(tmp / "runs" / "*.jsonl"), "policies": [str(tmp / "kl.yaml")]}],
         "notifiers": [{"name": "hook", "kind": "webhook", "url": hook, "group_wait": 0.2}],
     }  # fmt: skip
