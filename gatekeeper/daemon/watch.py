@@ -270,7 +270,7 @@ class RunWatcher:
     ) -> bool:
         """Whether this poll may stay in memory (poll.checkpoint): nothing of it is seen
         outside the verdict's text and the rules' messages, and the last commit is
-        younger than the checkpoint interval."""
+        younger than this run's period."""
         every, since = self._every(), self.committed_at
         if every <= 0 or since is None or now - since >= every:
             return False
@@ -287,6 +287,8 @@ class RunWatcher:
         return self.watched.checkpoint * (0.5 + (zlib.crc32(self.key.encode()) % 1024) / 2048)
 
     def _hold(self, verdict: Verdict, rows: list[RuleRow], status: str, points: int) -> None:
+        """Keep the poll in memory: what the API shows moves on, the store stays; the
+        rows whose message moved are remembered for the next commit."""
         assert self.source is not None
         for r in rows:
             key = (r.policy, r.rule)
