@@ -202,8 +202,9 @@ def measure(phase: Phase, writer: bd.Writer, args: argparse.Namespace) -> dict[s
     read = served(phase.ports) if api else committed(phase.state)
 
     def polls_now() -> int:
-        n = read()[1]
-        return judged_polls(phase.ports) if n is None else n
+        n = judged_polls(phase.ports) if api else read()[1]
+        assert n is not None
+        return n
 
     server = server_pids(phase.state) if phase.state.startswith("postgresql://") else []
     pids = [d.pid for d in phase.daemons]

@@ -271,8 +271,7 @@ class RunWatcher:
         """Whether this poll may stay in memory (poll.checkpoint): nothing of it is seen
         outside the verdict's text and the rules' messages, and the last commit is
         younger than this run's period."""
-        every, since = self._every(), self.committed_at
-        if every <= 0 or since is None or now - since >= every:
+        if self.watched.checkpoint <= 0 or self._due(now):
             return False
         if poll.ended or poll.reset or alerts or status != self.status:
             return False
@@ -280,11 +279,13 @@ class RunWatcher:
             return False
         return all(_same_standing(self.rules.get((r.policy, r.rule)), r) for r in rows)
 
-    def _every(self) -> float:
-        """This run's checkpoint period: between half and all of poll.checkpoint, by its
-        key, so that runs started together (a daemon's start, a takeover) do not all
-        commit together every period."""
-        return self.watched.checkpoint * (0.5 + (zlib.crc32(self.key.encode()) % 1024) / 2048)
+    def _due(self, now: float) -> bool:
+        """Whether a commit is due: nothing usable is committed, or this run's period
+        has passed since the last commit. The period is half to all of poll.checkpoint,
+        by the run's key, so that runs started together (a daemon's start, a takeover)
+        do not all commit together every period."""
+        every = self.watched.checkpoint * (0.5 + (zlib.crc32(self.key.encode()) % 1024) / 2048)
+        return self.committed_at is None or now - self.committed_at >= every
 
     def _hold(self, verdict: Verdict, rows: list[RuleRow], status: str, points: int) -> None:
         """Keep the poll in memory: what the API shows moves on, the store stays; the
@@ -329,7 +330,7 @@ class RunWatcher:
             return False
         if self._unreadable():
             return False  # readable again: resolve the error even without new data
-        if self.held is not None and now - (self.committed_at or 0.0) >= self._every():
+        if self.held is not None and self._due(now):
             return False  # a held poll is due to be committed
         repeats = {ch.name: ch.repeat_interval for ch in self.watched.channels}
         return not any(
