@@ -308,3 +308,67 @@ def test_a_checkpoint_under_twice_the_interval_is_warned_of(
     with caplog.at_level(logging.WARNING, logger="gatekeeper.daemon"):
         load_targets(fine, open_test_source)
     assert "poll.checkpoint" not in caplog.text
+
+
+def test_held_polls_of_a_tensorboard_run_written_by_torch_survive_two_crashes(
+    tmp_path: Path,
+) -> None:
+    """The same two stores as above on data of a real writer: torch's
+    `torch.utils.tensorboard.SummaryWriter` (torch 2.13, flushed after each chunk, as a
+    trainer's logging step does), read by the TensorBoard live source, whose cursor the
+    held polls' re-read restores. Both stores end with the same state to the byte, the
+    same verdict and one alert for the bad step."""
+    summary = pytest.importorskip("torch.utils.tensorboard")
+    policy = tmp_path / "tb.yaml"
+    policy.write_text(
+        "version: 1\nname: tb\nrules:\n"
+        "  - {id: loss-bounded, metric: train/loss, check: {max: 2.0}}\n"
+        "  - {id: lr-finite, metric: train/lr, check: {finite: true}}\n"
+    )
+    policies = load_policies([str(policy)])
+
+    def watcher(db: Path, checkpoint: float) -> RunWatcher:
+        watched = Watched(
+            target="tb",
+            policies=policies,
+            fingerprint=fingerprint(policies),
+            tags=(),
+            interval=10,
+            debounce=1,
+            channels=[HOOK],
+            open_source=open_live_source,
+            checkpoint=checkpoint,
+        )
+        store = StateStore(str(db))
+        return RunWatcher(spec, watched, store, record=store.load_runs().get(spec))
+
+    run = tmp_path / "run"
+    spec = f"tensorboard://{run}"
+    writer = summary.SummaryWriter(str(run))
+    every, held = tmp_path / "every.db", tmp_path / "held.db"
+    a = b = None
+    now = 0.0
+    for chunk in range(12):
+        for step in range(10 * chunk, 10 * chunk + 10):
+            writer.add_scalar("train/loss", 9.0 if step == 75 else 1.0 / (step + 1), step)
+            writer.add_scalar("train/lr", 1e-4, step)
+        writer.flush()
+        now += 10
+        a = a or watcher(every, 0)
+        b = b or watcher(held, 3600)
+        a.apply(a.fetch(), now)
+        b.apply(b.fetch(), now)
+        if chunk in (4, 10):  # the held process dies; a new one reads its store
+            assert b.held is not None
+            b.store.close()
+            b = None
+    writer.close()
+    assert a is not None and b is not None and b.held is not None
+    assert b.flush(now + 10)
+    ra, rb = _row(every), _row(held)
+    assert rb["points"] == ra["points"] == 240
+    assert rb["status"] == ra["status"] == "fail"
+    assert rb["verdict"]["results"] == ra["verdict"]["results"]
+    assert rb["state"] == ra["state"]
+    assert rb["outbox"] == ra["outbox"] == 1  # loss 9.0 at step 75, alerted once
+    assert rb["polls"] < ra["polls"] == 12
