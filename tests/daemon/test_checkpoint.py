@@ -26,6 +26,7 @@ from gatekeeper.daemon.service import Daemon, fingerprint, load_targets
 from gatekeeper.daemon.state import StateStore
 from gatekeeper.daemon.watch import ChannelRule, RunWatcher, Watched
 from gatekeeper.policy.loader import load_policies
+from gatekeeper.policy.spec import PolicySpec
 from gatekeeper.sources import open_live_source
 from tests.daemon.harness import DaemonProcess, write_config, writer
 from tests.daemon.recorder import Recorder
@@ -47,9 +48,15 @@ HOOK = ChannelRule("hook", frozenset({"fail", "error"}), 0.0)
 
 
 def _watcher(
-    db: Path, path: Path, checkpoint: float, channels: tuple[ChannelRule, ...] = (HOOK,)
+    db: Path,
+    path: Path | str,
+    checkpoint: float,
+    channels: tuple[ChannelRule, ...] = (HOOK,),
+    policies: list[PolicySpec] | None = None,
 ) -> RunWatcher:
-    policies = load_policies(SHIPPED)
+    """A watcher of `path` (a file or a source spec) on the SQLite store `db`, judging by
+    `policies` (the shipped ones by default)."""
+    policies = policies or load_policies(SHIPPED)
     watched = Watched(
         target="t", policies=policies, fingerprint=fingerprint(policies), tags=(),
         interval=10, debounce=1, channels=list(channels), open_source=open_live_source,
@@ -326,22 +333,6 @@ def test_held_polls_of_a_tensorboard_run_written_by_torch_survive_two_crashes(
         "  - {id: lr-finite, metric: train/lr, check: {finite: true}}\n"
     )
     policies = load_policies([str(policy)])
-
-    def watcher(db: Path, checkpoint: float) -> RunWatcher:
-        watched = Watched(
-            target="tb",
-            policies=policies,
-            fingerprint=fingerprint(policies),
-            tags=(),
-            interval=10,
-            debounce=1,
-            channels=[HOOK],
-            open_source=open_live_source,
-            checkpoint=checkpoint,
-        )
-        store = StateStore(str(db))
-        return RunWatcher(spec, watched, store, record=store.load_runs().get(spec))
-
     run = tmp_path / "run"
     spec = f"tensorboard://{run}"
     writer = summary.SummaryWriter(str(run))
@@ -354,8 +345,8 @@ def test_held_polls_of_a_tensorboard_run_written_by_torch_survive_two_crashes(
             writer.add_scalar("train/lr", 1e-4, step)
         writer.flush()
         now += 10
-        a = a or watcher(every, 0)
-        b = b or watcher(held, 3600)
+        a = a or _watcher(every, spec, 0, policies=policies)
+        b = b or _watcher(held, spec, 3600, policies=policies)
         a.apply(a.fetch(), now)
         b.apply(b.fetch(), now)
         if chunk in (4, 10):  # the held process dies; a new one reads its store
