@@ -8,7 +8,6 @@ loses no verdict and sends nothing twice. The scenario is tests/daemon/replica_s
 from __future__ import annotations
 
 import json
-import random
 import signal
 import time
 from pathlib import Path
@@ -137,32 +136,53 @@ def test_a_stalled_replica_that_comes_back_commits_nothing_for_runs_taken_over(
         resume_and_stop(fleet, hook)
 
 
-def freeze_holding_leases(replica: DaemonProcess, url: str, tries: int = 2000) -> int:
-    """SIGSTOP `replica` at a moment its open transaction holds lease rows locked (a
-    lease cycle's renewal, a poll's commit past its fence); how many rows, 0 when no try
-    of `tries` caught one (the replica left running)."""
+def locked_by(conn: psycopg.Connection, holder: str) -> int:
+    """How many lease rows of `holder` another session holds locked now."""
+    with conn.transaction(force_rollback=True):
+        held, free = (
+            conn.execute(f"SELECT count(*) FROM ({q}) s", (holder,)).fetchone() or (0,)
+            for q in (
+                "SELECT run FROM gkd_leases WHERE holder = %s",
+                "SELECT run FROM gkd_leases WHERE holder = %s FOR UPDATE SKIP LOCKED",
+            )
+        )
+    return int(held[0]) - int(free[0])
+
+
+def freeze_holding_leases(replica: DaemonProcess, url: str) -> int:
+    """SIGSTOP `replica` inside a transaction that holds lease rows locked; how many.
+
+    Timing a signal into a transaction's few milliseconds was luck (it missed 2,000 times
+    on a fast CI machine). Instead the test locks one of the replica's lease rows, waits
+    until the replica's session is blocked on it (its lease cycle's renewal, or a poll's
+    commit renewing that run's lease), stops the replica, and lets go: the statement
+    completes on the server and the transaction stays open, its rows locked, with the
+    replica stopped."""
     assert replica.proc is not None
     holder = replica.env["GATEKEEPER_REPLICA"]
-    rng = random.Random(3)
-    with psycopg.connect(url, autocommit=True) as conn:
-        for _ in range(tries):
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+        "AND wait_event_type = 'Lock'"
+    )
+    with psycopg.connect(url, autocommit=True) as conn, psycopg.connect(url) as blocker:
+        row = blocker.execute(
+            "SELECT run FROM gkd_leases WHERE holder = %s ORDER BY run LIMIT 1 FOR UPDATE",
+            (holder,),
+        ).fetchone()
+        assert row is not None, f"{holder} holds no lease"
+
+        def blocked() -> bool:
+            row = conn.execute(waiting, (f"gatekeeper {holder}",)).fetchone()
+            return row is not None and row[0] > 0
+
+        caught = wait_until(blocked, 2 * STALL_LEASE)
+        if caught:
             replica.proc.send_signal(signal.SIGSTOP)
-            time.sleep(0.005)  # a statement in flight ends; the transaction stays open
-            with conn.transaction(force_rollback=True):
-                held = conn.execute(
-                    "SELECT count(*) FROM gkd_leases WHERE holder = %s", (holder,)
-                ).fetchone()
-                free = conn.execute(
-                    "SELECT count(*) FROM (SELECT run FROM gkd_leases WHERE holder = %s "
-                    "FOR UPDATE SKIP LOCKED) s",
-                    (holder,),
-                ).fetchone()
-            assert held is not None and free is not None
-            if held[0] > free[0]:
-                return int(held[0] - free[0])
-            replica.proc.send_signal(signal.SIGCONT)
-            time.sleep(rng.uniform(0, 0.02))
-    return 0
+        blocker.rollback()  # the replica's statement goes on, on the server
+        if not caught:
+            return 0
+        wait_until(lambda: locked_by(conn, holder) > 0, 2.0)
+        return locked_by(conn, holder)
 
 
 def test_a_replica_frozen_inside_a_transaction_keeps_no_run(tmp_path: Path, pg_url: str) -> None:
