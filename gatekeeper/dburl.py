@@ -66,16 +66,63 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
-def connect_postgres(url: str, what: str, **options: Any) -> Any:
-    """A psycopg connection (autocommit: transactions are explicit); a failure is a
-    StateError naming `what` and the redacted URL, never echoing a password."""
+# TCP keepalives: a connection whose peer went quiet (a server gone, a network cut with
+# the socket still open) fails within ~30 s, not after the kernel's two hours.
+KEEPALIVE: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+
+# A history store's session bounds, where the server, the role or the URL leave them
+# unbounded (0): a read or write that waits on another session's lock (a migration, an
+# operator's transaction) fails after `lock_timeout` naming the store, instead of a CI job
+# that hangs until its own timeout; no statement and no open transaction lasts for ever.
+# A bound the URL (`?options=-c%20lock_timeout%3D5s`) or the role sets is kept.
+HISTORY_BOUNDS = {
+    "statement_timeout": "5min",
+    "lock_timeout": "30s",
+    "idle_in_transaction_session_timeout": "1min",
+}
+
+
+def connect_postgres(
+    url: str, what: str, *, bounds: dict[str, str] | None = None, **options: Any
+) -> Any:
+    """A psycopg connection (autocommit unless `options` say otherwise: transactions are
+    explicit), its session given `bounds` where unbounded; a failure is a StateError
+    naming `what` and the redacted URL, never echoing a password."""
     from gatekeeper.extras import load
 
     psycopg = load("psycopg", "postgres", f"a PostgreSQL {what}")
     try:
-        return psycopg.connect(url, **{"connect_timeout": 10, "autocommit": True, **options})
+        conn = psycopg.connect(url, **{"connect_timeout": 10, "autocommit": True, **options})
     except psycopg.Error as exc:
         raise StateError(f"{what} {redact(url)}: cannot connect: {first_line(exc)}") from None
+    try:
+        if bounds:
+            bound_session(conn, bounds)
+    except psycopg.Error as exc:
+        conn.close()
+        why = first_line(exc)
+        raise StateError(f"{what} {redact(url)}: setting up the session: {why}") from None
+    return conn
+
+
+def bound_session(conn: Any, bounds: dict[str, str]) -> None:
+    """Set each of `bounds` (a setting and its value) that is 0 in this session, for the
+    session. Two round trips; settings any role may make."""
+    rows = conn.execute(
+        "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)", (list(bounds),)
+    ).fetchall()
+    unset = sorted(name for name, setting in rows if setting == "0")
+    if unset:
+        calls = ", ".join("set_config(%s, %s, false)" for _ in unset)
+        conn.execute(f"SELECT {calls}", [x for name in unset for x in (name, bounds[name])])
+    if not conn.autocommit:  # set_config of a transaction rolled back would be undone
+        conn.commit()
 
 
 def first_line(exc: BaseException) -> str:

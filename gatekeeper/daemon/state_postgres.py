@@ -31,13 +31,6 @@ from gatekeeper.daemon.state import SqlState
 PROBE_DEADLINE = 1.5  # seconds /readyz waits for the store to answer
 # A fixed advisory-lock key: "gkd-schema" as an int64.
 SCHEMA_LOCK = 0x676B642D736368
-_KEEPALIVE = {
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 30_000,
-}
 
 _DDL = [
     "CREATE TABLE {t}meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -93,7 +86,7 @@ class PostgresState(SqlState):
     ttl = 0.0
 
     def _connect(self) -> Any:
-        conn = dburl.connect_postgres(self._url, "state store", **_KEEPALIVE)
+        conn = dburl.connect_postgres(self._url, "state store", **dburl.KEEPALIVE)
         if self.replica is not None:
             self._as_replica(conn)
         return conn
@@ -171,7 +164,8 @@ class PostgresState(SqlState):
         conn = self._probe_conn
         if conn is None or conn.closed or conn.broken:
             # libpq's shortest connect timeout is 2 s; the probe's deadline is shorter
-            conn = dburl.connect_postgres(self._url, "state store", **_KEEPALIVE, connect_timeout=2)
+            options = {**dburl.KEEPALIVE, "connect_timeout": 2}
+            conn = dburl.connect_postgres(self._url, "state store", **options)
             self._probe_conn = conn
         conn.execute("SELECT 1")
         return True

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from gatekeeper.dburl import HISTORY_BOUNDS, KEEPALIVE, connect_postgres
 from gatekeeper.errors import ConfigError, StateError
 from gatekeeper.history import is_postgres
 from gatekeeper.history.base import CoordKey, Points, RunRecord, check_record, redact
@@ -170,17 +171,11 @@ class ImportResult:
 def _connect(url: str) -> tuple[Any, str]:
     """A read-only DB-API connection to a miles store and its placeholder."""
     if is_postgres(url):
-        from gatekeeper.extras import load
-
-        psycopg = load("psycopg", "postgres", "importing runs from a PostgreSQL miles store")
-
-        try:
-            return psycopg.connect(url, connect_timeout=10), "%s"
-        except psycopg.Error as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StateError(
-                f"miles store {redact(url)}: cannot connect: {redact(first)}"
-            ) from None
+        # reads only: no bound on the time between them (a large store's rows are
+        # converted between fetches), only on each statement and on waiting for a lock
+        bounds = {k: HISTORY_BOUNDS[k] for k in ("statement_timeout", "lock_timeout")}
+        conn = connect_postgres(url, "miles store", autocommit=False, bounds=bounds, **KEEPALIVE)
+        return conn, "%s"
     path = url
     if url.startswith("sqlite:"):
         path = url.removeprefix("sqlite://").removeprefix("sqlite:")

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg  # gatekeeper[postgres]: open_store asks for it before importing this
 
-from gatekeeper.dburl import connect_postgres, redact
+from gatekeeper.dburl import HISTORY_BOUNDS, KEEPALIVE, connect_postgres, redact
 from gatekeeper.history.sql import SqlStore
 
 _DDL = (
@@ -50,7 +50,7 @@ class PostgresStore(SqlStore):
     errors = (psycopg.Error,)
 
     def __init__(self, url: str, *, migrate: bool = False):
-        conn = connect_postgres(url, "history store")
+        conn = connect_postgres(url, "history store", bounds=HISTORY_BOUNDS, **KEEPALIVE)
         super().__init__(conn, redact(url))
         try:
             self.migrated = self.create_schema(migrate=migrate)
