@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -317,33 +320,29 @@ def test_a_checkpoint_under_twice_the_interval_is_warned_of(
     assert "poll.checkpoint" not in caplog.text
 
 
-def test_held_polls_of_a_tensorboard_run_written_by_torch_survive_two_crashes(
-    tmp_path: Path,
+LOSS = "  - {id: loss-bounded, metric: train/loss, check: {max: 2.0}}\n"
+LR = "  - {id: lr-finite, metric: train/lr, check: {finite: true}}\n"
+
+
+def _loss(step: int) -> float:
+    return 9.0 if step == 75 else 1.0 / (step + 1)
+
+
+def _crash_twice(
+    tmp: Path, log_chunk: Callable[[int], str], end: Callable[[], None], lr: bool = True
 ) -> None:
-    """The same two stores as above on data of a real writer: torch's
-    `torch.utils.tensorboard.SummaryWriter` (torch 2.13, flushed after each chunk, as a
-    trainer's logging step does), read by the TensorBoard live source, whose cursor the
-    held polls' re-read restores. Both stores end with the same state to the byte, the
-    same verdict and one alert for the bad step."""
-    summary = pytest.importorskip("torch.utils.tensorboard")
-    policy = tmp_path / "tb.yaml"
-    policy.write_text(
-        "version: 1\nname: tb\nrules:\n"
-        "  - {id: loss-bounded, metric: train/loss, check: {max: 2.0}}\n"
-        "  - {id: lr-finite, metric: train/lr, check: {finite: true}}\n"
-    )
-    policies = load_policies([str(policy)])
-    run = tmp_path / "run"
-    spec = f"tensorboard://{run}"
-    writer = summary.SummaryWriter(str(run))
-    every, held = tmp_path / "every.db", tmp_path / "held.db"
+    """Two stores follow one run of a real writer, 10 steps of `train/loss` (and of
+    `train/lr` with `lr`) a chunk (`log_chunk(chunk)`: the run's source spec): one
+    committed every poll, one holding its polls (an hour's checkpoint) and lost to a crash
+    twice, re-read by its source from the committed cursor. After `end()` both hold the
+    same state to the byte, the same verdict and one alert for the bad loss at step 75."""
+    (tmp / "two.yaml").write_text("version: 1\nname: two\nrules:\n" + LOSS + (LR if lr else ""))
+    policies = load_policies([str(tmp / "two.yaml")])
+    every, held = tmp / "every.db", tmp / "held.db"
     a = b = None
     now = 0.0
     for chunk in range(12):
-        for step in range(10 * chunk, 10 * chunk + 10):
-            writer.add_scalar("train/loss", 9.0 if step == 75 else 1.0 / (step + 1), step)
-            writer.add_scalar("train/lr", 1e-4, step)
-        writer.flush()
+        spec = log_chunk(chunk)
         now += 10
         a = a or _watcher(every, spec, 0, policies=policies)
         b = b or _watcher(held, spec, 3600, policies=policies)
@@ -353,13 +352,90 @@ def test_held_polls_of_a_tensorboard_run_written_by_torch_survive_two_crashes(
             assert b.held is not None
             b.store.close()
             b = None
-    writer.close()
+    end()
     assert a is not None and b is not None and b.held is not None
-    assert b.flush(now + 10)
+    a.apply(a.fetch(), now + 10)
+    b.apply(b.fetch(), now + 10)
+    b.flush(now + 10)
     ra, rb = _row(every), _row(held)
-    assert rb["points"] == ra["points"] == 240
+    assert rb["points"] == ra["points"] == (240 if lr else 120)
     assert rb["status"] == ra["status"] == "fail"
     assert rb["verdict"]["results"] == ra["verdict"]["results"]
+    loss = next(r for r in rb["verdict"]["results"] if r["rule"] == "loss-bounded")
+    assert (loss["status"], loss["step"]) == ("fail", 75)
     assert rb["state"] == ra["state"]
-    assert rb["outbox"] == ra["outbox"] == 1  # loss 9.0 at step 75, alerted once
-    assert rb["polls"] < ra["polls"] == 12
+    assert rb["outbox"] == ra["outbox"] == 1  # the bad loss at step 75, alerted once
+    assert rb["polls"] < ra["polls"]
+
+
+def test_held_polls_of_a_tensorboard_run_written_by_torch_survive_two_crashes(
+    tmp_path: Path,
+) -> None:
+    """On torch 2.13's `torch.utils.tensorboard.SummaryWriter`, flushed after each chunk
+    as a trainer's logging step does, read by the TensorBoard live source."""
+    summary = pytest.importorskip("torch.utils.tensorboard")
+    run = tmp_path / "run"
+    writer = summary.SummaryWriter(str(run))
+
+    def log_chunk(chunk: int) -> str:
+        for step in range(10 * chunk, 10 * chunk + 10):
+            writer.add_scalar("train/loss", _loss(step), step)
+            writer.add_scalar("train/lr", 1e-4, step)
+        writer.flush()
+        return f"tensorboard://{run}"
+
+    _crash_twice(tmp_path, log_chunk, writer.close)
+
+
+def test_held_polls_of_an_mlflow_run_survive_two_crashes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a file store written by mlflow 3.17's client (`log_batch` a chunk, the run
+    ended FINISHED), read by the MLflow live source, whose per-metric cursor the held
+    polls' re-read restores."""
+    tracking = pytest.importorskip("mlflow.tracking")
+    entities = pytest.importorskip("mlflow.entities")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow 3 file stores: opt-in
+    uri = f"file://{tmp_path / 'mlruns'}"
+    client = tracking.MlflowClient(uri)
+    run_id = client.create_run("0", run_name="held").info.run_id
+
+    def log_chunk(chunk: int) -> str:
+        at = int(time.time() * 1000)
+        client.log_batch(run_id, metrics=[
+            entities.Metric(name, value, at, step)
+            for step in range(10 * chunk, 10 * chunk + 10)
+            for name, value in (("train/loss", _loss(step)), ("train/lr", 1e-4))
+        ])  # fmt: skip
+        return f"mlflow+{uri}/runs/{run_id}"
+
+    _crash_twice(tmp_path, log_chunk, lambda: client.set_terminated(run_id, "FINISHED"))
+
+
+def test_held_polls_of_a_wandb_run_survive_two_crashes(tmp_path: Path) -> None:
+    """On the `.wandb` file the wandb SDK (0.31, offline) wrote for 120 steps of
+    `train/loss` (5.0 at step 75; tests/sources/family_writer.py), followed as it grows:
+    twelve prefixes of its bytes, cut anywhere (inside a record too, as a reader of a
+    live run finds it), then the whole file with its exit record."""
+    pytest.importorskip("wandb")
+    from tests.wandb.conftest import sdk_env
+
+    work = tmp_path / "work"
+    subprocess.run(
+        [sys.executable, str(Path(__file__).parents[1] / "sources" / "family_writer.py"),
+         "wandb", str(work), "--stop", "120", "--bad-at", "75"],
+        env={**sdk_env(work), "PYTHONPATH": str(Path(__file__).parents[2])},
+        check=True, capture_output=True, timeout=180,
+    )  # fmt: skip
+    (written,) = (work / "wandb").glob("offline-run-*/run-*.wandb")
+    data = written.read_bytes()
+    follow = tmp_path / "follow" / written.parent.name / written.name
+    follow.parent.mkdir(parents=True)
+
+    def grow_to(size: int) -> str:
+        with open(follow, "ab") as fh:
+            fh.write(data[follow.stat().st_size if follow.exists() else 0 : size])
+        return str(follow)
+
+    cuts = [len(data) * (chunk + 1) // 13 + 7 for chunk in range(12)]
+    _crash_twice(tmp_path, lambda chunk: grow_to(cuts[chunk]), lambda: grow_to(len(data)), lr=False)
