@@ -21,7 +21,7 @@ daemon.
 
 Usage: python bench/bench_fleet.py [--runs 1000,3000,10000] [--replicas 3]
        [--replica-runs 3000] [--seconds 60] [--interval 10] [--lengths 1000,10000,100000]
-       [--checkpoints 0,60]
+       [--checkpoints 0,60] [--policy FILE ...]
        [--quick]   (one small scale phase, 2 replicas, short lengths: < 60 s)
 """
 
@@ -156,7 +156,7 @@ class Phase:
 @contextlib.contextmanager
 def running(phase: Phase, tmp: str, args: argparse.Namespace) -> Iterator[bd.Writer]:
     """The runs written to and the phase's daemons serving them, until the block ends."""
-    paths, _, _ = bd.setup(tmp, phase.runs, args.interval, args.workers, POLICIES, phase.state)
+    paths, _, _ = bd.setup(tmp, phase.runs, args.interval, args.workers, args.policy, phase.state)
     for path in paths:  # the runs exist before the daemons start
         open(path, "w").close()
     writer = bd.Writer(paths)
@@ -168,7 +168,7 @@ def running(phase: Phase, tmp: str, args: argparse.Namespace) -> Iterator[bd.Wri
                 f"replica{i}",
                 args.interval,
                 args.workers,
-                POLICIES,
+                args.policy,
                 phase.state,
                 {"checkpoint": phase.checkpoint},
             )
@@ -357,8 +357,16 @@ def main() -> None:
         help="read points and polls from the store in checkpoint phases too (no /api/runs "
         "every 5 s, whose 10,000 summaries cost the daemon; the lag then counts what is held)",
     )
+    ap.add_argument(
+        "--policy",
+        action="append",
+        help="policy file or directory the scale and replica phases' daemons judge by "
+        "(repeatable; default: the shipped miles + rl-health policies). A one-rule policy "
+        "measures what a poll costs besides its rules",
+    )
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
+    args.policy = [os.path.abspath(p) for p in args.policy] if args.policy else POLICIES
     args.replica_counts = list(range(1, args.replicas + 1))
     if args.quick:
         args.runs, args.replica_runs, args.replica_counts = "200", 200, [2]
@@ -369,7 +377,8 @@ def main() -> None:
     skip = set(args.skip.split(","))
     started = time.monotonic()
     print(
-        f"runs x {len(bd.METRICS)} metrics x 1 step/s, shipped policies, poll every "
+        f"runs x {len(bd.METRICS)} metrics x 1 step/s, "
+        f"{'shipped policies' if args.policy == POLICIES else ' '.join(args.policy)}, poll every "
         f"{args.interval:g}s, {args.workers} workers; warm-up {args.warmup:g}s, measuring "
         f"{args.seconds:g}s per phase; {os.cpu_count()} cores, {load()}"
     )
