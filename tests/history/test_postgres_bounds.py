@@ -14,19 +14,10 @@ import psycopg
 from gatekeeper.dburl import HISTORY_BOUNDS
 from gatekeeper.history import open_store
 from gatekeeper.history.miles import _connect as connect_miles_store
-from tests.helpers import gatekeeper, write_policy, write_record
+from tests.helpers import gatekeeper, write_policy
+from tests.history.test_cli_history import POLICY, run_file
 
 SETTINGS = tuple(sorted(HISTORY_BOUNDS))
-
-POLICY = """
-version: 1
-name: drift
-rules:
-  - id: kl-step0
-    metric: train/ppo_kl
-    steps: [0]
-    check: {history: {rel_up: 0.2, rel_down: 0.2}}
-"""
 
 
 def shown(conn: psycopg.Connection) -> dict[str, str]:
@@ -74,14 +65,14 @@ def test_a_table_locked_elsewhere_fails_the_check_in_one_line_within_its_bound(
     """`lock_timeout` from the URL (700 ms) stands for the default 30 s, which the first
     test shows is set: the failure is the same, only later."""
     write_policy(tmp_path / "drift.yaml", POLICY)
-    run = write_record(tmp_path / "run.jsonl", {"train/ppo_kl": [(0, 1.0), (1, 0.5)]})
+    run = run_file(tmp_path, 1, 1.0)
     with open_store(pg_url):
         pass  # the tables exist
     url = f"{pg_url}?options=-c%20lock_timeout%3D700"
     with psycopg.connect(pg_url) as blocker:  # a migration's lock, held open
         blocker.execute("LOCK TABLE gk_runs, gk_points IN ACCESS EXCLUSIVE MODE")
         started = time.monotonic()
-        out = gatekeeper("check", str(run), "-p", str(tmp_path / "drift.yaml"),
+        out = gatekeeper("check", run, "-p", str(tmp_path / "drift.yaml"),
                          "--history", url, "--record", "--run-id", "r1", timeout=60)  # fmt: skip
         took = time.monotonic() - started
         blocker.rollback()
@@ -91,6 +82,6 @@ def test_a_table_locked_elsewhere_fails_the_check_in_one_line_within_its_bound(
     assert lines[0].startswith("gatekeeper: error: history store postgresql://"), lines
     assert took < 20, took  # the child's start and imports, then 0.7 s
     # and once the lock is gone the same command records the run
-    again = gatekeeper("check", str(run), "-p", str(tmp_path / "drift.yaml"),
+    again = gatekeeper("check", run, "-p", str(tmp_path / "drift.yaml"),
                        "--history", url, "--record", "--run-id", "r1")  # fmt: skip
     assert again.returncode == 5 and "as trusted" in again.stdout, again.stdout + again.stderr
