@@ -320,8 +320,8 @@ def test_a_checkpoint_under_twice_the_interval_is_warned_of(
     assert "poll.checkpoint" not in caplog.text
 
 
-LOSS = "  - {id: loss-bounded, metric: train/loss, check: {max: 2.0}}\n"
-LR = "  - {id: lr-finite, metric: train/lr, check: {finite: true}}\n"
+LOSS = "  - {{id: loss-bounded, metric: {}, check: {{max: 2.0}}}}\n"
+LR = "  - {{id: lr-finite, metric: {}, check: {{finite: true}}}}\n"
 
 
 def _loss(step: int) -> float:
@@ -329,14 +329,19 @@ def _loss(step: int) -> float:
 
 
 def _crash_twice(
-    tmp: Path, log_chunk: Callable[[int], str], end: Callable[[], None], lr: bool = True
+    tmp: Path,
+    log_chunk: Callable[[int], str],
+    end: Callable[[], None],
+    loss: str = "train/loss",
+    lr: str | None = "train/lr",
 ) -> None:
-    """Two stores follow one run of a real writer, 10 steps of `train/loss` (and of
-    `train/lr` with `lr`) a chunk (`log_chunk(chunk)`: the run's source spec): one
-    committed every poll, one holding its polls (an hour's checkpoint) and lost to a crash
-    twice, re-read by its source from the committed cursor. After `end()` both hold the
-    same state to the byte, the same verdict and one alert for the bad loss at step 75."""
-    (tmp / "two.yaml").write_text("version: 1\nname: two\nrules:\n" + LOSS + (LR if lr else ""))
+    """Two stores follow one run of a real writer, 10 steps of metric `loss` (and of
+    `lr`) a chunk (`log_chunk(chunk)`: the run's source spec): one committed every poll,
+    one holding its polls (an hour's checkpoint) and lost to a crash twice, re-read by
+    its source from the committed cursor. After `end()` both hold the same state to the
+    byte, the same verdict and one alert for the bad loss at step 75."""
+    rules = LOSS.format(loss) + (LR.format(lr) if lr else "")
+    (tmp / "two.yaml").write_text("version: 1\nname: two\nrules:\n" + rules)
     policies = load_policies([str(tmp / "two.yaml")])
     every, held = tmp / "every.db", tmp / "held.db"
     a = b = None
@@ -438,4 +443,38 @@ def test_held_polls_of_a_wandb_run_survive_two_crashes(tmp_path: Path) -> None:
         return str(follow)
 
     cuts = [len(data) * (chunk + 1) // 13 + 7 for chunk in range(12)]
-    _crash_twice(tmp_path, lambda chunk: grow_to(cuts[chunk]), lambda: grow_to(len(data)), lr=False)
+    _crash_twice(tmp_path, lambda chunk: grow_to(cuts[chunk]), lambda: grow_to(len(data)), lr=None)
+
+
+def test_held_polls_of_a_prometheus_series_survive_two_crashes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a real Prometheus (Debian's 2.42) whose TSDB holds `train_loss` and `train_lr`
+    of one run, every 15 s (backfilled by its promtool), read by the Prometheus live
+    source in raw-sample mode. The source's clock is the test's, stepped 10 samples a
+    poll, so both stores see the same samples at the same poll; the held polls' re-read
+    restores its cursor (`done`, each series' count and newest time)."""
+    from gatekeeper.sources.prometheus import source as prom_source
+    from tests.sources.prom_server import MISSING, PROMETHEUS, PROMTOOL, prometheus
+
+    if PROMETHEUS is None or PROMTOOL is None:
+        pytest.skip(MISSING)
+    t0 = int(time.time()) - 3 * 3600
+    lines = ["# TYPE train_loss gauge", "# TYPE train_lr gauge"]
+    for i in range(120):
+        lines += [f'train_loss{{run="ck"}} {_loss(i)!r} {t0 + 15 * i}',
+                  f'train_lr{{run="ck"}} 0.0001 {t0 + 15 * i}']  # fmt: skip
+    clock = {"now": float(t0)}
+    monkeypatch.setattr(prom_source, "time", type("Clock", (), {"time": lambda: clock["now"]}))
+    with prometheus(tmp_path, "\n".join([*lines, "# EOF", ""])) as url:
+        end = t0 + 15 * 119
+        spec = f"prom+{url}?selector={{run=\"ck\"}}&start={t0 - 1}&end={end}"
+
+        def log_chunk(chunk: int) -> str:
+            clock["now"] = t0 + 15 * 10 * (chunk + 1) - 7.5  # samples 0 .. 10 (chunk + 1) - 1
+            return spec
+
+        def ended() -> None:
+            clock["now"] = end + prom_source.LATE + 1
+
+        _crash_twice(tmp_path, log_chunk, ended, loss="train_loss", lr="train_lr")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import threading
 import time
@@ -22,13 +21,10 @@ from gatekeeper.sources import open_live_source, open_source
 from gatekeeper.sources.prometheus import PrometheusSource
 from gatekeeper.sources.prometheus.source import parse_spec
 from tests.daemon.harness import free_port
-from tests.helpers import gatekeeper, wait_ready, write_policy
+from tests.helpers import gatekeeper, write_policy
+from tests.sources.prom_server import MISSING, PROMETHEUS, PROMTOOL, prometheus
 
-PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None or PROMTOOL is None,
-    reason="needs Debian's prometheus: apt-get install -y prometheus",
-)
+pytestmark = pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None, reason=MISSING)
 T0 = int(time.time()) - 3 * 3600  # backfilled history starts here, every 15 s
 GOOD = [90, 91, 92, 93, 94]
 BAD = [90, 91, "NaN", 93, 94]
@@ -78,34 +74,21 @@ def _openmetrics() -> str:
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
     tmp = tmp_path_factory.mktemp("prom")
-    (tmp / "history.om").write_text(_openmetrics())
-    subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics",
-                    str(tmp / "history.om"), str(tmp / "tsdb")], check=True, capture_output=True)
     registry = CollectorRegistry()
     gauge = Gauge("trainer_loss", "loss", ["run"], registry=registry)
     exporter_port = free_port()
     server, _ = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
     slow = ThreadingHTTPServer(("127.0.0.1", free_port()), SlowExporter)
     threading.Thread(target=slow.serve_forever, daemon=True).start()
-    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [{
+    scrape = [{
         "job_name": "trainer", "scrape_interval": "300ms",
         "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}, {
         "job_name": "slow", "scrape_interval": "1s", "scrape_timeout": "1s",
-        "static_configs": [{"targets": [f"127.0.0.1:{slow.server_address[1]}"]}]}]}
-    (tmp / "prometheus.yml").write_text(json.dumps(config))
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(PROMETHEUS), f"--config.file={tmp / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "wb"),
-    )
-    url = f"http://127.0.0.1:{port}"
+        "static_configs": [{"targets": [f"127.0.0.1:{slow.server_address[1]}"]}]}]
     try:
-        wait_ready(f"{url}/-/ready", proc, 60, "prometheus did not start")
-        yield Prom(url, gauge)
+        with prometheus(tmp, _openmetrics(), scrape) as url:
+            yield Prom(url, gauge)
     finally:
-        proc.terminate()
-        proc.wait(10)
         server.shutdown()
         slow.shutdown()
 
