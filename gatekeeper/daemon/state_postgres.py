@@ -100,25 +100,31 @@ class PostgresState(SqlState):
 
     def _as_replica(self, cur: Any) -> None:
         """This session as the replica's (`cur`: a cursor or the connection): its name,
-        which the alerts' owner and `pg_stat_activity.application_name` show, and two
-        bounds of a lease period each, kept by the server:
-        - a transaction left open for longer ends the session. A replica frozen inside
-          one (SIGSTOP, a paused VM, a network lost with the socket still open) kept its
-          row locks for good, and the others' takeover, which skips locked leases, never
-          took those runs;
-        - a statement waits no longer for a lock (`lock_timeout`). A row held by another
-          session (an operator's, a migration) made a commit wait for as long, and the
-          daemon's stop with it (the scheduler waits for the polls in flight); the poll
-          now fails, counted, and the run is polled again.
+        which the alerts' owner and `pg_stat_activity.application_name` show, and three
+        bounds kept by the server:
+        - a transaction left open for a lease period ends the session. A replica frozen
+          inside one (SIGSTOP, a paused VM, a network lost with the socket still open)
+          kept its row locks for good, and the others' takeover, which skips locked
+          leases, never took those runs;
+        - a statement waits a lease period at most for a lock (`lock_timeout`). A row
+          held by another session (an operator's, a migration) made a commit wait for as
+          long, and the daemon's stop with it (the scheduler waits for the polls in
+          flight); the poll now fails, counted, and the run is polled again;
+        - a statement runs two lease periods at most (`statement_timeout`; longer than
+          the lock wait, which is then reported as one). A commit is past its fence: it
+          holds the run's lease row, which takeover skips, so a commit stalled on the
+          server (a trigger, an I/O stall) kept the run from every replica, and a worker
+          and the stop waiting; it now fails like a lock wait.
         Every setting is one a role with only DML rights may make."""
         assert self.replica is not None
-        lease = str(max(1, round(self.ttl * 1000)))  # milliseconds
+        lease = max(1, round(self.ttl * 1000))  # milliseconds
         cur.execute(
             "SELECT set_config('gatekeeper.replica', %s, false), "
             "set_config('application_name', %s, false), "
             "set_config('idle_in_transaction_session_timeout', %s, false), "
-            "set_config('lock_timeout', %s, false)",
-            (self.replica, f"gatekeeper {self.replica}"[:63], lease, lease),
+            "set_config('lock_timeout', %s, false), "
+            "set_config('statement_timeout', %s, false)",
+            (self.replica, f"gatekeeper {self.replica}"[:63], *map(str, [lease, lease, 2 * lease])),
         )
 
     def _fence(self, cur: Any, key: str) -> None:

@@ -9,6 +9,7 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -174,42 +175,92 @@ def test_check_config_on_a_postgres_state_creates_nothing(tmp_path: Path, pg_url
     assert checked.returncode == 0 and ": ok, 1 runs" in checked.stdout, checked.stdout
 
 
+def _step(run: Path, n: int) -> None:
+    with open(run, "a") as fh:
+        fh.write(json.dumps({"train/step": n, "train/ppo_kl": 0.01, "train/loss": 1.0}) + "\n")
+
+
+def _points(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT coalesce(sum(points), 0) FROM gkd_runs").fetchone()
+    return int(row[0]) if row else 0
+
+
+Unblock = Callable[[], None]
+
+
+def _blocked_commits(
+    tmp_path: Path, pg_url: str, block: Callable[[psycopg.Connection], Unblock], error: str
+) -> None:
+    """A replica (lease 2 s) polls one run; `block(conn)`, from another session, makes
+    its commits wait on the server until the function it returns is called: the commit
+    fails within two lease periods with `error` in the log, counted; once unblocked the
+    run is polled again, whole; and a stop while a commit waits takes no longer."""
+    config = pg_config(tmp_path, pg_url, [], interval=0.2, jitter=0, lease=2)
+    run = tmp_path / "runs" / "r0.jsonl"
+    _step(run, 0)
+    daemon = DaemonProcess(config).start()
+    try:
+        assert daemon.wait(lambda: _points(pg_url) == 2, 20), daemon.tail()
+        with psycopg.connect(pg_url) as other:
+            unblock = block(other)
+            _step(run, 1)
+            assert daemon.wait(lambda: error in daemon.log.read_text(), 15), daemon.tail()
+            unblock()
+        assert daemon.wait(lambda: _points(pg_url) == 4, 20), daemon.tail()  # again, whole
+        with psycopg.connect(pg_url) as other:
+            block(other)
+            _step(run, 2)
+            time.sleep(0.6)  # a poll is waiting now
+            began = time.monotonic()
+            assert daemon.stop() == 0, daemon.tail()
+            assert time.monotonic() - began < 10, daemon.tail()
+    finally:
+        daemon.stop()
+
+
 def test_a_run_locked_by_another_session_fails_its_commit_and_never_holds_the_stop(
     tmp_path: Path, pg_url: str
 ) -> None:
     """A session outside gatekeeper (an operator's, a migration) holding a run's row made
     that run's commit wait for as long as it held it, and the daemon's stop with it (the
     scheduler waits for the polls in flight). A replica's statements wait at most a lease
-    period for a lock: the commit fails, counted and logged; the run is polled again
-    once the row is free; a stop meanwhile takes no longer than that wait."""
-    config = pg_config(tmp_path, pg_url, [], interval=0.2, jitter=0, lease=2)
-    run = tmp_path / "runs" / "r0.jsonl"
+    period for a lock (`lock_timeout`)."""
 
-    def step(n: int) -> None:
-        with open(run, "a") as fh:
-            fh.write(json.dumps({"train/step": n, "train/ppo_kl": 0.01, "train/loss": 1.0}) + "\n")
+    def hold_every_run_row(conn: psycopg.Connection) -> Unblock:
+        conn.execute("SELECT key FROM gkd_runs FOR UPDATE")
+        return conn.rollback
 
-    def points() -> int:
-        with psycopg.connect(pg_url) as conn:
-            row = conn.execute("SELECT coalesce(sum(points), 0) FROM gkd_runs").fetchone()
-        return int(row[0]) if row else 0
+    _blocked_commits(tmp_path, pg_url, hold_every_run_row, "lock timeout")
 
-    step(0)
-    daemon = DaemonProcess(config).start()
-    try:
-        assert daemon.wait(lambda: points() == 2, 20), daemon.tail()
-        with psycopg.connect(pg_url) as other:  # a transaction holding every run row
-            other.execute("SELECT key FROM gkd_runs FOR UPDATE")
-            step(1)
-            assert daemon.wait(lambda: "lock timeout" in daemon.log.read_text(), 15), daemon.tail()
-            other.rollback()
-        assert daemon.wait(lambda: points() == 4, 20), daemon.tail()  # polled again, whole
-        with psycopg.connect(pg_url) as other:
-            other.execute("SELECT key FROM gkd_runs FOR UPDATE")
-            step(2)
-            time.sleep(0.6)  # a poll is waiting for the row now
-            began = time.monotonic()
-            assert daemon.stop() == 0, daemon.tail()
-            assert time.monotonic() - began < 10, daemon.tail()
-    finally:
-        daemon.stop()
+
+def test_a_commit_stalled_on_the_server_fails_within_two_leases_and_never_holds_the_run(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A commit is past its fence: it holds the run's lease row, which takeover skips. A
+    statement stalled on the server (here a trigger that sleeps 30 s while a flag is set,
+    as an I/O stall would) kept the run from every replica, a worker and the stop for as
+    long. A replica's statements run at most two lease periods (`statement_timeout`,
+    above the lock wait's one); without it the first wait below times out."""
+
+    def stall_run_writes(conn: psycopg.Connection) -> Unblock:
+        conn.execute("CREATE TABLE IF NOT EXISTS gk_stall (stall boolean NOT NULL)")
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION gk_stall() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "BEGIN IF EXISTS (SELECT 1 FROM gk_stall WHERE stall) THEN "
+            "PERFORM pg_sleep(30); END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE OR REPLACE TRIGGER gk_stall BEFORE INSERT OR UPDATE ON gkd_runs "
+            "FOR EACH ROW EXECUTE FUNCTION gk_stall()"
+        )
+        conn.execute("INSERT INTO gk_stall VALUES (true)")
+        conn.commit()
+
+        def unblock() -> None:
+            conn.execute("DELETE FROM gk_stall")
+            conn.commit()
+
+        return unblock
+
+    _blocked_commits(tmp_path, pg_url, stall_run_writes, "statement timeout")
