@@ -124,7 +124,8 @@ class PostgresState(SqlState):
             "set_config('idle_in_transaction_session_timeout', %s, false), "
             "set_config('lock_timeout', %s, false), "
             "set_config('statement_timeout', %s, false)",
-            (self.replica, f"gatekeeper {self.replica}"[:63], *map(str, [lease, lease, 2 * lease])),
+            (self.replica, f"gatekeeper {self.replica}"[:63], str(lease), str(lease),
+             str(2 * lease)),  # fmt: skip
         )
 
     def _fence(self, cur: Any, key: str) -> None:

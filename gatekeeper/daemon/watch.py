@@ -225,7 +225,6 @@ class RunWatcher:
         already. A failed commit reloads what the store holds."""
         assert self.session is not None
         data, text = encoded or self.texts.encode(poll.verdict)
-        keys = self.unsaved
         commit = PollCommit(
             key=self.key,
             target=self.watched.target,
@@ -241,7 +240,7 @@ class RunWatcher:
                 r
                 for r in poll.rows
                 if _changed(self.rules.get((r.policy, r.rule)), r)
-                or (keys and (r.policy, r.rule) in keys)  # moved in a held poll
+                or (r.policy, r.rule) in self.unsaved  # moved in a held poll
             ],
             alert_states={k: a for k, a in states.items() if self.alerts.get(k) != a},
             alerts=alerts,
