@@ -1,11 +1,14 @@
-"""Poll scheduling with APScheduler 3: one interval job per watched run.
+"""Poll scheduling: one queue of runs by due time, dispatched by one APScheduler job.
 
-Jobs never overlap for one run (`max_instances=1`), missed runs coalesce into one, and
-a jitter spreads the load. Each poll's source I/O runs on a separate pool under a
-timeout: a poll that hangs is abandoned (counted, backed off) and its run is not polled
-again until the hung call returns, so one slow or failing source never stalls the
-others. A discovery job re-expands the globs to add new runs; runs whose source says
-they ended get a final verdict and are retired.
+A tick job (every TICK seconds) takes the runs whose poll is due from a `DueQueue` and
+hands each to the poll workers (`poll.workers` threads); there is no scheduler job per
+run. Polls never overlap for one run (one still queued or running is not dispatched
+again: that due time is skipped), missed polls coalesce into one, and a jitter spreads
+the load. Each poll's source I/O runs on a separate pool under a timeout: a poll that
+hangs is abandoned (counted, backed off) and its run is not polled again until the hung
+call returns, so one slow or failing source never stalls the others. A discovery job
+re-expands the globs to add new runs; runs whose source says they ended get a final
+verdict and are retired. Pausing the APScheduler scheduler pauses the polls too.
 """
 
 from __future__ import annotations
@@ -17,15 +20,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor as PollPool
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from gatekeeper.daemon.config import PollSettings
 from gatekeeper.daemon.discovery import Lister
+from gatekeeper.daemon.due import DueQueue
 from gatekeeper.daemon.exporter import DaemonMetrics
 from gatekeeper.daemon.lease import LeaseLost, Leases
 from gatekeeper.daemon.state import RunRecord, SqlState
@@ -35,13 +38,16 @@ from gatekeeper.errors import RecordError
 log = logging.getLogger("gatekeeper.daemon")
 DISCOVERY_JOB = "__discovery__"
 LEASE_JOB = "__leases__"
+TICK_JOB = "__polls__"
 CONTROL = "control"  # the executor of discovery and the lease cycle
+DISPATCH = "dispatch"  # the tick's own executor: never queued behind the others
+TICK = 0.05  # seconds between two looks at the due queue: a poll starts this late at most
 FLUSH_SECONDS = 15.0  # a stop's commits of held polls (poll.checkpoint), at most
 Offer = Callable[[int, str, dict[str, Any]], None]
 
 
 class PollScheduler:
-    """Owns the watchers and the APScheduler jobs that poll them."""
+    """Owns the watchers, the queue of their due polls and the threads that poll them."""
 
     def __init__(
         self,
@@ -67,24 +73,33 @@ class PollScheduler:
         self.discovered = threading.Event()  # first discovery done: ready
         # Room for hung calls on top of the workers; a hung call holds a thread until it returns.
         self.pool = PollPool(max_workers=settings.workers * 4, thread_name_prefix="poll")
-        self._scheduled: dict[str, datetime] = {}
+        self.workers = PollPool(max_workers=settings.workers, thread_name_prefix="poll-worker")
+        self.due = DueQueue(settings.jitter)
+        self._dispatched: set[str] = set()  # queued or running on the workers
+        self._dispatch_lock = threading.Lock()
+        self._scheduled: dict[str, float] = {}  # run -> when the poll dispatched was due
         self.scheduler = BackgroundScheduler(
-            # discovery and the lease cycle have threads of their own: queued behind a
-            # backlog of polls, a replica's leases expired and it dropped its own runs
-            executors={
-                "default": ThreadPoolExecutor(settings.workers),
-                CONTROL: ThreadPoolExecutor(2),
-            },
+            # discovery, the lease cycle and the tick have threads of their own: queued
+            # behind a backlog of polls, a replica's leases expired and it dropped its runs
+            executors={CONTROL: ThreadPoolExecutor(2), DISPATCH: ThreadPoolExecutor(1)},
             job_defaults={"max_instances": 1, "coalesce": True},
             timezone="UTC",
         )
-        self.scheduler.add_listener(self._submitted, EVENT_JOB_SUBMITTED)
         self._stopping = False
         self._stopping_lock = threading.Lock()
 
     # ---- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         self.scheduler.start()
+        self.scheduler.add_job(
+            self.tick,
+            "interval",
+            seconds=TICK,
+            id=TICK_JOB,
+            max_instances=1,
+            misfire_grace_time=None,  # late (a busy process): run at once, coalesced
+            executor=DISPATCH,
+        )
         self.scheduler.add_job(
             self.discover,
             "interval",
@@ -106,12 +121,12 @@ class PollScheduler:
             )
 
     def stop(self) -> None:
-        # APScheduler's shutdown holds its job-store lock while it waits for the jobs in
-        # flight, so a job that adds or removes a job then (a run retired, a lease lost or
-        # taken) would wait for ever: from here on jobs leave the job store alone.
+        # Nothing is dispatched or added once stopping; the polls in flight end (a backlog
+        # queued on the workers is dropped), then the held polls are committed.
         with self._stopping_lock:
             self._stopping = True
         self.scheduler.shutdown(wait=True)
+        self.workers.shutdown(wait=True, cancel_futures=True)  # the polls in flight end
         self.pool.shutdown(wait=False, cancel_futures=True)
         self._flush_all()
 
@@ -144,13 +159,11 @@ class PollScheduler:
             self.metrics.poll_errors.labels(kind="checkpoint").inc()
 
     def _remove_job(self, key: str) -> None:
-        with self._stopping_lock:
-            if self._stopping:
-                return
-            try:
-                self.scheduler.remove_job(key)
-            except Exception:  # not scheduled (ended) or already removed
-                pass
+        self.due.discard(key)
+
+    def scheduled(self, key: str) -> bool:
+        """Whether the run's polls are still due (not retired, dropped or handed back)."""
+        return key in self.due
 
     def snapshot(self) -> list[RunWatcher]:
         with self.lock:
@@ -265,24 +278,37 @@ class PollScheduler:
             return  # judged whole before a restart: shown, not polled
         self.metrics.watched.inc()
         interval = watched.interval
-        first = datetime.now().astimezone() + timedelta(seconds=random.uniform(0, min(interval, 5)))
-        with self._stopping_lock:  # see stop()
+        first = time.time() + random.uniform(0, min(interval, 5))
+        with self._stopping_lock:  # nothing is added once stopping
             if self._stopping:
                 return
-            self.scheduler.add_job(
-                self.poll,
-                "interval",
-                args=[key],
-                id=key,
-                seconds=interval,
-                jitter=self.settings.jitter or None,
-                next_run_time=first,
-                misfire_grace_time=max(1, int(interval)),
-            )
+            self.due.add(key, first, interval)
 
-    def _submitted(self, event: JobSubmissionEvent) -> None:
-        if event.scheduled_run_times:
-            self._scheduled[event.job_id] = event.scheduled_run_times[-1]
+    # ---- dispatch -----------------------------------------------------------------------
+    def tick(self) -> None:
+        """Hand the polls due now to the workers. A run whose last poll is still queued
+        or running is not dispatched again (its due time passes: coalesced)."""
+        due = self.due.pop_due(time.time())
+        with self._dispatch_lock:
+            if self._stopping:
+                return
+            due = [(k, at) for k, at in due if k not in self._dispatched]
+            self._dispatched.update(k for k, _ in due)
+        for key, at in due:
+            self._scheduled[key] = at
+            try:
+                self.workers.submit(self._dispatch, key)
+            except RuntimeError:  # the workers are shut down: stopping
+                return
+
+    def _dispatch(self, key: str) -> None:
+        try:
+            self.poll(key)
+        except Exception:  # a bug: logged, the run is polled again when next due
+            log.exception("run %s: the poll failed", key)
+        finally:
+            with self._dispatch_lock:
+                self._dispatched.discard(key)
 
     # ---- one poll -----------------------------------------------------------------------
     def poll(self, key: str) -> None:
@@ -295,11 +321,9 @@ class PollScheduler:
 
     def _poll_one(self, key: str, watcher: RunWatcher) -> None:
         due = self._scheduled.pop(key, None)
-        if due is not None:
-            self.metrics.poll_lag.observe(
-                max(0.0, datetime.now(due.tzinfo).timestamp() - due.timestamp())
-            )
         started = time.time()
+        if due is not None:
+            self.metrics.poll_lag.observe(max(0.0, started - due))
         if started < watcher.next_allowed:
             self.metrics.polls.labels(outcome="skipped").inc()
             return  # backing off after errors

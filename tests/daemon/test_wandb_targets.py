@@ -125,6 +125,6 @@ def test_running_tagged_runs_are_discovered_judged_and_retired(
         assert wait_until(lambda: watchers()["wandb://ent/proj/new"].ended)
         new = watchers()["wandb://ent/proj/new"]
         assert new.status == "pass" and new.points == 6
-        assert daemon.scheduler.scheduler.get_job("wandb://ent/proj/new") is None  # retired
+        assert not daemon.scheduler.scheduled("wandb://ent/proj/new")  # retired
     finally:
         daemon.stop()
