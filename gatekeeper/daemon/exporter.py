@@ -328,5 +328,5 @@ class DaemonMetrics:
                 self.waiting.labels(channel=ch).set_function(channel.waiting)
         for kind in ("error", "timeout", "discovery"):
             self.poll_errors.labels(kind=kind)
-        for outcome in ("ok", "error", "skipped"):
+        for outcome in ("ok", "error", "skipped", "overrun"):
             self.polls.labels(outcome=outcome)

@@ -287,14 +287,16 @@ class PollScheduler:
     # ---- dispatch -----------------------------------------------------------------------
     def tick(self) -> None:
         """Hand the polls due now to the workers. A run whose last poll is still queued
-        or running is not dispatched again (its due time passes: coalesced)."""
+        or running is not dispatched again: that due time passes, counted as an overrun."""
         due = self.due.pop_due(time.time())
         with self._dispatch_lock:
             if self._stopping:
                 return
-            due = [(k, at) for k, at in due if k not in self._dispatched]
-            self._dispatched.update(k for k, _ in due)
-        for key, at in due:
+            ready = [(k, at) for k, at in due if k not in self._dispatched]
+            self._dispatched.update(k for k, _ in ready)
+        if len(ready) < len(due):  # still polling them: behind, or a slow source
+            self.metrics.polls.labels(outcome="overrun").inc(len(due) - len(ready))
+        for key, at in ready:
             self._scheduled[key] = at
             try:
                 self.workers.submit(self._dispatch, key)
