@@ -1,6 +1,6 @@
 """The runs a daemon polls, by when each one's next poll is due.
 
-One heap for every run, popped by the scheduler's tick: a run's poll is dispatched
+One heap for every run, popped by the scheduler's dispatcher: a run's poll is dispatched
 without a scheduler job of its own (APScheduler's per-job loop, job store and events
 cost 0.12-0.27 ms a poll, bench/bench_dispatch.py). The timing is what an APScheduler
 interval job with `coalesce` gives: each next poll one interval after the last one due
@@ -39,6 +39,11 @@ class DueQueue:
 
     def __len__(self) -> int:
         return len(self._due)
+
+    def next_due(self) -> float | None:
+        """When the next poll is due (maybe earlier: a removed run's entry), or None."""
+        with self._lock:
+            return self._heap[0][0] if self._heap else None
 
     def pop_due(self, now: float) -> list[tuple[str, float]]:
         """The runs whose poll is due at `now`, each with the time it was due, oldest

@@ -1,14 +1,15 @@
-"""Poll scheduling: one queue of runs by due time, dispatched by one APScheduler job.
+"""Poll scheduling: one queue of runs by due time, dispatched by one thread.
 
-A tick job (every TICK seconds) takes the runs whose poll is due from a `DueQueue` and
-hands each to the poll workers (`poll.workers` threads); there is no scheduler job per
-run. Polls never overlap for one run (one still queued or running is not dispatched
-again: that due time is skipped), missed polls coalesce into one, and a jitter spreads
-the load. Each poll's source I/O runs on a separate pool under a timeout: a poll that
-hangs is abandoned (counted, backed off) and its run is not polled again until the hung
-call returns, so one slow or failing source never stalls the others. A discovery job
-re-expands the globs to add new runs; runs whose source says they ended get a final
-verdict and are retired. Pausing the APScheduler scheduler pauses the polls too.
+The dispatcher sleeps until the next poll is due (or a run is added), takes the runs
+whose poll is due from a `DueQueue` and hands each to the poll workers (`poll.workers`
+threads); there is no scheduler job per run. Polls never overlap for one run (one still
+queued or running is not dispatched again: that due time is skipped), missed polls
+coalesce into one, and a jitter spreads the load. Each poll's source I/O runs on a
+separate pool under a timeout: a poll that hangs is abandoned (counted, backed off) and
+its run is not polled again until the hung call returns, so one slow or failing source
+never stalls the others. A discovery job re-expands the globs to add new runs; runs
+whose source says they ended get a final verdict and are retired. Discovery and the
+lease cycle are APScheduler jobs; pausing that scheduler pauses the dispatch too.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import STATE_PAUSED
 
 from gatekeeper.daemon.config import PollSettings
 from gatekeeper.daemon.discovery import Lister
@@ -38,10 +40,11 @@ from gatekeeper.errors import RecordError
 log = logging.getLogger("gatekeeper.daemon")
 DISCOVERY_JOB = "__discovery__"
 LEASE_JOB = "__leases__"
-TICK_JOB = "__polls__"
 CONTROL = "control"  # the executor of discovery and the lease cycle
-DISPATCH = "dispatch"  # the tick's own executor: never queued behind the others
-TICK = 0.05  # seconds between two looks at the due queue: a poll starts this late at most
+# The dispatcher wakes when the next poll is due, at most this often (the polls due
+# within it go together) and at least this rarely (a paused scheduler, an empty queue).
+TICK_MIN, TICK_MAX = 0.01, 1.0
+PAUSED_WAIT = 0.1  # how often a paused scheduler is looked at again
 FLUSH_SECONDS = 15.0  # a stop's commits of held polls (poll.checkpoint), at most
 Offer = Callable[[int, str, dict[str, Any]], None]
 
@@ -79,27 +82,21 @@ class PollScheduler:
         self._dispatch_lock = threading.Lock()
         self._scheduled: dict[str, float] = {}  # run -> when the poll dispatched was due
         self.scheduler = BackgroundScheduler(
-            # discovery, the lease cycle and the tick have threads of their own: queued
-            # behind a backlog of polls, a replica's leases expired and it dropped its runs
-            executors={CONTROL: ThreadPoolExecutor(2), DISPATCH: ThreadPoolExecutor(1)},
+            # discovery and the lease cycle have threads of their own: queued behind a
+            # backlog of polls, a replica's leases expired and it dropped its own runs
+            executors={CONTROL: ThreadPoolExecutor(2)},
             job_defaults={"max_instances": 1, "coalesce": True},
             timezone="UTC",
         )
         self._stopping = False
         self._stopping_lock = threading.Lock()
+        self._wake = threading.Event()  # a run added (maybe due before the next wake), a stop
+        self._dispatcher = threading.Thread(target=self._dispatch_loop, name="poll-dispatch")
 
     # ---- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         self.scheduler.start()
-        self.scheduler.add_job(
-            self.tick,
-            "interval",
-            seconds=TICK,
-            id=TICK_JOB,
-            max_instances=1,
-            misfire_grace_time=None,  # late (a busy process): run at once, coalesced
-            executor=DISPATCH,
-        )
+        self._dispatcher.start()
         self.scheduler.add_job(
             self.discover,
             "interval",
@@ -125,6 +122,9 @@ class PollScheduler:
         # queued on the workers is dropped), then the held polls are committed.
         with self._stopping_lock:
             self._stopping = True
+        self._wake.set()
+        if self._dispatcher.is_alive():
+            self._dispatcher.join()  # its one step (`tick`) only hands polls out
         self.scheduler.shutdown(wait=True)
         self.workers.shutdown(wait=True, cancel_futures=True)  # the polls in flight end
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -160,6 +160,11 @@ class PollScheduler:
 
     def _remove_job(self, key: str) -> None:
         self.due.discard(key)
+
+    @property
+    def running(self) -> bool:
+        """Whether polls are dispatched and the control jobs run (`/healthz`)."""
+        return self.scheduler.running and self._dispatcher.is_alive()
 
     def scheduled(self, key: str) -> bool:
         """Whether the run's polls are still due (not retired, dropped or handed back)."""
@@ -283,8 +288,24 @@ class PollScheduler:
             if self._stopping:
                 return
             self.due.add(key, first, interval)
+        self._wake.set()
 
     # ---- dispatch -----------------------------------------------------------------------
+    def _dispatch_loop(self) -> None:
+        while not self._stopping:
+            nxt = self.due.next_due()
+            wait = TICK_MAX if nxt is None else nxt - time.time()
+            if self.scheduler.state == STATE_PAUSED:
+                wait = PAUSED_WAIT
+            self._wake.wait(min(TICK_MAX, max(TICK_MIN, wait)))
+            self._wake.clear()
+            if self._stopping or self.scheduler.state == STATE_PAUSED:
+                continue
+            try:
+                self.tick()
+            except Exception:  # a bug: logged, the loop goes on (a dead one fails /healthz)
+                log.exception("dispatching the polls due failed")
+
     def tick(self) -> None:
         """Hand the polls due now to the workers. A run whose last poll is still queued
         or running is not dispatched again: that due time passes, counted as an overrun."""

@@ -271,7 +271,7 @@ class Daemon:
         return Api(
             registry=self.registry,
             metrics_app=self.metrics.wsgi_app(),
-            healthy=lambda: self.scheduler.scheduler.running,
+            healthy=lambda: self.scheduler.running,
             ready=lambda: self.scheduler.discovered.is_set() and self.store.reachable(),
             runs=self._runs,
             run=self._find,
