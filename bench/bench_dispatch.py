@@ -7,8 +7,9 @@ gatekeeper/daemon/scheduler.py), so the process CPU per poll is the dispatch alo
 - `apscheduler`: how `gatekeeper serve` dispatched polls before (one APScheduler interval
   job a run, 10 s, on a 4-thread executor, the `EVENT_JOB_SUBMITTED` listener that timed
   the poll's lag);
-- `daemon`: the daemon's own `PollScheduler` (one tick job taking the due runs from its
-  `DueQueue` and handing each to 4 poll workers), its `poll` replaced by the hand-off.
+- `daemon`: the daemon's own `PollScheduler` (its dispatcher thread taking the due runs
+  from its `DueQueue` and handing each to 4 poll workers), its `poll` replaced by the
+  hand-off.
 
 Usage: python bench/bench_dispatch.py [--runs 1000,3000,10000] [--seconds 30]
        [--dispatchers apscheduler,daemon]
@@ -121,7 +122,7 @@ def main() -> None:
         for what in kinds:
             if what == "daemon":
                 polls, ms = daemon(runs, args.seconds)
-                what = "daemon: tick + hand-off"
+                what = "daemon: queue + hand-off"
             else:
                 polls, ms = apscheduler(runs, args.seconds)
                 what = "apscheduler job + hand-off"
