@@ -4,8 +4,9 @@ Put this folder on PYTHONPATH with GK_PROBE=PREFIX set: every `gatekeeper serve`
 Python starts then writes PREFIX.PID.txt at the end of a window (GK_PROBE_WINDOW="START,
 SECONDS" after its start; default 25,35, bench_fleet's warm-up and measuring time at
 --seconds 40): the process CPU (user, system), the thread CPU spent in
-`RunWatcher.fetch`, `RunWatcher.apply`, APScheduler's `_process_jobs`, its job wrapper
-(`run_job`), the poll job (`PollScheduler.poll`) and the job events, per apply, and
+`RunWatcher.fetch`, `RunWatcher.apply`, the dispatcher's `PollScheduler.tick`, the poll
+(`PollScheduler.poll`), APScheduler's `_process_jobs`, its job wrapper (`run_job`) and
+job events (discovery and the lease cycle only, since the queue), per apply, and
 the cyclic collector's passes per generation with their wall time (the collector holds
 the GIL) and what they collected. With GK_PROBE_PARTS=1 also bench_poll_parts.py's parts
 of a poll, timed the same way (exclusive thread CPU), to set beside the in-process
@@ -85,11 +86,11 @@ def _wrap() -> None:
     for owner, name in ((RunWatcher, "fetch"), (RunWatcher, "apply")):
         _timed(owner, name)
     _timed(BaseScheduler, "_process_jobs")
-    # the poll job: APScheduler's wrapper of it (on the worker), the job itself (its thread
-    # CPU: metrics, the hand-off to the pool and the wait; apply inside), the scheduler's
-    # events of it (submitted, on its loop; success, on the worker), and discovery
+    # the dispatch of the due polls (tick), the poll itself (its thread CPU: metrics, the
+    # hand-off to the pool and the wait; apply inside), and the control jobs: APScheduler's
+    # wrapper of them, their success events, discovery
     _timed(aps_pool, "run_job")
-    for name in ("poll", "_submitted", "discover"):
+    for name in ("tick", "poll", "discover"):
         _timed(PollScheduler, name)
     _timed(BaseExecutor, "_run_job_success")
 

@@ -91,7 +91,9 @@ class PollScheduler:
         self._stopping = False
         self._stopping_lock = threading.Lock()
         self._wake = threading.Event()  # a run added (maybe due before the next wake), a stop
-        self._dispatcher = threading.Thread(target=self._dispatch_loop, name="poll-dispatch")
+        self._dispatcher = threading.Thread(
+            target=self._dispatch_loop, name="poll-dispatch", daemon=True
+        )
 
     # ---- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -124,7 +126,7 @@ class PollScheduler:
             self._stopping = True
         self._wake.set()
         if self._dispatcher.is_alive():
-            self._dispatcher.join()  # its one step (`tick`) only hands polls out
+            self._dispatcher.join(5 * TICK_MAX)  # it waits at most TICK_MAX, then hands out
         self.scheduler.shutdown(wait=True)
         self.workers.shutdown(wait=True, cancel_futures=True)  # the polls in flight end
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -158,7 +160,7 @@ class PollScheduler:
             log.warning("run %s: committing its held poll failed: %s", watcher.key, exc)
             self.metrics.poll_errors.labels(kind="checkpoint").inc()
 
-    def _remove_job(self, key: str) -> None:
+    def _unschedule(self, key: str) -> None:
         self.due.discard(key)
 
     @property
@@ -265,7 +267,7 @@ class PollScheduler:
             watcher = self.watchers.pop(key, None)
         if watcher is None:
             return
-        self._remove_job(key)
+        self._unschedule(key)
         with watcher.polling:  # wait for a poll in flight; none starts after this
             if flush:
                 self._flush(watcher)
@@ -293,12 +295,12 @@ class PollScheduler:
     # ---- dispatch -----------------------------------------------------------------------
     def _dispatch_loop(self) -> None:
         while not self._stopping:
+            self._wake.clear()  # before looking: a run added from here on wakes it
             nxt = self.due.next_due()
             wait = TICK_MAX if nxt is None else nxt - time.time()
             if self.scheduler.state == STATE_PAUSED:
                 wait = PAUSED_WAIT
             self._wake.wait(min(TICK_MAX, max(TICK_MIN, wait)))
-            self._wake.clear()
             if self._stopping or self.scheduler.state == STATE_PAUSED:
                 continue
             try:
@@ -416,4 +418,4 @@ class PollScheduler:
                 self.leases.release([watcher.key])
             except Exception as exc:  # ended is committed: no replica takes it anyway
                 log.warning("run %s: releasing its lease failed: %s", watcher.key, exc)
-        self._remove_job(watcher.key)
+        self._unschedule(watcher.key)
