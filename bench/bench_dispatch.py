@@ -57,7 +57,6 @@ def daemon(runs: int, seconds: float) -> tuple[int, float]:
     lock = threading.Lock()
 
     def poll(key: str) -> None:
-        sched._scheduled.pop(key, None)
         sched.pool.submit(lambda: None).result(timeout=30)
         with lock:
             done[0] += 1

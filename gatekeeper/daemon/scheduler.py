@@ -80,7 +80,6 @@ class PollScheduler:
         self.due = DueQueue(settings.jitter)
         self._dispatched: set[str] = set()  # queued or running on the workers
         self._dispatch_lock = threading.Lock()
-        self._scheduled: dict[str, float] = {}  # run -> when the poll dispatched was due
         self.scheduler = BackgroundScheduler(
             # discovery and the lease cycle have threads of their own: queued behind a
             # backlog of polls, a replica's leases expired and it dropped its own runs
@@ -159,9 +158,6 @@ class PollScheduler:
             # read again from the committed cursor by whoever polls it next
             log.warning("run %s: committing its held poll failed: %s", watcher.key, exc)
             self.metrics.poll_errors.labels(kind="checkpoint").inc()
-
-    def _unschedule(self, key: str) -> None:
-        self.due.discard(key)
 
     @property
     def running(self) -> bool:
@@ -267,7 +263,7 @@ class PollScheduler:
             watcher = self.watchers.pop(key, None)
         if watcher is None:
             return
-        self._unschedule(key)
+        self.due.discard(key)
         with watcher.polling:  # wait for a poll in flight; none starts after this
             if flush:
                 self._flush(watcher)
@@ -320,13 +316,13 @@ class PollScheduler:
         if len(ready) < len(due):  # still polling them: behind, or a slow source
             self.metrics.polls.labels(outcome="overrun").inc(len(due) - len(ready))
         for key, at in ready:
-            self._scheduled[key] = at
             try:
-                self.workers.submit(self._dispatch, key)
+                self.workers.submit(self._dispatch, key, at)
             except RuntimeError:  # the workers are shut down: stopping
                 return
 
-    def _dispatch(self, key: str) -> None:
+    def _dispatch(self, key: str, due: float) -> None:
+        self.metrics.poll_lag.observe(max(0.0, time.time() - due))
         try:
             self.poll(key)
         except Exception:  # a bug: logged, the run is polled again when next due
@@ -345,10 +341,7 @@ class PollScheduler:
                 self._poll_one(key, watcher)
 
     def _poll_one(self, key: str, watcher: RunWatcher) -> None:
-        due = self._scheduled.pop(key, None)
         started = time.time()
-        if due is not None:
-            self.metrics.poll_lag.observe(max(0.0, started - due))
         if started < watcher.next_allowed:
             self.metrics.polls.labels(outcome="skipped").inc()
             return  # backing off after errors
@@ -418,4 +411,4 @@ class PollScheduler:
                 self.leases.release([watcher.key])
             except Exception as exc:  # ended is committed: no replica takes it anyway
                 log.warning("run %s: releasing its lease failed: %s", watcher.key, exc)
-        self._unschedule(watcher.key)
+        self.due.discard(watcher.key)

@@ -99,6 +99,8 @@ def test_polls_of_one_run_never_overlap_and_other_runs_go_on(tmp_path: Path) -> 
         daemon.stop()
     assert most == {"slow": 1, "fast": 1}
     assert daemon.metrics.polls.labels(outcome="overrun")._value.get() >= 3  # slow's
+    lags = daemon.metrics.registry.get_sample_value("gatekeeper_poll_lag_seconds_count")
+    assert lags is not None and lags >= len(polls["slow"]) + len(polls["fast"])  # each timed
     slow, fast = polls["slow"], polls["fast"]
     gaps = [b - a for a, b in zip(slow[:-1], slow[1:], strict=True)]
     assert min(gaps) >= 0.44  # the next poll only after the last returned
