@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -431,6 +432,13 @@ def test_a_store_that_is_not_there_or_not_mlflow_is_exit_2_and_nothing_is_create
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
     assert not missing.parent.exists()
+    # the store as the source, to follow the next run: what it holds cannot be told
+    proc = gatekeeper("watch", f"mlflow+sqlite:///{garbage}", "-p", str(_policy(tmp_path)),
+                      "--interval", "0.2", timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"gatekeeper: error: {garbage}: cannot tell which runs"), \
+        proc.stderr
+    assert proc.stderr.count("\n") == 1 and "not a database" in proc.stderr, proc.stderr
 def _run_new(tmp: Path, source: str, uri: str, *writer: str) -> tuple[
     subprocess.CompletedProcess[str], dict, str
 ]:
@@ -464,13 +472,47 @@ def test_run_follows_the_run_cmd_creates_in_a_store_created_after_the_watch_bega
     assert verdict["stopped"]["rule"] == "ml/loss-bounded" and verdict["stopped"]["step"] == 5
     assert verdict["run"]["source"] == f"mlflow+{uri}/runs/{rid}"
 
-    # the store now holds that broken run: a healthy re-run follows its own run, not it
+    # the store now holds that broken run: a healthy re-run follows its own run, not it;
+    # a sqlite store as a writer killed inside a transaction leaves it, locked as the
+    # re-run begins
+    killed = _killed_inside_a_transaction(store, hold=3.0) if kind == "sqlite" else None
     proc, verdict, new = _run_new(
         tmp_path, f"mlflow+{uri}", uri, "--steps", "20", "--delay", "0.02"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 earlier run(s) there are not followed" in proc.stdout
     assert new != rid and f"/runs/{new}" in proc.stdout and verdict["status"] == "pass"
+    if killed is not None:
+        assert killed.wait(30) == -9  # it died holding the transaction, which was undone:
+        with sqlite3.connect(store) as db:
+            assert db.execute("SELECT name FROM sqlite_master WHERE name = 'gk_scratch'"
+                              ).fetchone() is None
+
+
+KILLED_WRITER = """
+import os, signal, sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA cache_size = 10")  # its pages spill into the file: the journal is hot
+db.execute("BEGIN IMMEDIATE")
+db.execute("CREATE TABLE gk_scratch (x)")
+db.executemany("INSERT INTO gk_scratch VALUES (?)", (("x" * 200,) for _ in range(20000)))
+print("inside", flush=True)
+time.sleep(float(sys.argv[2]))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _killed_inside_a_transaction(db: Path, hold: float) -> subprocess.Popen[str]:
+    """A writer of the sqlite store that holds it locked for `hold` seconds, then is
+    killed inside its transaction: the file is left with a hot journal, which a
+    read-only connection cannot read ("attempt to write a readonly database") and a
+    read-write one rolls back (SQLite 3.x; mlflow 3.17.2's SQL store leaves the same when
+    the trainer is killed mid-commit, as `run` does to a failing one). Taken for an empty
+    store, its runs all looked new and the earlier broken one was followed."""
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(db), str(hold)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "inside"
+    return proc
 
 
 def test_run_follows_the_new_run_on_a_tracking_server(

@@ -7,9 +7,11 @@ store, not the run. As for a wandb folder, the runs in the store when the watch 
 noted and never followed (a reused store holds finished runs); each poll lists the store's
 runs, in every experiment, until one that was not there appears, then follows it as an
 `MlflowSource` and says which. Several new runs at once: the one started first (the others
-are named). A local store is not opened until it holds a run (a read-only look at the
-files): mlflow's file and SQL stores create themselves, migrations and all, when opened,
-and CMD may be doing just that.
+are named). A local store is not opened until it holds a run (a look at the files that
+creates nothing): mlflow's file and SQL stores create themselves, migrations and all, when
+opened, and CMD may be doing just that. A store that cannot be read as the watch begins
+(locked, or left by a writer killed mid-transaction and not readable read-only) is an
+error, never taken for an empty one.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from contextlib import closing
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from gatekeeper.errors import UsageError
+from gatekeeper.errors import SourceError, UsageError
 from gatekeeper.model import Run
 from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.mlflow.client import RunInfo, TrackingClient
@@ -59,20 +61,46 @@ def local_path(uri: str) -> str | None:
     return None
 
 
-def _holds_a_run(path: str, *, sqlite: bool) -> bool:
+# How long a look at a sqlite store waits for a writer's lock (SQLite's busy timeout):
+# mlflow holds one for a transaction, its schema migrations for a few seconds each. As
+# the watch begins (what is there already must be known) and on a poll (looked at again
+# on the next).
+LOCK_WAIT_START, LOCK_WAIT_POLL = 10.0, 1.0
+
+
+def _holds_a_run(path: str, *, sqlite: bool, wait: float = LOCK_WAIT_POLL) -> bool:
     """A local store CMD may be creating holds a run: only then is it opened. Opening it
     earlier would race CMD's mlflow creating it (the SQL store runs its schema migrations
-    on open). A read-only look, never a write: a run's `meta.yaml` in a file store, a row
-    in a sqlite store's `runs` table."""
+    on open). A look that creates nothing: a run's `meta.yaml` in a file store, a row in
+    a sqlite store's `runs` table. `_Unreadable`: a sqlite store that cannot be read now
+    (locked past `wait` seconds, not a database), which is not one that holds no run."""
     if not sqlite:
         return bool(glob.glob(os.path.join(glob.escape(path), "*", "*", "meta.yaml")))
     if not os.path.isfile(path):
         return False
     try:
-        with closing(sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)) as db:
+        with closing(sqlite3.connect(_no_create(path), uri=True, timeout=wait)) as db:
             return db.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is not None
-    except sqlite3.Error:  # no `runs` table yet, or the file is locked mid-migration
-        return False
+    except sqlite3.OperationalError as exc:
+        if str(exc).startswith("no such table"):
+            return False  # CMD's mlflow is creating the store
+        raise _Unreadable(str(exc)) from None
+    except sqlite3.Error as exc:  # not a database, corrupt
+        raise _Unreadable(str(exc)) from None
+
+
+def _no_create(path: str) -> str:
+    """The URI that opens a sqlite file without creating it: read-write where this
+    process may write it, so that a journal left by a writer killed inside a transaction
+    is rolled back, as SQLite does before anyone reads such a file (read-only, that read
+    fails: "attempt to write a readonly database"); read-only where it may not."""
+    folder = os.path.dirname(path) or "."
+    mode = "rw" if os.access(path, os.W_OK) and os.access(folder, os.W_OK) else "ro"
+    return f"file:{quote(path)}?mode={mode}"
+
+
+class _Unreadable(Exception):
+    """A sqlite store that cannot be read now (why)."""
 
 
 class NewRunSource(LiveSource):
@@ -91,7 +119,7 @@ class NewRunSource(LiveSource):
         self.say = say or (lambda text: None)
         self._client: TrackingClient | None = None
         self.inner: MlflowSource | None = None
-        self.runs_before = frozenset(r.run_id for r in self._runs())
+        self.runs_before = frozenset(r.run_id for r in self._runs_before())
         self._waiting_said = False
 
     @classmethod
@@ -142,16 +170,34 @@ class NewRunSource(LiveSource):
 
     # -- internals ----------------------------------------------------------------------
 
-    def _runs(self) -> list[RunInfo]:
-        """Every run of the store now; none while a local store holds no run yet."""
+    def _runs_before(self) -> list[RunInfo]:
+        """The runs in the store as the watch begins. A store that cannot be read then is
+        an error, never taken for an empty one: its runs would all look new, and the
+        first of them (one that ended long ago) would be followed and judged."""
+        try:
+            return self._runs(wait=LOCK_WAIT_START)
+        except _Unreadable as exc:
+            raise SourceError(
+                f"{local_path(self.tracking_uri)}: cannot tell which runs the MLflow store "
+                f"holds already: {exc}; retry once its writer is done, or name the run: "
+                f"{self.shown}/runs/RUN_ID"
+            ) from None
+
+    def _runs(self, wait: float = LOCK_WAIT_POLL) -> list[RunInfo]:
+        """Every run of the store now; none while a local store holds no run yet (or
+        cannot be read: `_Unreadable`)."""
         path = local_path(self.tracking_uri)
         sqlite = self.tracking_uri.startswith("sqlite:")
-        if path is not None and not _holds_a_run(path, sqlite=sqlite):
+        if path is not None and not _holds_a_run(path, sqlite=sqlite, wait=wait):
             return []
         return self.client.search_runs(self.client.all_experiment_ids(), "")
 
     def _find(self) -> MlflowSource | None:
-        fresh = [r for r in self._runs() if r.run_id not in self.runs_before]
+        try:
+            runs = self._runs()
+        except _Unreadable:  # locked by CMD's mlflow for now: looked at again next poll
+            return None
+        fresh = [r for r in runs if r.run_id not in self.runs_before]
         if not fresh:
             return None
         first, *others = sorted(fresh, key=lambda r: (r.start_time, r.run_id))
