@@ -10,8 +10,9 @@ runs, in every experiment, until one that was not there appears, then follows it
 are named). A local store is not opened until it holds a run (a look at the files that
 creates nothing): mlflow's file and SQL stores create themselves, migrations and all, when
 opened, and CMD may be doing just that. A store that cannot be read as the watch begins
-(locked, or left by a writer killed mid-transaction and not readable read-only) is an
-error, never taken for an empty one.
+(locked past a wait, not a database, or left by a writer killed mid-transaction where
+gatekeeper may not write it, so cannot roll it back) is an error, never taken for an
+empty one.
 """
 
 from __future__ import annotations
@@ -184,8 +185,8 @@ class NewRunSource(LiveSource):
             ) from None
 
     def _runs(self, wait: float = LOCK_WAIT_POLL) -> list[RunInfo]:
-        """Every run of the store now; none while a local store holds no run yet (or
-        cannot be read: `_Unreadable`)."""
+        """Every run of the store now; none while a local store holds no run yet.
+        `_Unreadable` where a sqlite store cannot be read now."""
         path = local_path(self.tracking_uri)
         sqlite = self.tracking_uri.startswith("sqlite:")
         if path is not None and not _holds_a_run(path, sqlite=sqlite, wait=wait):
