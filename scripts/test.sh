@@ -3,8 +3,8 @@
 # start, when missing), then lint and type-check the package (both must report 0) and run
 # the whole test suite, on 3 workers (pytest-xdist; each test file on one worker, so a
 # file's module fixtures are made once; on 2 cores 3 workers keep them busier while
-# tests wait on child processes and servers: 679 -> 611-613 s of pytest). Extra arguments go to pytest (`-n 0`: one
-# process, as a debugger wants).
+# tests wait on child processes and servers: 679 -> 609-613 s of pytest). Extra
+# arguments go to pytest (`-n 0`: one process, as a debugger wants).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh --test

@@ -439,6 +439,8 @@ def test_a_store_that_is_not_there_or_not_mlflow_is_exit_2_and_nothing_is_create
     assert proc.stderr.startswith(f"gatekeeper: error: {garbage}: cannot tell which runs"), \
         proc.stderr
     assert proc.stderr.count("\n") == 1 and "not a database" in proc.stderr, proc.stderr
+
+
 def _run_new(tmp: Path, source: str, uri: str, *writer: str) -> tuple[
     subprocess.CompletedProcess[str], dict, str
 ]:
