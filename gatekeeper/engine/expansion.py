@@ -28,17 +28,25 @@ def concrete(template: RuleSpec, metric: str) -> RuleSpec:
 def config_metric(rule: RuleSpec, run: Run) -> str:
     """The metric name the run's config gives a `metric: config.KEY` rule, or why none
     (raised as ValueError: the caller makes it the rule's error)."""
+    metric = named_metric(rule, run)
+    if metric is not None:
+        return metric
     key = config_key(rule.metric)
-    assert key is not None
     found, value = run.lookup(rule.metric)
     if not found or value is None:
         raise ValueError(
             f"run config does not set {key}, which rule {rule.key} reads for its metric; give "
             f"the run's value, e.g. --config {key}=... (or \"config\" in run.json)"
         )
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"config {key} is {value!r}; rule {rule.key} needs a metric name there")
-    return value
+    raise ValueError(f"config {key} is {value!r}; rule {rule.key} needs a metric name there")
+
+
+def named_metric(rule: RuleSpec, run: Run) -> str | None:
+    """The metric name the run's config gives a `metric: config.KEY` rule: a string that
+    is not empty, else None (`config_metric` says why). Asked on every poll: no error
+    is made for a run that names none."""
+    found, value = run.lookup(rule.metric)
+    return value if found and isinstance(value, str) and value else None
 
 
 class Templates:
@@ -78,7 +86,4 @@ class Templates:
     def resolve_one(rule: RuleSpec, run: Run) -> str | None:
         """The metric the run's config names for a `config.KEY` rule (None: it names none;
         the rule's applicability says why)."""
-        try:
-            return config_metric(rule, run)
-        except ValueError:
-            return None
+        return named_metric(rule, run)
