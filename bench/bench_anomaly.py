@@ -122,7 +122,9 @@ def prepare(args: argparse.Namespace) -> dict[str, str]:
         for b in range(args.baseline_runs):
             scale = rng.uniform(0.99, 1.01, (args.metrics, args.steps))
             write_rows(past, args.steps, args.metrics, scale)
-            check(past, paths["past"], db, "--record", "--run-id", f"past{b}")
+            # the first has no history to be judged by: nothing judged is its verdict (exit 5)
+            check(past, paths["past"], db, "--record", "--run-id", f"past{b}",
+                  "--allow-nothing-judged", "seeding the bench's history store")
         os.remove(past)
         os.replace(db, paths["db"])
     return paths
@@ -157,11 +159,13 @@ def main() -> int:
     ap.add_argument("--baseline-runs", type=int, default=5)
     args = ap.parse_args()
     paths = prepare(args)
-    import gatekeeper  # the tree the children run (they inherit PYTHONPATH)
-
+    # the tree the children run: `-m` and `-c` put their working directory (this one) first
+    code = "import gatekeeper, os; print(os.path.dirname(gatekeeper.__file__))"
+    where = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout.strip()
     print(f"{args.steps} steps x {args.metrics} metrics as JSONL rows; history store of "
-          f"{args.baseline_runs} trusted runs; gatekeeper from "
-          f"{os.path.dirname(gatekeeper.__file__)}; {args.repeat} interleaved rounds")
+          f"{args.baseline_runs} trusted runs; gatekeeper from {where}; "
+          f"{args.repeat} interleaved rounds")
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in POLICIES}
     print("verdicts: " + "; ".join(verify(paths, kind, args.metrics) for kind in times))
     for _ in range(args.repeat):
