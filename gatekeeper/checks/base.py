@@ -156,30 +156,44 @@ def mean_rows(rows: np.ndarray) -> np.ndarray:
 
 def window_means(values: np.ndarray, k: int, first: int) -> np.ndarray:
     """The mean of every k consecutive values (len(values) - k + 1 of them, in order),
-    `values[0]` being point number `first` of the sequence. Each window is summed from its
-    own points -- the suffix of one k-block plus the prefix of the next, blocks aligned to
-    the point numbers -- never as a difference of running sums, which cancels (after a
-    1e16 a 0.7 came out 0.0): so a window's mean is within k ulps of its points' and the
-    same whatever the chunks the sequence is fed in. O(len(values))."""
+    `values[0]` being point number `first` of the sequence: `window_sums` / k, so a
+    window's mean is within k ulps of its points' and the same whatever the chunks the
+    sequence is fed in (a difference of running sums cancelled: after a 1e16 a 0.7 came
+    out 0.0). O(len(values))."""
     if k == 1:
         return values.astype(np.float64, copy=True)
-    n = values.size
-    if n < k:
+    if values.size < k:
         return np.empty(0)
-    lead = first % k  # zeros before values[0] align the blocks: x + 0 is x
-    padded = np.zeros(-(-(lead + n) // k) * k)
-    padded[lead : lead + n] = values
-    blocks = padded.reshape(-1, k)
     with np.errstate(over="ignore", invalid="ignore"):
-        prefix = np.cumsum(blocks, axis=1).ravel()
-        suffix = np.cumsum(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
-        end = np.arange(lead + k - 1, lead + n)  # each window's last point, in padded
-        start = end - k + 1
-        whole = start % k == 0  # the window is one block
-        sums = np.where(whole, prefix[end], suffix[start] + np.where(whole, 0.0, prefix[end]))
-        means = sums / k
+        means = window_sums(values, k, first) / k
     bad = ~np.isfinite(means)
     if bad.any():  # an overflow inside a window of finite points
         view = np.lib.stride_tricks.sliding_window_view(values, k)
         means[bad] = mean_rows(view[bad])
     return means
+
+
+def window_sums(values: np.ndarray, k: int, first: int) -> np.ndarray:
+    """The sum of every k consecutive values along the last axis (n - k + 1 of them,
+    n >= k), `values[..., 0]` being point number `first` of the sequence. Each window is
+    summed from its own points -- the suffix of one k-block plus the prefix of the next,
+    blocks aligned to the point numbers -- never as a difference of running sums: so a
+    window's sum is the same float whatever the chunks the sequence is fed in, and within
+    k ulps of its points' (a running sum carries the error of all before it). O(n).
+    Overflow is the caller's to mind."""
+    n = values.shape[-1]
+    lead = first % k  # zeros before values[0] align the blocks: x + 0 is x
+    nb = -(-(lead + n) // k)
+    padded = np.zeros(values.shape[:-1] + (nb * k,))
+    padded[..., lead : lead + n] = values
+    blocks = padded.reshape(padded.shape[:-1] + (nb, k))
+    prefix = np.cumsum(blocks, axis=-1).reshape(padded.shape)
+    rev = blocks[..., ::-1].copy()  # suffix sums: a contiguous reversed copy's prefix sums
+    np.cumsum(rev, axis=-1, out=rev)
+    suffix = rev[..., ::-1].reshape(padded.shape)
+    # window i starts at lead + i: the suffix of its block plus the prefix of the next,
+    # or, one block whole (its start a block's), the prefix alone (+ -0.0 is exact)
+    out = suffix[..., lead : lead + n - k + 1]  # a view of a copy made here
+    out[..., (-lead) % k :: k] = -0.0
+    out += prefix[..., lead + k - 1 : lead + n]
+    return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import Field, model_validator
 
-from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome
+from gatekeeper.checks.base import AggregateCheck, EvalContext, Outcome, window_sums
 from gatekeeper.fmt import fmt, plural
 from gatekeeper.verdict import Status
 
@@ -29,96 +29,70 @@ class _TrendState:
     violations: int = 0
     first_bad: tuple[int, float, str] | None = None  # end step, measure, why
     last: tuple[int, float, float] | None = None  # end step, slope, growth
+    origin: tuple[int, float] | None = None  # the first point: what x and y are taken from
 
 
-EXACT = 2**53  # float64 holds every integer up to this exactly
 INT64_MAX = 2**63 - 1  # int64 differences of steps wider apart than this wrap around
 
 
-def _window_sums(a: np.ndarray, w: int, run: np.ndarray | None = None) -> np.ndarray:
-    """Sum of every w consecutive values: differences of one running sum from 0. `run`:
-    a buffer of a.size + 1 floats for the running sum (`a` may be its own tail)."""
-    c = np.empty(a.size + 1) if run is None else run
-    c[0] = 0.0
-    a.cumsum(out=c[1:])
-    return np.subtract(c[w:], c[:-w])
-
-
-def _overflow_shift(steps: np.ndarray, values: np.ndarray, w: int) -> int:
+def _overflow_shift(x_top: int, values: np.ndarray, ref: float, w: int) -> int:
     """0, or the power of two to scale (finite) values down by so that no sum of the fit
     overflows: with values near 1e308 the window sums were Inf, Inf - Inf a NaN slope, and
     a NaN passes every bound (a rising 1e307 passed `max_slope: 0`). Scaling by a power
     of two is exact, so the slope scaled back is the very float the fit would give
-    without overflow (and the growth, a ratio, is unchanged); the usual values skip it."""
-    top = max(float(values.max()), -float(values.min()))
-    if top < 2.0**800:  # sums of n * w * span * top stay below 2^1023 (each < 2^50)
+    without overflow (and the growth, a ratio, is unchanged); the usual values skip it.
+    `x_top`: the largest step offset from the origin."""
+    top = max(float(values.max()), -float(values.min()), abs(ref))
+    if top < 2.0**800:  # w^2 * x * 2 top stays below 2^1023 (x < 2^64, w < 2^60)
         return 0
-    span = max(1, int(steps.max()) - int(steps.min()))
-    room = 1000 - values.size.bit_length() - w.bit_length() - span.bit_length()
+    room = 1000 - 2 * w.bit_length() - max(1, x_top).bit_length()
     return max(0, math.frexp(top)[1] - room)
 
 
 def rolling_fit(
-    steps: np.ndarray, values: np.ndarray, w: int, *, growth: bool = True
+    steps: np.ndarray,
+    values: np.ndarray,
+    w: int,
+    *,
+    first: int = 0,
+    origin: tuple[int, float] | None = None,
+    growth: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Least-squares slope and growth of each run of w consecutive points (len - w + 1);
     growth=False computes the growth of the last run only (a 1-element array).
 
-    Window sums are differences of running sums. The step sums are integers: on
-    contiguous steps (the usual) and while every running sum stays below 2^53 they are
-    exact, so the denominator w*Sxx - Sx^2 is the same integer w^2 (w^2 - 1) / 12 for
-    every window and Sx a closed form: no running sums of the steps are taken, and the
-    result is the very float the general formula gives (tests/checks/test_trend_reference.py).
-    Each elementwise step is the formula's own, in the same order, written into arrays
-    already made (one running-sum buffer for both sums): on 100,000 points every fresh
-    array is another 800 kB to allocate and fault in.
+    `values[0]` is point number `first` of the rule's points and `origin` its first point
+    (step, value; default: this array's first): x is the step less the origin's, y the
+    value less the origin's, and every window sum is summed from the window's own points
+    (`window_sums`, blocks aligned to the point numbers). So a window's slope is the same
+    float whatever the chunks the points come in -- a live poll's fit is `check`'s -- and
+    a metric that stands at its first value has slope 0, not the noise of running sums.
     """
-    n = values.size
-    shift = _overflow_shift(steps, values, w)
+    origin = (int(steps[0]), float(values[0])) if origin is None else origin
+    step0, ref = origin
+    if int(steps[-1]) - step0 <= INT64_MAX:  # sorted: no offset wraps in int64
+        x = (steps - step0).astype(np.float64)
+    else:  # steps spanning more than int64 (-2^63 .. 2^63-1): from floats, never wrapped
+        x = steps.astype(np.float64) - float(step0)
+    shift = _overflow_shift(int(steps[-1]) - step0, values, ref, w)
     if shift:  # the same fit of the values scaled down by 2^shift, exactly, then back
-        slope, grow = rolling_fit(steps, np.ldexp(values, -shift), w, growth=growth)
+        scaled = (step0, math.ldexp(ref, -shift))
+        slope, grow = rolling_fit(steps, np.ldexp(values, -shift), w, first=first,
+                                  origin=scaled, growth=growth)
         with np.errstate(over="ignore"):  # a slope past 1.8e308 a step is Inf: it fails
             return np.ldexp(slope, shift), grow  # growth is a ratio: the same scaled
-    y = values
-    exact = (
-        int(steps[-1]) - int(steps[0]) == n - 1
-        and (n - 1) * n * (2 * n - 1) // 6 <= EXACT  # the largest running sum of x^2
-        and (w * (n - 1)) ** 2 <= EXACT  # w * Sxx and Sx^2 of the last window
-    )
-    run = np.empty(n + 1)
-    sy = _window_sums(y, w, run)
-    contiguous = exact and not np.count_nonzero(steps[1:] - steps[:-1] != 1)  # np.diff
-    # x: the steps from the first, as floats (exact: below 2^53 whenever contiguous)
-    if contiguous:
-        x = np.arange(n, dtype=np.float64)
-    elif int(steps.max()) - int(steps.min()) <= INT64_MAX:  # no difference can wrap
-        x = (steps - steps[0]).astype(np.float64)
-    else:  # steps spanning more than int64 (-2^63 .. 2^63-1): from floats, never wrapped
-        x = steps.astype(np.float64) - float(steps[0])
-    sxy = _window_sums(np.multiply(x, y, out=run[1:]), w, run)  # x * y, summed in place
-    if contiguous:
-        sx = x[: n - w + 1]  # 0, 1, ...: arange(0.0, n - w + 1), then the closed form
-        np.multiply(sx, w, out=sx)
-        np.add(sx, w * (w - 1) // 2, out=sx)
-        slope = np.multiply(sxy, w, out=sxy)  # (w * Sxy - Sx * Sy) / the one denominator
-        np.subtract(slope, np.multiply(sx, sy, out=sx), out=slope)
-        np.divide(slope, float(w * w * (w * w - 1) // 12), out=slope)
-        span: np.ndarray | float = float(w - 1)
-    else:
-        sx, sxx = _window_sums(x, w), _window_sums(x * x, w)
-        denom = w * sxx - sx * sx
-        with np.errstate(divide="ignore", invalid="ignore"):
-            slope = np.where(denom > 0, (w * sxy - sx * sy) / denom, 0.0)
-        span = x[w - 1 :] - x[: n - w + 1]
-    fitted = slope
-    if not growth:  # the last window's only, by the same elementwise formula
-        sy, fitted = sy[-1:], slope[-1:]
-        span = span if isinstance(span, float) else span[-1:]
+    y = values - ref
+    sx, sxx, sy, sxy = window_sums(np.stack([x, x * x, y, x * y]), w, first)
+    denom = w * sxx - sx * sx
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.divide(sy, w, out=sy if growth else None)  # sy is not needed after
-        grow = np.multiply(fitted, span)
-        np.divide(grow, np.abs(mean), out=grow)
-        grow[mean == 0] = 0.0  # np.where(mean != 0, fitted * span / |mean|, 0.0)
+        slope = np.where(denom > 0, (w * sxy - sx * sy) / denom, 0.0)
+        span = x[w - 1 :] - x[: x.size - w + 1]
+        if not growth:  # the last window's only, by the same elementwise formula
+            sy, span, fitted = sy[-1:], span[-1:], slope[-1:]
+        else:
+            fitted = slope
+        mean = ref + sy / w
+        grow = np.where(mean != 0, fitted * span / np.abs(mean), 0.0)
     return slope, grow
 
 
@@ -163,6 +137,11 @@ class Trend(AggregateCheck):
         return _TrendState()
 
     def feed(self, state: _TrendState, steps: np.ndarray, values: np.ndarray) -> _TrendState:
+        if not values.size:
+            return state
+        if state.origin is None:
+            state.origin = (int(steps[0]), float(values[0]))
+        first = state.points - state.tail_values.size  # the point number of the join's first
         state.points += int(values.size)
         if state.tail_values.size or steps.dtype != np.int64 or values.dtype != np.float64:
             js = np.concatenate([state.tail_steps, steps])
@@ -175,7 +154,7 @@ class Trend(AggregateCheck):
         if jv.size < w:
             return state
         by_growth = self.max_growth is not None or self.min_growth is not None
-        slope, growth = rolling_fit(js, jv, w, growth=by_growth)
+        slope, growth = rolling_fit(js, jv, w, first=first, origin=state.origin, growth=by_growth)
         ends = js[w - 1 :]
         tests = [
             (label, arr, op, bound)

@@ -32,7 +32,9 @@ FORMAT = "gatekeeper-run-state"
 # 2: a tracker's state is per stage (selection, reduction, judgement, aggregate).
 # 3: bounded (engine.Evaluation(bounded=True)): its size follows the rules' windows, not
 #    the run's length; a selection's parked/dropped/reread.
-STATE_VERSION = 3
+# 4: trend keeps its first point (`origin`): every window is fitted from its own points,
+#    the same floats live as in `check`.
+STATE_VERSION = 4
 
 
 # per evaluation: id(tracker) -> (the tracker, its `changes`, its entry's JSON): an entry
