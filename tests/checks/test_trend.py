@@ -116,7 +116,7 @@ def test_values_near_the_float_limit_are_fitted_without_overflow(tmp_path):
 @pytest.mark.parametrize("contiguous", [True, False])
 def test_the_scaled_fit_is_the_fit_scaled(contiguous):
     """Scaling by 2^k is exact: the fit of values x 2^1000 (which takes the scaled path)
-    is the fit of the values, x 2^1000, bit for bit, on the C and the numpy path."""
+    is the fit of the values, x 2^1000, bit for bit, on contiguous and gapped steps."""
     from gatekeeper.checks.trend import rolling_fit
 
     rng = np.random.default_rng(3)
