@@ -33,6 +33,9 @@ class _TrendState:
 
 
 INT64_MAX = 2**63 - 1  # int64 differences of steps wider apart than this wrap around
+# Windows fitted at a time: their four sums stay within the cache (a run of 10M points
+# is not four 80 MB arrays and their copies at once).
+PIECE = 16_384
 
 
 def _overflow_shift(x_top: int, values: np.ndarray, ref: float, w: int) -> int:
@@ -82,11 +85,14 @@ def rolling_fit(
         with np.errstate(over="ignore"):  # a slope past 1.8e308 a step is Inf: it fails
             return np.ldexp(slope, shift), grow  # growth is a ratio: the same scaled
     y = values - ref
-    sx, sxx, sy, sxy = window_sums(np.stack([x, x * x, y, x * y]), w, first)
-    denom = w * sxx - sx * sx
+    m = x.size - w + 1  # windows; fitted PIECE at a time (the same floats, less memory)
+    parts = [_fit(x[lo : lo + PIECE + w - 1], y[lo : lo + PIECE + w - 1], w, first + lo)
+             for lo in range(0, m, PIECE)]
+    slopes, sums = zip(*parts, strict=True)
+    slope = np.concatenate(slopes) if len(parts) > 1 else slopes[0]
+    sy = np.concatenate(sums) if len(parts) > 1 else sums[0]
     with np.errstate(divide="ignore", invalid="ignore"):
-        slope = np.where(denom > 0, (w * sxy - sx * sy) / denom, 0.0)
-        span = x[w - 1 :] - x[: x.size - w + 1]
+        span = x[w - 1 :] - x[:m]
         if not growth:  # the last window's only, by the same elementwise formula
             sy, span, fitted = sy[-1:], span[-1:], slope[-1:]
         else:
@@ -94,6 +100,14 @@ def rolling_fit(
         mean = ref + sy / w
         grow = np.where(mean != 0, fitted * span / np.abs(mean), 0.0)
     return slope, grow
+
+
+def _fit(x: np.ndarray, y: np.ndarray, w: int, first: int) -> tuple[np.ndarray, np.ndarray]:
+    """The slope and the sum of y of every window of x and y (x[0]: point number `first`)."""
+    sx, sxx, sy, sxy = window_sums(np.stack([x, x * x, y, x * y]), w, first)
+    denom = w * sxx - sx * sx
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(denom > 0, (w * sxy - sx * sy) / denom, 0.0), sy
 
 
 class Trend(AggregateCheck):
