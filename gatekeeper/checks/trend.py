@@ -73,24 +73,27 @@ def rolling_fit(
     """
     origin = (int(steps[0]), float(values[0])) if origin is None else origin
     step0, ref = origin
-    if int(steps[-1]) - step0 <= INT64_MAX:  # sorted: no offset wraps in int64
-        x = (steps - step0).astype(np.float64)
-    else:  # steps spanning more than int64 (-2^63 .. 2^63-1): from floats, never wrapped
-        x = steps.astype(np.float64) - float(step0)
-    shift = _overflow_shift(int(steps[-1]) - step0, values, ref, w)
+    x_top = int(steps[-1]) - step0  # sorted: the largest offset
+    shift = _overflow_shift(x_top, values, ref, w)
     if shift:  # the same fit of the values scaled down by 2^shift, exactly, then back
         scaled = (step0, math.ldexp(ref, -shift))
         slope, grow = rolling_fit(steps, np.ldexp(values, -shift), w, first=first,
                                   origin=scaled, growth=growth)
         with np.errstate(over="ignore"):  # a slope past 1.8e308 a step is Inf: it fails
             return np.ldexp(slope, shift), grow  # growth is a ratio: the same scaled
+    if x_top <= INT64_MAX:  # no offset wraps in int64
+        x = (steps - step0).astype(np.float64)
+    else:  # steps spanning more than int64 (-2^63 .. 2^63-1): from floats, never wrapped
+        x = steps.astype(np.float64) - float(step0)
     y = values - ref
     m = x.size - w + 1  # windows; fitted PIECE at a time (the same floats, less memory)
-    parts = [_fit(x[lo : lo + PIECE + w - 1], y[lo : lo + PIECE + w - 1], w, first + lo)
-             for lo in range(0, m, PIECE)]
-    slopes, sums = zip(*parts, strict=True)
-    slope = np.concatenate(slopes) if len(parts) > 1 else slopes[0]
-    sy = np.concatenate(sums) if len(parts) > 1 else sums[0]
+    if m <= PIECE:  # a live poll's, or a short run's
+        slope, sy = _fit(x, y, w, first)
+    else:
+        parts = [_fit(x[lo : lo + PIECE + w - 1], y[lo : lo + PIECE + w - 1], w, first + lo)
+                 for lo in range(0, m, PIECE)]
+        slope = np.concatenate([part[0] for part in parts])
+        sy = np.concatenate([part[1] for part in parts])
     with np.errstate(divide="ignore", invalid="ignore"):
         span = x[w - 1 :] - x[:m]
         if not growth:  # the last window's only, by the same elementwise formula

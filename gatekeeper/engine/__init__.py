@@ -20,7 +20,7 @@ import numpy as np
 from gatekeeper.checks import AggregateCheck, EvalContext, Outcome
 from gatekeeper.engine import wording
 from gatekeeper.engine.applicability import Applicability
-from gatekeeper.engine.expansion import Templates, concrete
+from gatekeeper.engine.expansion import Templates, concrete, named_metric
 from gatekeeper.engine.judgement import severity
 from gatekeeper.engine.selection import step_shape
 from gatekeeper.engine.tracker import RuleTracker
@@ -115,7 +115,7 @@ class Evaluation:
 
     def _resolve(self, run: Run) -> None:
         for template in self.templates.configs:
-            metric = self.templates.resolve_one(template, run)
+            metric = named_metric(template, run)  # None: the rule's applicability says why
             made = self.made.get(template.key, [])
             if made and made[0].rule.metric == metric:
                 continue

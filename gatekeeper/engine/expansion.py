@@ -81,9 +81,3 @@ class Templates:
     def fed(self, metric: str) -> bool:
         """Whether points of `metric` may have been fed already."""
         return self.unknown or metric in self.tried
-
-    @staticmethod
-    def resolve_one(rule: RuleSpec, run: Run) -> str | None:
-        """The metric the run's config names for a `config.KEY` rule (None: it names none;
-        the rule's applicability says why)."""
-        return named_metric(rule, run)
