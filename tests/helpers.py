@@ -104,31 +104,6 @@ def gatekeeper_in_process(*args: str, env: Mapping[str, str] | None = None
     return subprocess.CompletedProcess(["gatekeeper", *args], code, out, err)
 
 
-def require_built_extension(module: str, source: Path) -> Any:
-    """The optional C extension `module`, built from the current `source`, wherever a C
-    compiler is (skips without one: the pure-Python/numpy path is expected there). A test
-    file that skips as a whole without its extension must not hide a failed build on a
-    machine that could have built it."""
-    import importlib
-    import shutil
-    import sysconfig
-
-    import pytest
-
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(cc) is None:
-        pytest.skip(f"no C compiler ({cc}): the pure-Python path is expected here")
-    try:
-        built = importlib.import_module(module)
-    except ImportError as exc:
-        pytest.fail(f"{module} is not built ({exc}): rebuild (scripts/bootstrap.sh)")
-    assert Path(built.__file__).stat().st_mtime >= source.stat().st_mtime, (
-        f"{Path(built.__file__).name} is older than {source.name}: rebuild "
-        "(scripts/bootstrap.sh)"
-    )
-    return built
-
-
 def wait_until(pred: Callable[[], Any], timeout: float = 30.0, every: float = 0.1) -> bool:
     """Poll `pred` every `every` seconds until it is true or `timeout` passed; whether it
     was (asked once more at the end, so a slow last interval still counts)."""
