@@ -89,13 +89,18 @@ class MaskCheck(Check):
     """A check judged point by point (over finite values; the engine handles NaN/Inf)."""
 
     context_fields: ClassVar[tuple[str, ...] | None] = ()  # its code is given no context
+    # True: `violations` is also given `first=`, the point number of values[0] among the
+    # rule's selected points (0 is the first the rule judged), so a window's figures can
+    # be made from its own points alone, the same floats whatever the polls (`flat`)
+    numbered: ClassVar[bool] = False
 
     def context(self) -> int:
         """How many earlier points `violations` needs to judge a point (window - 1)."""
         return 0
 
     def violations(self, values: np.ndarray, n_context: int) -> np.ndarray:
-        """Boolean mask over values[n_context:]: True where the point violates."""
+        """Boolean mask over values[n_context:]: True where the point violates (a
+        `numbered` check takes `first: int` too, by keyword)."""
         raise NotImplementedError
 
     def explain(self, value: float) -> str:

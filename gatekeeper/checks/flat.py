@@ -16,14 +16,37 @@ BLOCK = 4096
 U = 2.0**-53  # unit roundoff of float64
 
 
-def _rolling_std(values: np.ndarray, w: int) -> np.ndarray:
-    """Population std of every w consecutive values, O(n) by running sums. Centering on
-    the mean first keeps the sums small, so the difference of sums stays exact enough."""
-    x = values - values.mean()
-    c1 = np.concatenate([[0.0], np.cumsum(x)])
-    c2 = np.concatenate([[0.0], np.cumsum(x * x)])
-    s1, s2 = c1[w:] - c1[:-w], c2[w:] - c2[:-w]
-    return np.sqrt(np.maximum(s2 / w - (s1 / w) ** 2, 0.0))
+def _window_std(values: np.ndarray, w: int, first: int) -> np.ndarray:
+    """Population std of every w consecutive values (n - w + 1 of them), `values[0]` being
+    point number `first` of the rule's points. Each window is summed from its own points,
+    as `window_sums` does: the suffix of one w-block plus the prefix of the next, blocks
+    aligned to the point numbers, both centred on the last point of the first block (a
+    point of every window that starts in it). So a window's std is the same float whatever
+    the polls its points came in, and its sums see only the window's range. O(n)."""
+    n, k = values.size, values.size - w + 1
+    lead = first % w  # zeros before values[0] align the blocks; no window reads them
+    nb = -(-(lead + n) // w)
+    padded = np.zeros(nb * w)
+    padded[lead : lead + n] = values
+    blocks = padded.reshape(nb, w)
+    centre = blocks[:, -1:]  # a real point for every block a window starts in
+    parts = np.empty((2, 2, nb, w))  # [suffix, prefix] x [x, x^2]
+    np.subtract(blocks, centre, out=parts[0, 0])  # block b about its centre: suffixes
+    parts[1, 0, 0] = 0.0  # block 0 is no window's second block
+    np.subtract(blocks[1:], centre[:-1], out=parts[1, 0, 1:])  # block b + 1 about b's
+    np.multiply(parts[:, 0], parts[:, 0], out=parts[:, 1])
+    rev = parts[0, :, :, ::-1]
+    np.cumsum(rev, axis=-1, out=rev)  # in place, back to front: the suffix sums
+    np.cumsum(parts[1], axis=-1, out=parts[1])
+    flat = parts.reshape(2, 2, nb * w)
+    # window at p = lead + i: its block's suffix from p plus the next block's prefix up
+    # to p + w - 1, or the suffix alone when it is one block whole (+ -0.0 is exact)
+    tail = flat[1, :, lead + w - 1 : lead + w - 1 + k].copy()
+    tail[:, (-lead) % w :: w] = -0.0
+    sums = flat[0, :, lead : lead + k] + tail
+    s1, s2 = sums
+    with np.errstate(over="ignore", invalid="ignore"):  # huge points: Inf/NaN, not flat
+        return np.sqrt(np.maximum(s2 / w - (s1 / w) ** 2, 0.0))
 
 
 def _sub_block_variances(part: np.ndarray, w: int) -> tuple[int, np.ndarray] | None:
@@ -43,14 +66,16 @@ def _surely_spread(
     part: np.ndarray, w: int, sub: tuple[int, np.ndarray], floor: float
 ) -> np.ndarray:
     """Per block of BLOCK windows of `part` (window j = part[j : j + w]): True when every
-    window of the block has a std that `_rolling_std` computes as >= floor: the sub-block
+    window of the block has a std that `_window_std` computes as >= floor: the sub-block
     bound, less every rounding error of both computations (bounded by the block's spread
     and size, generously), clears the floor with room. All blocks at once.
 
-    `_rolling_std` sums n <= BLOCK + w - 1 centred values x (|x| <= m, the block's range
-    plus the error of its mean): its running sums err by <= n u sum|x|^k, so the variance
-    by <= ~6 n^2 u m^2 / w, plus 8 u m^2 for centring and the last operations; taken 64x
-    and 8x. The sub-block variance errs by <= 4 h u of itself plus (h u a)^2 (a = max|v|).
+    `_window_std` sums w values x centred on a point of the window (|x| <= m, the block's
+    range): its sums err by <= w u sum|x|^k, so the variance by <= ~3 w u m^2, plus a few
+    u m^2 for centring and the last operations. The bound takes 64 n^2 u m^2 / w (n =
+    BLOCK + w - 1 >= w) and 8 u m^2: it was made for running sums over the whole span, and
+    holds for sums over one window with room. The sub-block variance errs by <= 4 h u of
+    itself plus (h u a)^2 (a = max|v|).
 
     Every quantity is taken over a superset of what the block reads, which only loosens
     the bound: its range over its own points and all of the next ceil((w - 1) / BLOCK)
@@ -115,29 +140,31 @@ class Flat(MaskCheck):
     def describe(self) -> str:
         return f"{self._measure()} of every {self.window} points >= {fmt(self._floor())}"
 
-    def violations(self, values: np.ndarray, n_context: int) -> np.ndarray:
+    numbered = True  # windows summed from their own points: the same std in every poll
+
+    def violations(self, values: np.ndarray, n_context: int, first: int = 0) -> np.ndarray:
         out = np.zeros(values.size - n_context, dtype=bool)
         w = self.window
-        first = max(n_context, w - 1)  # first point that ends a full window
-        if first >= values.size:
+        end = max(n_context, w - 1)  # the first point that ends a full window
+        if end >= values.size:
             return out
-        part = values[first - w + 1 :]
+        part = values[end - w + 1 :]  # part[0] is point number first + end - w + 1
         floor = self._floor()
         if self.min_std is None:  # moving max and min in C: O(n), and exact selections
             spread = bn.move_max(part, w)[w - 1 :] - bn.move_min(part, w)[w - 1 :]
-            out[first - n_context :] = spread < floor
+            out[end - n_context :] = spread < floor
             return out
-        flat = out[first - n_context :]
-        sub = _sub_block_variances(part, w)
+        flat = out[end - n_context :]
         n_blocks = -(-(part.size - w + 1) // BLOCK)
+        # one block (a poll): computing it costs less than the bound that could skip it
+        sub = _sub_block_variances(part, w) if n_blocks > 1 else None
         spread = _surely_spread(part, w, sub, floor) if sub is not None else None
         # blocks where every window's std is above the floor hold no flat window
         todo = range(n_blocks) if spread is None else np.flatnonzero(~spread).tolist()
         for k in todo:
             lo = k * BLOCK
             span = part[lo : lo + BLOCK + w - 1]
-            # blocks re-centred on their own mean keep running sums exact on trending series
-            flat[lo : lo + BLOCK] = _rolling_std(span, w) < floor
+            flat[lo : lo + BLOCK] = _window_std(span, w, first + end - w + 1 + lo) < floor
         return out
 
     def explain(self, value: float) -> str:

@@ -2,7 +2,7 @@
 
 A mask check (max, between, spike, ...) marks violating points, each with a full window
 of context before it; `for: N` fires at the first point that ends a run of N consecutive
-violating points, the run carried across chunks. An aggregate check (fraction, flat,
+violating points, the run carried across chunks. An aggregate check (fraction,
 trend, history, ...) folds the points into a state of its own (`agg`, saved by the
 check). The first NaN/Inf ends judging: the points after it are not judged; a `for`
 that fired before it is still the outcome (the first violation in step order).
@@ -88,7 +88,9 @@ def _judge_finite(
     need = check.context()
     joined = np.concatenate([state.context, values]) if state.context.size else values
     n_ctx = state.context.size
-    mask = np.asarray(check.violations(joined, n_ctx), dtype=bool)
+    # joined[0] is point number judged: the first `need` points only ever lead in
+    numbered = {"first": state.judged} if check.numbered else {}
+    mask = np.asarray(check.violations(joined, n_ctx, **numbered), dtype=bool)
     # Points without a full window of context are not judged yet.
     unjudged = max(0, need - n_ctx)
     if unjudged:
