@@ -31,21 +31,20 @@ def _window_std(values: np.ndarray, w: int, first: int) -> np.ndarray:
     blocks = padded.reshape(nb, w)
     centre = blocks[:, -1:]  # a real point for every block a window starts in
     parts = np.empty((2, 2, nb, w))  # [suffix, prefix] x [x, x^2]
-    np.subtract(blocks, centre, out=parts[0, 0])  # block b about its centre: suffixes
-    parts[1, 0, 0] = 0.0  # block 0 is no window's second block
-    np.subtract(blocks[1:], centre[:-1], out=parts[1, 0, 1:])  # block b + 1 about b's
-    np.multiply(parts[:, 0], parts[:, 0], out=parts[:, 1])
-    rev = parts[0, :, :, ::-1]
-    np.cumsum(rev, axis=-1, out=rev)  # in place, back to front: the suffix sums
-    np.cumsum(parts[1], axis=-1, out=parts[1])
-    flat = parts.reshape(2, 2, nb * w)
-    # window at p = lead + i: its block's suffix from p plus the next block's prefix up
-    # to p + w - 1, or the suffix alone when it is one block whole (+ -0.0 is exact)
-    tail = flat[1, :, lead + w - 1 : lead + w - 1 + k].copy()
-    tail[:, (-lead) % w :: w] = -0.0
-    sums = flat[0, :, lead : lead + k] + tail
-    s1, s2 = sums
     with np.errstate(over="ignore", invalid="ignore"):  # huge points: Inf/NaN, not flat
+        np.subtract(blocks, centre, out=parts[0, 0])  # block b about its centre: suffixes
+        parts[1, 0, 0] = 0.0  # block 0 is no window's second block
+        np.subtract(blocks[1:], centre[:-1], out=parts[1, 0, 1:])  # block b + 1 about b's
+        np.multiply(parts[:, 0], parts[:, 0], out=parts[:, 1])
+        rev = parts[0, :, :, ::-1]
+        np.cumsum(rev, axis=-1, out=rev)  # in place, back to front: the suffix sums
+        np.cumsum(parts[1], axis=-1, out=parts[1])
+        rows = parts.reshape(2, 2, nb * w)
+        # window at p = lead + i: its block's suffix from p plus the next block's prefix
+        # up to p + w - 1, or the suffix alone when it is one block whole (+ -0.0 is exact)
+        tail = rows[1, :, lead + w - 1 : lead + w - 1 + k].copy()
+        tail[:, (-lead) % w :: w] = -0.0
+        s1, s2 = rows[0, :, lead : lead + k] + tail
         return np.sqrt(np.maximum(s2 / w - (s1 / w) ** 2, 0.0))
 
 
