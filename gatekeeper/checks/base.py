@@ -178,27 +178,43 @@ def window_means(values: np.ndarray, k: int, first: int) -> np.ndarray:
     return means
 
 
-def window_sums(values: np.ndarray, k: int, first: int) -> np.ndarray:
+def window_sums(
+    values: np.ndarray, k: int, first: int, tails: np.ndarray | None = None
+) -> np.ndarray:
     """The sum of every k consecutive values along the last axis (n - k + 1 of them,
     n >= k), `values[..., 0]` being point number `first` of the sequence. Each window is
     summed from its own points -- the suffix of one k-block plus the prefix of the next,
     blocks aligned to the point numbers -- never as a difference of running sums: so a
     window's sum is the same float whatever the chunks the sequence is fed in, and within
     k ulps of its points' (a running sum carries the error of all before it). O(n).
-    Overflow is the caller's to mind."""
+    `tails` (the shape of `values`): what the prefix of the next block is summed from,
+    when it differs from `values` (flat centres each block on its own point); a window
+    that is one block whole is then its suffix. Overflow is the caller's to mind."""
     n = values.shape[-1]
     lead = first % k  # zeros before values[0] align the blocks: x + 0 is x
     nb = -(-(lead + n) // k)
-    padded = np.zeros(values.shape[:-1] + (nb * k,))
-    padded[..., lead : lead + n] = values
-    blocks = padded.reshape(padded.shape[:-1] + (nb, k))
-    prefix = np.cumsum(blocks, axis=-1).reshape(padded.shape)
+
+    def blocked(a: np.ndarray) -> np.ndarray:
+        padded = np.zeros(a.shape[:-1] + (nb * k,))
+        padded[..., lead : lead + n] = a
+        return padded.reshape(padded.shape[:-1] + (nb, k))
+
+    blocks = blocked(values)
+    shape = blocks.shape[:-2] + (nb * k,)
+    prefix = np.cumsum(blocks if tails is None else blocked(tails), axis=-1).reshape(shape)
     rev = blocks[..., ::-1].copy()  # suffix sums: a contiguous reversed copy's prefix sums
     np.cumsum(rev, axis=-1, out=rev)
-    suffix = rev[..., ::-1].reshape(padded.shape)
-    # window i starts at lead + i: the suffix of its block plus the prefix of the next,
-    # or, one block whole (its start a block's), the prefix alone (+ -0.0 is exact)
+    suffix = rev[..., ::-1].reshape(shape)
+    # window i starts at lead + i: the suffix of its block plus the prefix of the next;
+    # one block whole (its start a block's) is the prefix alone, or with `tails` the
+    # suffix alone (+ -0.0 is exact)
+    whole = np.s_[..., (-lead) % k :: k]
     out = suffix[..., lead : lead + n - k + 1]  # a view of a copy made here
-    out[..., (-lead) % k :: k] = -0.0
-    out += prefix[..., lead + k - 1 : lead + n]
+    tail = prefix[..., lead + k - 1 : lead + n]
+    if tails is None:
+        out[whole] = -0.0
+    else:
+        tail = tail.copy()
+        tail[whole] = -0.0
+    out += tail
     return out

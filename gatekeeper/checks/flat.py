@@ -9,7 +9,7 @@ import bottleneck as bn
 import numpy as np
 from pydantic import Field, model_validator
 
-from gatekeeper.checks.base import MaskCheck
+from gatekeeper.checks.base import MaskCheck, window_sums
 from gatekeeper.fmt import fmt
 
 BLOCK = 4096
@@ -18,33 +18,24 @@ U = 2.0**-53  # unit roundoff of float64
 
 def _window_std(values: np.ndarray, w: int, first: int) -> np.ndarray:
     """Population std of every w consecutive values (n - w + 1 of them), `values[0]` being
-    point number `first` of the rule's points. Each window is summed from its own points,
-    as `window_sums` does: the suffix of one w-block plus the prefix of the next, blocks
-    aligned to the point numbers, both centred on the last point of the first block (a
-    point of every window that starts in it). So a window's std is the same float whatever
+    point number `first` of the rule's points. Each window is summed from its own points
+    (`window_sums`: the suffix of one w-block plus the prefix of the next, blocks aligned
+    to the point numbers), both parts centred on the last point of the first block, a
+    point of every window that starts in it. So a window's std is the same float whatever
     the polls its points came in, and its sums see only the window's range. O(n)."""
-    n, k = values.size, values.size - w + 1
-    lead = first % w  # zeros before values[0] align the blocks; no window reads them
-    nb = -(-(lead + n) // w)
-    padded = np.zeros(nb * w)
-    padded[lead : lead + n] = values
-    blocks = padded.reshape(nb, w)
-    centre = blocks[:, -1:]  # a real point for every block a window starts in
-    parts = np.empty((2, 2, nb, w))  # [suffix, prefix] x [x, x^2]
+    n, lead = values.size, first % w
+    ends = np.arange(w - 1 - lead, n + w - 1, w)  # each block's last point
+    centre = values[np.minimum(ends, n - 1)]  # past the end: a block no window starts in
+    # w copies of each block's centre, after w of block 0's (the block before block 0:
+    # no window reads it): a point's own centre is w on from its place, the block
+    # before's at its place
+    each = np.repeat(np.concatenate([centre[:1], centre]), w)
     with np.errstate(over="ignore", invalid="ignore"):  # huge points: Inf/NaN, not flat
-        np.subtract(blocks, centre, out=parts[0, 0])  # block b about its centre: suffixes
-        parts[1, 0, 0] = 0.0  # block 0 is no window's second block
-        np.subtract(blocks[1:], centre[:-1], out=parts[1, 0, 1:])  # block b + 1 about b's
-        np.multiply(parts[:, 0], parts[:, 0], out=parts[:, 1])
-        rev = parts[0, :, :, ::-1]
-        np.cumsum(rev, axis=-1, out=rev)  # in place, back to front: the suffix sums
-        np.cumsum(parts[1], axis=-1, out=parts[1])
-        rows = parts.reshape(2, 2, nb * w)
-        # window at p = lead + i: its block's suffix from p plus the next block's prefix
-        # up to p + w - 1, or the suffix alone when it is one block whole (+ -0.0 is exact)
-        tail = rows[1, :, lead + w - 1 : lead + w - 1 + k].copy()
-        tail[:, (-lead) % w :: w] = -0.0
-        s1, s2 = rows[0, :, lead : lead + k] + tail
+        d = np.empty((2, 2, n))  # [own, next] x [x, x^2]
+        np.subtract(values, each[w + lead : w + lead + n], out=d[0, 0])
+        np.subtract(values, each[lead : lead + n], out=d[1, 0])
+        np.multiply(d[:, 0], d[:, 0], out=d[:, 1])
+        s1, s2 = window_sums(d[0], w, first, tails=d[1])
         return np.sqrt(np.maximum(s2 / w - (s1 / w) ** 2, 0.0))
 
 
