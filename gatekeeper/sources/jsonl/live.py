@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from gatekeeper.errors import SourceError
+from gatekeeper.errors import SourceError, one_line
 from gatekeeper.model import STEP_DTYPE, Run, RunState, Series, merge_chunks
 from gatekeeper.safe_open import open_regular
 from gatekeeper.sources.base import LiveSource, Poll
@@ -105,14 +105,18 @@ class Held:
 
     @classmethod
     def of(cls, path: str) -> Held | None:
-        """The file now, or None when it is absent or empty (nothing earlier to hold)."""
+        """The file now, or None when it is absent or empty (nothing earlier to hold).
+        SourceError when it is there but cannot be read: not held, its earlier content
+        would be judged as the command's run (a transient error passed for "absent")."""
         try:
             with open_regular(path) as fh:
                 st = os.fstat(fh.fileno())
                 return cls(st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns,
                            _signature(fh, st.st_size)) if st.st_size else None
-        except OSError:
-            return None  # unreadable: the watch reports it when it reads the file
+        except FileNotFoundError:
+            return None  # gone since it was listed (or a dangling link): nothing to hold
+        except OSError as exc:
+            raise _unheld(path, exc) from None
 
     def change(self, path: str) -> str | None:
         """None while `path` is as held; else "rewritten" or "appended"."""
@@ -127,8 +131,9 @@ class Held:
                     "rewritten")
         except FileNotFoundError:
             return None  # between a writer's unlink and rename: the next poll sees it
-        except OSError:
-            return "rewritten"  # read now, so the watch reports why it cannot be
+        except OSError as exc:  # the poll fails (retried) and the file stays held: taken
+            # for "rewritten", a transient error would have the earlier run judged as new
+            raise SourceError(f"{one_line(path)}: cannot read: {exc.strerror or exc}") from None
 
 
 def held_files(path: str) -> dict[str, Held]:
@@ -136,12 +141,22 @@ def held_files(path: str) -> dict[str, Held]:
     if os.path.isdir(path):
         try:
             names = [n for n in os.listdir(path) if n.endswith(".jsonl") and n[0] != "."]
-        except OSError:
-            return {}
+        except (FileNotFoundError, NotADirectoryError):
+            return {}  # removed or replaced since: nothing earlier to hold
+        except OSError as exc:
+            raise _unheld(path, exc) from None
         paths = [os.path.join(path, n) for n in names]
     else:
         paths = [path]
     return {p: h for p in paths if (h := Held.of(p)) is not None}
+
+
+def _unheld(path: str, exc: OSError) -> SourceError:
+    return SourceError(
+        f"{one_line(path)}: cannot read: {exc.strerror or exc}; it is there before the "
+        "command starts, so it must be readable to be told apart from the command's run "
+        "(fix it or move it away)"
+    )
 
 
 def _no_steps() -> np.ndarray:
@@ -298,10 +313,13 @@ class LiveJsonlSource(LiveSource):
                 change = self.held[path].change(path)
                 if change is None:
                     continue  # still the earlier run's content: not this run's
-                held = self.held.pop(path)
+                held = self.held[path]  # dropped once what it needs is read: a failed
+                # read leaves it held for the next try
+                earlier = _lines_in(path, held.size) if change == "appended" else 0
+                del self.held[path]
                 self.changed[path] = change
                 if change == "appended":
-                    self.tails[path] = _Tail(path, earlier_lines=_lines_in(path, held.size))
+                    self.tails[path] = _Tail(path, earlier_lines=earlier)
             tail = self.tails.get(path)
             if tail is None:
                 tail = self.tails[path] = _Tail(path)
@@ -568,12 +586,14 @@ def _last_bytes(before: bytes, lines: list[bytes]) -> bytes:
 
 
 def _lines_in(path: str, size: int) -> int:
-    """The lines in the first `size` bytes of `path` (0 if it cannot be read now)."""
+    """The lines in the first `size` bytes of `path`: the earlier run's, whose end marker
+    is not the resumed run's end (SourceError if it cannot be read now: counted 0, that
+    marker would end the command's run)."""
     try:
         with open_regular(path) as fh:
             return fh.read(size).count(b"\n")
-    except OSError:
-        return 0
+    except OSError as exc:
+        raise SourceError(f"{one_line(path)}: cannot read: {exc.strerror or exc}") from None
 
 
 def _signature(fh: IO[bytes], offset: int) -> str:
