@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from gatekeeper.errors import SourceError, one_line
 from gatekeeper.model import Run
 from gatekeeper.sources import family_of, open_live_source
 from gatekeeper.sources.base import LiveSource, Poll
@@ -88,8 +89,15 @@ class DetectingSource(LiveSource):
         self.only_tensorboard = only_tensorboard
         # the runs already in a wandb folder or a TensorBoard log dir: a watch follows only
         # a run started after it
-        self.runs_before = frozenset(run_dirs(self.path))
-        self.tb_before = frozenset(runs_in(self.path))
+        try:  # what cannot be listed is an error: taken for empty, an earlier run is new
+            self.runs_before = frozenset(run_dirs(self.path, strict=True))
+            self.tb_before = frozenset(runs_in(self.path, strict=True))
+        except OSError as exc:
+            raise SourceError(
+                f"{one_line(exc.filename or self.path)}: cannot read: {exc.strerror or exc}; "
+                "the runs there before the watch began must be listed to be told apart "
+                "from the new one (fix it or move it away)"
+            ) from None
         self.tb_run: str | None = None  # the TensorBoard run followed, once one is
         self.tb_files_before = len(event_files(self.path)) + is_event_file(self.path)
         # `run`: JSONL records already there are an earlier run until CMD changes them

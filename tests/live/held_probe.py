@@ -2,7 +2,7 @@
 `gatekeeper run`'s JSONL follower while this process is out of file descriptors (EMFILE:
 a real, transient OS error that hits a busy process), then after they are back.
 
-Usage: python held_probe.py start|poll PATH -- prints one JSON object per step."""
+Usage: python held_probe.py start|poll|detect PATH -- prints one JSON object per step."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 
 from gatekeeper.errors import SourceError
+from gatekeeper.live.detect import DetectingSource
 from gatekeeper.sources.jsonl.live import LiveJsonlSource, held_files
 
 
@@ -64,5 +65,17 @@ def polls(path: str) -> None:
     say("appended", points=source.poll().points)
 
 
+def detect(path: str) -> None:
+    """`watch`'s source opened: the wandb and TensorBoard runs there before it (`run`
+    lists the JSONL files too, after them)."""
+    with no_descriptors():
+        try:
+            source = DetectingSource(path, print)
+        except SourceError as exc:
+            say("detect", error=str(exc))
+            return
+    say("detect", wandb=len(source.runs_before), tensorboard=len(source.tb_before))
+
+
 if __name__ == "__main__":
-    {"start": start, "poll": polls}[sys.argv[1]](sys.argv[2])
+    {"start": start, "poll": polls, "detect": detect}[sys.argv[1]](sys.argv[2])

@@ -1,6 +1,7 @@
-"""`gatekeeper run`: record files already there when the watch begins hold an earlier run
-until the command changes them. One that is there but cannot be read must never pass for
-absent or for rewritten: its earlier content would be judged as the command's run."""
+"""`gatekeeper run`: what is already there when the watch begins is an earlier run (JSONL
+record files until the command changes them; wandb and TensorBoard run directories).
+What is there but cannot be read must never pass for absent (or a JSONL file for
+rewritten): the earlier run would be judged as the command's."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gatekeeper.live.detect import DetectingSource
 from tests.helpers import gatekeeper, write_policy
 
 PROBE = str(Path(__file__).with_name("held_probe.py"))
@@ -76,3 +78,19 @@ def test_a_transient_error_on_a_held_file_leaves_it_held(tmp_path: Path) -> None
     assert "Too many open files" in exhausted["error"]
     assert after["points"] == 0
     assert appended["points"] == 11
+
+
+def test_a_folder_of_earlier_runs_that_cannot_be_listed_is_an_error(tmp_path: Path) -> None:
+    """EMFILE while `watch` (or `run`) lists the wandb folder and TensorBoard log dir it
+    was given: an error naming the folder (before the fix both lists came back empty, so the
+    earlier runs there -- and `wandb/latest-run` pointing to one -- were new)."""
+    earlier = tmp_path / "wandb" / "run-20261207_000000-abc123"
+    earlier.mkdir(parents=True)
+    (earlier / "run-abc123.wandb").write_bytes(b"")
+    (tmp_path / "wandb" / "latest-run").symlink_to(earlier.name)
+    (tmp_path / "version_0").mkdir()
+    (tmp_path / "version_0" / "events.out.tfevents.1.host").write_bytes(b"")
+    source = DetectingSource(str(tmp_path), print)  # listed: both runs seen
+    assert (len(source.runs_before), source.tb_before) == (1, frozenset({"version_0"}))
+    (step,) = _probe("detect", str(tmp_path))
+    assert step["error"].startswith(f"{tmp_path}: cannot read: Too many open files;"), step

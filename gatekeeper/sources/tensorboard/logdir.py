@@ -38,19 +38,26 @@ def is_run_dir(path: str) -> bool:
     return os.path.isdir(path) and bool(event_files(path))
 
 
-def runs_in(logdir: str) -> list[str]:
+def runs_in(logdir: str, *, strict: bool = False) -> list[str]:
     """The run directories below `logdir` (not `logdir` itself), as paths relative to it in
-    name order: TensorBoard's runs of that log dir."""
+    name order: TensorBoard's runs of that log dir. `strict`: a directory of the tree that
+    cannot be listed raises its OSError (absent: none), where a run missed would be
+    taken for a new one later (the runs there before a watch began)."""
     found: list[str] = []
     top = os.path.normpath(logdir)
     depth0 = top.count(os.sep)
-    for directory, subdirs, _ in os.walk(top):
+    for directory, subdirs, _ in os.walk(top, onerror=_raise_unlisted if strict else None):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith(".") and d not in _SKIPPED)
         if directory.count(os.sep) - depth0 >= MAX_DEPTH:
             subdirs[:] = []
         if directory != top and event_files(directory):
             found.append(os.path.relpath(directory, top))
     return sorted(found)
+
+
+def _raise_unlisted(exc: OSError) -> None:
+    if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        raise exc
 
 
 def is_log_dir_of_runs(path: str) -> bool:

@@ -51,10 +51,17 @@ def wandb_folders(path: str) -> list[str]:
     return [path, os.path.join(path, "wandb")]
 
 
-def run_dirs(path: str) -> set[str]:
-    """The real paths of every run directory in the wandb folder `path` names."""
+def run_dirs(path: str, *, strict: bool = False) -> set[str]:
+    """The real paths of every run directory in the wandb folder `path` names. `strict`:
+    a folder there that cannot be listed raises its OSError (glob would find nothing in
+    it, and the runs there before a watch began would be taken for new ones)."""
     found: set[str] = set()
     for folder in wandb_folders(path):
+        if strict:
+            try:
+                os.listdir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
         for prefix in RUN_DIR_PREFIXES:
             found.update(os.path.realpath(d) for d in glob.glob(os.path.join(folder, prefix + "*")))
     return {d for d in found if os.path.isdir(d)}
