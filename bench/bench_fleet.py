@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -186,7 +187,8 @@ def running(phase: Phase, tmp: str, args: argparse.Namespace) -> Iterator[bd.Wri
             try:
                 daemon.wait(60)
             except subprocess.TimeoutExpired:
-                print(f"  replica {i} did not stop within 60 s of SIGTERM: killed")
+                print(f"  replica {i} did not stop within 60 s of SIGTERM: killed; where "
+                      f"its threads were:\n{stacks(daemon, os.path.join(tmp, f'replica{i}.log'))}")
                 daemon.kill()
                 daemon.wait()
         lost = 0
@@ -194,6 +196,17 @@ def running(phase: Phase, tmp: str, args: argparse.Namespace) -> Iterator[bd.Wri
             with open(os.path.join(tmp, f"replica{i}.log"), errors="replace") as fh:
                 lost += sum("no longer holds its lease" in line for line in fh)
         print(f"  commits refused for a lease lost: {lost}")
+
+
+def stacks(daemon: subprocess.Popen[bytes], log: str) -> str:
+    """Every thread's stack of a hung `gatekeeper serve` (it writes them to its log on
+    SIGUSR1), before the log goes with the bench's temporary folder."""
+    start = os.path.getsize(log)
+    daemon.send_signal(signal.SIGUSR1)
+    time.sleep(2)
+    with open(log, errors="replace") as fh:
+        fh.seek(start)
+        return fh.read()[-50_000:]
 
 
 def measure(phase: Phase, writer: bd.Writer, args: argparse.Namespace) -> dict[str, object]:

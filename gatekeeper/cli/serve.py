@@ -62,6 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     _room_for_connections(config.http.max_connections)
     _guard_secrets(config)
+    _stacks_on_sigusr1()
     daemon = Daemon(config, reset_state=tuple(args.reset_state))
     _collector_for_a_daemon()
     daemon.serve()
@@ -91,6 +92,18 @@ def _collector_for_a_daemon() -> None:
 
     startup_done()
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+
+
+def _stacks_on_sigusr1() -> None:
+    """`kill -USR1 PID` writes every thread's stack to stderr (the log) and the daemon
+    goes on: where a daemon that stopped polling waits, without stopping it. Frames
+    only (file, line, function), never a value: nothing secret reaches the log."""
+    import faulthandler
+    import signal
+    import sys
+
+    if hasattr(signal, "SIGUSR1"):  # not on Windows
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
 
 def _guard_secrets(config: DaemonConfig) -> None:

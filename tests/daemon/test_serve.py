@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -279,5 +280,26 @@ def test_a_duplicate_step_after_a_restart_is_still_found(tmp_path: Path) -> None
         assert reason in results["kl-small"]["message"]
         assert results["loss-finite"]["status"] == "pass"
         assert JsonlSource(str(run)).read().metric_errors == {"train/ppo_kl": reason}  # check's
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_daemon_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The operator's look into a daemon that stopped polling (before: SIGUSR1's default
+    action ended the daemon)."""
+    daemon = DaemonProcess(write_config(tmp_path)).start()
+    try:
+        assert daemon.proc is not None
+        daemon.proc.send_signal(signal.SIGUSR1)
+
+        def dumped() -> bool:  # main, the dispatcher, the HTTP server's threads...
+            dump = daemon.tail(50_000)
+            return dump.count("(most recent call first)") >= 3 and "gatekeeper/daemon/" in dump
+
+        assert daemon.wait(dumped), daemon.tail()
+        time.sleep(0.5)
+        assert daemon.get("/readyz").status_code == 200
     finally:
         assert daemon.stop() == 0
