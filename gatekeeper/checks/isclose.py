@@ -85,6 +85,40 @@ class IsClose(AggregateCheck):
             judged=state.judged,
         )
 
+    def _decide(
+        self,
+        state: _CloseState,
+        ctx: EvalContext,
+        i: int,
+        steps: np.ndarray,
+        values: np.ndarray,
+        expected: np.ndarray,
+        absent: np.ndarray,
+    ) -> None:
+        """Point `i` decides: its reference is missing or not finite (ERROR), else it is
+        out of tolerance (FAIL). The points before it were judged close; none after it is
+        compared (as a live poll stops at it)."""
+        step = int(steps[i])
+        if absent[i]:
+            state.judged += i
+            state.error = Outcome(
+                Status.ERROR,
+                f"reference {self.reference} has no {ctx.metric} at step {step}",
+                step=step,
+                value=float(values[i]),
+            )
+        elif not np.isfinite(expected[i]):
+            state.judged += i
+            state.error = Outcome(
+                Status.ERROR,
+                f"reference {self.reference} has non-finite {fmt(float(expected[i]))} at step "
+                f"{step}",
+                step=step,
+            )
+        else:
+            state.judged += i + 1
+            state.fail = (step, float(values[i]), float(expected[i]))
+
     def _tolerance(self, a: float, b: float) -> float:
         return max(self.rel_tol * max(abs(a), abs(b)), self.abs_tol)
 
@@ -116,34 +150,18 @@ class IsClose(AggregateCheck):
         steps = np.concatenate([s for s, _ in state.fresh])
         values = np.concatenate([v for _, v in state.fresh])
         at = np.clip(np.searchsorted(ref_steps, steps), 0, len(ref_steps) - 1)
-        absent = ref_steps[at] != steps
-        if absent.any():
-            i = int(np.argmax(absent))
-            state.error = Outcome(
-                Status.ERROR,
-                f"reference {self.reference} has no {ctx.metric} at step {int(steps[i])}",
-                step=int(steps[i]),
-                value=float(values[i]),
-            )
-            return
         expected = ref_values[at]
-        if not np.isfinite(expected).all():
-            i = int(np.argmax(~np.isfinite(expected)))
-            state.error = Outcome(
-                Status.ERROR,
-                f"reference {self.reference} has non-finite {fmt(float(expected[i]))} at step "
-                f"{int(steps[i])}",
-                step=int(steps[i]),
-            )
+        absent = ref_steps[at] != steps
+        unjudged = absent | ~np.isfinite(expected)  # the reference cannot judge the point
+        with np.errstate(invalid="ignore", over="ignore"):  # where unjudged: not read
+            gap = np.abs(values - expected)
+            tol = np.maximum(
+                self.rel_tol * np.maximum(np.abs(values), np.abs(expected)), self.abs_tol)
+        decides = unjudged | (gap > tol)
+        if decides.any():  # the first point in step order that decides, whatever the polls
+            self._decide(state, ctx, int(np.argmax(decides)), steps, values, expected, absent)
             return
-        gap = np.abs(values - expected)
-        tol = np.maximum(self.rel_tol * np.maximum(np.abs(values), np.abs(expected)), self.abs_tol)
         state.judged += int(values.size)
-        bad = gap > tol
-        if bad.any():
-            i = int(np.argmax(bad))
-            state.fail = (int(steps[i]), float(values[i]), float(expected[i]))
-            return
         j = int(np.argmax(gap))
         if gap[j] > state.worst_gap:
             state.worst_gap = float(gap[j])

@@ -64,14 +64,16 @@ class Rise(AggregateCheck):
         if not keep.any() or state.reached is not None:
             return state
         steps, values = steps[keep], values[keep]
+        if state.base is not None:
+            hit = np.flatnonzero(values - state.base >= self.min)
+            if hit.size:  # counted up to the point that reaches it, whatever the polls
+                i = int(hit[0])
+                steps, values = steps[: i + 1], values[: i + 1]
+                state.reached = (int(steps[i]), float(values[i]))
         state.after += int(steps.size)
         j = int(np.argmax(values))
         if state.best is None or values[j] > state.best[1]:
             state.best = (int(steps[j]), float(values[j]))
-        if state.base is not None:
-            hit = np.flatnonzero(values - state.base >= self.min)
-            if hit.size:
-                state.reached = (int(steps[hit[0]]), float(values[hit[0]]))
         return state
 
     def outcome(self, state: _RiseState, *, final: bool, ctx: EvalContext) -> Outcome:

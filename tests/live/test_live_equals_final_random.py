@@ -1,0 +1,166 @@
+"""Live = final on random policies and runs: every check kind with random parameters,
+`steps:`, `reduce:` and `for:`, on runs whose values come from a small grid (so a value
+lands exactly on a bound, a mean on a threshold, a rise on its minimum) with gaps in the
+steps and the odd NaN/Inf. Each run is fed in random polls; after every poll the live
+verdict must be the verdict of a fresh evaluation of the same points (status, message,
+step, value, points judged, violations), and the last poll's final verdict `check`'s.
+
+Found in the fourteenth session: `isclose` reported whichever came first in the points a
+poll held -- a missing or non-finite reference anywhere in them before any point out of
+tolerance -- so a run failing at step 5 whose reference had a NaN at step 48 was FAIL
+live and ERROR in `check`; `isclose` and `rise` counted as judged the points after the
+one that decided them, in that poll only."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gatekeeper.engine import Evaluation, evaluate
+from gatekeeper.errors import GatekeeperError
+from gatekeeper.model import Run, Series
+from gatekeeper.policy.loader import load_policies
+from gatekeeper.verdict import Verdict
+from tests.helpers import write_policy
+
+GRID = [0.0, 0.1, 0.2, 0.25, 0.3, 0.5, 1.45, 1.95, -0.3, 1.0]
+POSITIVE = [v for v in GRID if v > 0]
+SIMPLE = ("max", "min", "abs_max", "lt", "gt", "abs_lt", "between", "strictly_between",
+          "approx", "finite")  # the kinds a `reduce:` may judge
+KINDS = (*SIMPLE, "reach", "spike", "trend", "flat", "fraction", "rise", "isclose")
+
+
+def _check(r: random.Random) -> tuple[str, str]:
+    """A kind and its check, parameters drawn from the grid."""
+    k, g = r.choice(KINDS), lambda: r.choice(GRID)
+    if k in ("max", "min", "lt", "gt"):
+        return k, f"{{{k}: {g()}}}"
+    if k in ("abs_max", "abs_lt"):
+        return k, f"{{{k}: {r.choice(POSITIVE)}}}"
+    if k in ("between", "strictly_between"):
+        lo, hi = sorted(r.sample(GRID, 2))
+        return k, f"{{{k}: [{lo}, {hi}]}}"
+    params = {
+        "approx": f"value: {g()}, {r.choice(['abs', 'rel'])}: {r.choice(POSITIVE)}",
+        "reach": f"value: {g()}, by_step: {r.randint(0, 60)}, window: {r.randint(1, 6)}",
+        "spike": f"window: {r.randint(3, 8)}, factor: {r.choice([0.5, 1, 2, 3])}, "
+                 f"direction: {r.choice(['up', 'down', 'both'])}, "
+                 f"min_scale: {r.choice([0.0, 0.1, 0.25])}",
+        "trend": f"window: {r.randint(3, 8)}, "
+                 f"{r.choice(['max_slope', 'min_slope', 'max_growth', 'min_growth'])}: "
+                 f"{r.choice([0.0, 0.01, -0.01, 0.05, 0.1])}",
+        "flat": f"window: {r.randint(2, 8)}, min_std: {r.choice([0.0, 0.05, 0.1, 0.25])}",
+        "fraction": f"{r.choice(['above', 'below'])}: {g()}, "
+                    f"{r.choice(['max', 'min'])}: {r.choice([0.0, 0.2, 0.5, 1.0])}, "
+                    f"min_points: {r.randint(1, 10)}",
+        "rise": f"from_step: {r.randint(0, 10)}, by_step: {r.randint(11, 60)}, "
+                f"min: {r.choice([0.0, 0.1, 0.3, -0.1])}",
+        "isclose": f"reference: ref, rel_tol: {r.choice([0.0, 0.1])}, "
+                   f"abs_tol: {r.choice([0.0, 0.05, 0.1])}",
+    }
+    return k, "{finite: true}" if k == "finite" else f"{{{k}: {{{params[k]}}}}}"
+
+
+def _steps(r: random.Random, n: int) -> str | None:
+    if r.random() < 0.45:
+        return None
+    return r.choice([
+        "first", "last", f"[{r.randint(0, n)}, {r.randint(n, 2 * n)}]",
+        f"{{from: {r.randint(0, n)}, to: {r.randint(n, 2 * n)}}}", f"{{from: {r.randint(0, n)}}}",
+        f"{{last: {r.randint(1, 6)}}}", f"{{every: {r.randint(2, 5)}, offset: {r.randint(0, 1)}}}",
+    ])
+
+
+def _policy(r: random.Random, n: int) -> str:
+    rules = []
+    for i in range(r.randint(1, 4)):
+        kind, check = _check(r)
+        parts = [f"id: r{i}", "metric: m", f"check: {check}"]
+        if (steps := _steps(r, n)) is not None:
+            parts.append(f"steps: {steps}")
+        if kind in SIMPLE and r.random() < 0.4:
+            parts.append(f"reduce: {r.choice(['mean', 'median', 'min', 'max', 'last'])}")
+        if r.random() < 0.4:
+            parts.append(f"for: {r.randint(2, 3)}")
+        rules.append("  - {" + ", ".join(parts) + "}")
+    return "version: 1\nname: p\nrules:\n" + "\n".join(rules) + "\n"
+
+
+def _series(r: random.Random, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Steps with gaps; values from the grid: at random, alternating two, or nudged."""
+    shape = r.random()
+    if shape < 0.3:
+        values = np.array([r.choice(GRID) for _ in range(n)])
+    elif shape < 0.6:
+        a, b = r.choice(GRID), r.choice(GRID)
+        values = np.array([a if i % 2 else b for i in range(n)])
+    else:
+        values = np.round([r.choice(GRID) + r.choice([0, 0.05, -0.05]) for _ in range(n)], 6)
+    if r.random() < 0.15:
+        values[r.randrange(n)] = r.choice([np.nan, np.inf, -np.inf])
+    gaps = np.array([r.choice([1, 1, 1, 2, 3]) for _ in range(n)])
+    return (np.cumsum(gaps) - gaps[0] + r.choice([0, 0, 5])).astype(np.int64), values
+
+
+def _seen(verdict: Verdict) -> list[tuple[Any, ...]]:
+    return [(x.rule, x.status, x.message, x.step, "nan" if x.value != x.value else x.value,
+             x.judged, x.violations, x.violating_steps) for x in verdict.results]
+
+
+def _run(steps: np.ndarray, values: np.ndarray) -> Run:
+    return Run(name="r", source="mem", series={"m": Series("m", steps, values, "train/step")})
+
+
+def _judged_alike(seed: int, tmp: Path) -> bool:
+    """The seed's policy and run, polled and whole; False if the policy is refused."""
+    r = random.Random(seed)
+    n = r.randint(5, 60)
+    try:
+        policies = load_policies([str(write_policy(tmp / f"p{seed}.yaml", _policy(r, n)))])
+    except GatekeeperError:  # a draw the language refuses (a check that takes no `for:`)
+        return False
+    steps, values = _series(r, n)
+    refs = {"ref": _run(steps.copy(), _series(r, n)[1])}
+    ev, lo = Evaluation(policies), 0
+    while lo < n:
+        hi = min(n, lo + r.randint(1, 9))
+        ev.feed({"m": Series("m", steps[lo:hi].copy(), values[lo:hi].copy(), "train/step")})
+        prefix = _run(steps[:hi].copy(), values[:hi].copy())
+        live = ev.verdict(prefix, final=False, references=refs)
+        fresh = evaluate(policies, prefix, final=False, references=refs)
+        assert _seen(live) == _seen(fresh), (seed, hi)
+        lo = hi
+    whole = _run(steps, values)
+    final = ev.verdict(whole, final=True, references=refs)
+    assert _seen(final) == _seen(evaluate(policies, whole, references=refs)), seed
+    return True
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_random_policies_judge_alike_polled_and_whole(block: int, tmp_path: Path) -> None:
+    judged = sum(_judged_alike(seed, tmp_path) for seed in range(block * 150, block * 150 + 150))
+    assert judged >= 130  # the draws are policies the language takes, nearly all
+
+
+def test_isclose_reports_the_first_point_that_decides_in_step_order(tmp_path: Path) -> None:
+    """Out of tolerance at step 5, the reference NaN at step 48: FAIL at 5 whatever the
+    polls (`check` said ERROR at 48: its one comparison held both), 6 points judged."""
+    text = "version: 1\nname: p\nrules:\n  - {id: c, metric: m, check: {isclose: ref}}\n"
+    policies = load_policies([str(write_policy(tmp_path / "p.yaml", text))])
+    steps, values = np.arange(60, dtype=np.int64), np.full(60, 0.5)
+    values[5] = 0.9
+    ref_values = np.full(60, 0.5)
+    ref_values[48] = np.nan
+    refs = {"ref": _run(steps.copy(), ref_values)}
+    whole = evaluate(policies, _run(steps, values), references=refs).results[0]
+    ev = Evaluation(policies)
+    for lo in range(0, 60, 10):
+        ev.feed({"m": Series("m", steps[lo : lo + 10], values[lo : lo + 10], "train/step")})
+    polled = ev.verdict(_run(steps, values), final=True, references=refs).results[0]
+    for result in (whole, polled):
+        assert (result.status.value, result.step, result.judged) == ("fail", 5, 6)
+        assert result.message.startswith("x = 0.9 vs ref 0.5 at step 5")
