@@ -262,7 +262,7 @@ class Evaluation:
             if new is not None:
                 tracker.feed(new[0], new[1], aligner.step_key or "step")
         for rounds, tracker in self.rounds.values():
-            settled = rounds.feed(series)
+            settled = rounds.feed(series, self.axis_last)
             if settled is not None:
                 tracker.feed(*settled)
 

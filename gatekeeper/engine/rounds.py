@@ -5,7 +5,11 @@ step, 0 where it has none.
 
 A round is settled once a later step of its axis has been fed (rows arrive whole), or at
 the end of the run (`flush`), so a live verdict and a whole-run verdict judge the same
-rounds. What it keeps is the unsettled rounds: a few steps, not the run."""
+rounds. The axis' last step is the evaluation's (`axis_last`: every metric on the axis,
+whenever fed): counted here, a point of the rule's metric fed before the axis was known,
+or ahead of it in a poll, was left out of it, and a poll settled fewer rounds than
+`check` (the fourteenth session's random audit). What it keeps is the unsettled rounds: a
+few steps, not the run."""
 
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ class Rounds:
         self.rounds: set[int] = set()  # unsettled round steps
         self.skipped: set[int] = set()  # unsettled steps an `unless` metric marks
         self.present: set[int] = set()  # unsettled steps the rule's metric has a point at
-        self.horizon: int | None = None  # the highest step of the axis fed so far
+        self.horizon: int | None = None  # the axis' last step as of the last feed
         self._names: dict[str, tuple[bool, bool]] = {}  # name -> (steps_of, unless) match
 
     def _roles(self, name: str) -> tuple[bool, bool]:
@@ -41,14 +45,16 @@ class Rounds:
             )
         return roles
 
-    def feed(self, series: Mapping[str, Series]) -> Points | None:
-        """Fold new points; the newly settled rounds, if any."""
+    def feed(self, series: Mapping[str, Series], axis_last: Mapping[str, int]) -> Points | None:
+        """Fold new points; the newly settled rounds, if any. `axis_last`: the last step
+        of every step axis fed so far, these points included."""
+        if self.axis is None:  # the first `steps_of` metric's axis, whatever the order
+            self.axis = next((s.step_key for name, s in series.items()
+                              if len(s) and self._roles(name)[0]), None)
         for name, s in series.items():
             if not len(s):
                 continue
             of, unless = self._roles(name)
-            if self.axis is None and of:
-                self.axis = s.step_key
             if s.step_key != self.axis and not (name == self.metric and self.axis is None):
                 continue
             steps = {int(x) for x in s.steps}
@@ -58,9 +64,8 @@ class Rounds:
                 self.skipped |= steps
             if name == self.metric:
                 self.present |= steps
-            if self.axis is not None:
-                top = max(steps)
-                self.horizon = top if self.horizon is None else max(self.horizon, top)
+        if self.axis is not None:
+            self.horizon = axis_last.get(self.axis, self.horizon)
         return self._settle(self.horizon)
 
     def flush(self) -> Points | None:

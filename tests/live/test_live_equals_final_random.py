@@ -5,11 +5,17 @@ steps and the odd NaN/Inf. Each run is fed in random polls; after every poll the
 verdict must be the verdict of a fresh evaluation of the same points (status, message,
 step, value, points judged, violations), and the last poll's final verdict `check`'s.
 
+A second draw has two metrics on one axis (the second sparser, later, or never logged,
+the first sometimes stopping early), polled by step: `expr:` rules over both,
+`present_at`, `if_logged`, and `last` selections whose metric stopped.
+
 Found in the fourteenth session: `isclose` reported whichever came first in the points a
 poll held -- a missing or non-finite reference anywhere in them before any point out of
 tolerance -- so a run failing at step 5 whose reference had a NaN at step 48 was FAIL
 live and ERROR in `check`; `isclose` and `rise` counted as judged the points after the
-one that decided them, in that poll only."""
+one that decided them, in that poll only; `present_at` left out of its axis' last step
+the points of its own metric that came before the `steps_of` metric (in a poll, or
+before its first point), so `check` settled fewer rounds than the polls had."""
 
 from __future__ import annotations
 
@@ -75,16 +81,27 @@ def _steps(r: random.Random, n: int) -> str | None:
     ])
 
 
-def _policy(r: random.Random, n: int) -> str:
+EXPRS = ("m - n", "m / n", "abs(m - n)", "max(m, n)", "m * 2 - n", "log(m)", "exp(n) - 1")
+
+
+def _policy(r: random.Random, n: int, two: bool = False) -> str:
+    """Rules on m; with `two`, on n or an `expr:` of both too, and `present_at`."""
     rules = []
     for i in range(r.randint(1, 4)):
         kind, check = _check(r)
-        parts = [f"id: r{i}", "metric: m", f"check: {check}"]
-        if (steps := _steps(r, n)) is not None:
+        target = "metric: m"
+        if two:
+            target = r.choice(["metric: m", "metric: n", f'expr: "{r.choice(EXPRS)}"'])
+            if kind == "isclose" or r.random() < 0.1:
+                kind, check = "present_at", f"{{present_at: {r.choice('mn')}}}"
+        parts = [f"id: r{i}", target, f"check: {check}"]
+        if two and r.random() < 0.2:
+            parts.append("if_logged: true")
+        if kind != "present_at" and (steps := _steps(r, n)) is not None:
             parts.append(f"steps: {steps}")
         if kind in SIMPLE and r.random() < 0.4:
             parts.append(f"reduce: {r.choice(['mean', 'median', 'min', 'max', 'last'])}")
-        if r.random() < 0.4:
+        if kind != "present_at" and r.random() < 0.4:
             parts.append(f"for: {r.randint(2, 3)}")
         rules.append("  - {" + ", ".join(parts) + "}")
     return "version: 1\nname: p\nrules:\n" + "\n".join(rules) + "\n"
@@ -115,6 +132,36 @@ def _run(steps: np.ndarray, values: np.ndarray) -> Run:
     return Run(name="r", source="mem", series={"m": Series("m", steps, values, "train/step")})
 
 
+def _two(r: random.Random, n: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """m, and n: a sparser subset of m's steps, its second half, never logged, or steps
+    of its own; m sometimes stops early."""
+    sm, vm = _series(r, n)
+    sn, vn = _series(r, n)
+    shape = r.random()
+    if shape < 0.4:
+        keep = np.array([i == 0 or r.random() < 0.6 for i in range(n)])
+        sn, vn = sm[keep], vn[keep]
+    elif shape < 0.55:
+        sn, vn = sn[:0], vn[:0]
+    elif shape < 0.7:
+        late = sm >= sm[n // 2]
+        sn, vn = sm[late], vn[: int(late.sum())]
+    if r.random() < 0.2:
+        cut = r.randint(1, n)
+        sm, vm = sm[:cut], vm[:cut]
+    return {"m": (sm, vm), "n": (sn, vn)}
+
+
+def _between(data: dict[str, tuple[np.ndarray, np.ndarray]], lo: int, hi: int) -> Run:
+    """The points at steps lo < step <= hi of each metric that has some."""
+    series = {}
+    for name, (steps, values) in data.items():
+        sel = (steps > lo) & (steps <= hi)
+        if sel.any():
+            series[name] = Series(name, steps[sel].copy(), values[sel].copy(), "train/step")
+    return Run(name="r", source="mem", series=series)
+
+
 def _judged_alike(seed: int, tmp: Path) -> bool:
     """The seed's policy and run, polled and whole; False if the policy is refused."""
     r = random.Random(seed)
@@ -140,10 +187,42 @@ def _judged_alike(seed: int, tmp: Path) -> bool:
     return True
 
 
+def _two_judged_alike(seed: int, tmp: Path) -> bool:
+    """As `_judged_alike`, two metrics polled by step."""
+    r = random.Random(seed)
+    n = r.randint(5, 60)
+    try:
+        policies = load_policies([str(write_policy(tmp / f"q{seed}.yaml", _policy(r, n, True)))])
+    except GatekeeperError:
+        return False
+    data = _two(r, n)
+    top, lo = int(max(s.max() for s, _ in data.values() if s.size)), -1
+    ev = Evaluation(policies)
+    while lo < top:
+        hi = min(top, lo + r.randint(1, 12))
+        ev.feed(_between(data, lo, hi).series)
+        live = ev.verdict(_between(data, -1, hi), final=False)
+        fresh = evaluate(policies, _between(data, -1, hi), final=False)
+        assert _seen(live) == _seen(fresh), (seed, hi)
+        lo = hi
+    final = ev.verdict(_between(data, -1, top), final=True)
+    assert _seen(final) == _seen(evaluate(policies, _between(data, -1, top))), seed
+    return True
+
+
 @pytest.mark.parametrize("block", range(4))
 def test_random_policies_judge_alike_polled_and_whole(block: int, tmp_path: Path) -> None:
     judged = sum(_judged_alike(seed, tmp_path) for seed in range(block * 150, block * 150 + 150))
     assert judged >= 130  # the draws are policies the language takes, nearly all
+
+
+@pytest.mark.parametrize("block", range(2))
+def test_random_policies_on_two_metrics_judge_alike_polled_and_whole(
+    block: int, tmp_path: Path
+) -> None:
+    seeds = range(block * 200, block * 200 + 200)
+    judged = sum(_two_judged_alike(seed, tmp_path) for seed in seeds)
+    assert judged >= 150
 
 
 def test_isclose_reports_the_first_point_that_decides_in_step_order(tmp_path: Path) -> None:
