@@ -224,7 +224,9 @@ class Evaluation:
             metric = decode(saved.get("metric"), str, f"{where}.metric")
             tracker = self._make(templates[of], metric)
             self._restore(tracker, saved, where)
-            self.templates.tried.add(metric)
+            if templates[of] in self.templates.patterns:  # made as its metric was fed; a
+                # `config.KEY` rule is made from the config, its metric maybe not fed yet
+                self.templates.tried.add(metric)
             if "unjudged" in saved:  # learned late: still to be read again (`reread`)
                 why = decode(saved["unjudged"], str, f"{where}.unjudged")
                 self.late = self.unjudged[id(tracker)] = why

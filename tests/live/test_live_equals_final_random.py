@@ -9,13 +9,20 @@ A second draw has two metrics on one axis (the second sparser, later, or never l
 the first sometimes stopping early), polled by step: `expr:` rules over both,
 `present_at`, `if_logged`, and `last` selections whose metric stopped.
 
+A third draw is the daemon's: template rules (`metric: e/*/x`, `metric: config.key`) over
+metrics that appear at different polls and a config that may come late, judged by a
+bounded evaluation whose state goes through JSON and back at random polls (a restart).
+
 Found in the fourteenth session: `isclose` reported whichever came first in the points a
 poll held -- a missing or non-finite reference anywhere in them before any point out of
 tolerance -- so a run failing at step 5 whose reference had a NaN at step 48 was FAIL
 live and ERROR in `check`; `isclose` and `rise` counted as judged the points after the
 one that decided them, in that poll only; `present_at` left out of its axis' last step
 the points of its own metric that came before the `steps_of` metric (in a poll, or
-before its first point), so `check` settled fewer rounds than the polls had."""
+before its first point), so `check` settled fewer rounds than the polls had; a state
+restored with a `config.KEY` rule made for a metric not fed yet marked that metric as
+fed, so the pattern rules matching it were never made when its points came (silently
+not judged after a daemon restart)."""
 
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from gatekeeper.engine import Evaluation, evaluate
@@ -210,6 +218,69 @@ def _two_judged_alike(seed: int, tmp: Path) -> bool:
     return True
 
 
+def _templates(r: random.Random, n: int) -> str:
+    rules = []
+    for i in range(r.randint(1, 4)):
+        kind, check = _check(r)
+        if kind == "isclose":
+            kind, check = "finite", "{finite: true}"
+        target = r.choice(["e/*/x", "e/*/x", "config.key", "e/a/x"])
+        parts = [f"id: r{i}", f"metric: {target}", f"check: {check}"]
+        if (steps := _steps(r, n)) is not None:
+            parts.append(f"steps: {steps}")
+        if kind in SIMPLE and r.random() < 0.3:
+            parts.append(f"reduce: {r.choice(['mean', 'last'])}")
+        if r.random() < 0.2:
+            parts.append("if_logged: true")
+        rules.append("  - {" + ", ".join(parts) + "}")
+    return "version: 1\nname: p\nrules:\n" + "\n".join(rules) + "\n"
+
+
+def _templates_judged_alike(seed: int, tmp: Path) -> bool:
+    """Template rules, metrics starting at random steps, the config known from a random
+    step; bounded, restored from its state as JSON at random polls (the daemon's path)."""
+    r = random.Random(seed)
+    n = r.randint(5, 50)
+    try:
+        policies = load_policies([str(write_policy(tmp / f"t{seed}.yaml", _templates(r, n)))])
+    except GatekeeperError:
+        return False
+    data = {}
+    for name in ("e/a/x", "e/b/x", "e/c/x"):
+        if r.random() < 0.8:
+            steps, values = _series(r, n)
+            start = r.randint(0, n - 1) if r.random() < 0.5 else 0
+            data[name] = (steps[start:], values[start:])
+    config = {"key": r.choice(["e/a/x", "e/b/x", "e/zz/x"])}
+    config_from = r.randint(0, n) if r.random() < 0.4 else -1
+
+    def run(lo: int, hi: int) -> Run:
+        at = _between(data, lo, hi)
+        at.config = dict(config) if hi >= config_from else {}
+        return at
+
+    if not data:
+        return False
+    top, lo = int(max(s.max() for s, _ in data.values() if s.size)), -1
+    ev = Evaluation(policies, bounded=True)
+    while lo < top:
+        hi = min(top, lo + r.randint(1, 12))
+        ev.feed(run(lo, hi).series, run(lo, hi))
+        if ev.reread() is not None:  # the config named a metric fed already: read again
+            return False
+        if r.random() < 0.35:  # a restart: the state through JSON, as the daemon stores it
+            ev.verdict(run(-1, hi), final=False)
+            ev = Evaluation.from_state(policies, orjson.loads(orjson.dumps(ev.to_state())))
+        fresh = Evaluation(policies, bounded=True)
+        fresh.feed(run(-1, hi).series, run(-1, hi))
+        live = ev.verdict(run(-1, hi), final=False)
+        assert _seen(live) == _seen(fresh.verdict(run(-1, hi), final=False)), (seed, hi)
+        lo = hi
+    final = ev.verdict(run(-1, top), final=True)
+    assert _seen(final) == _seen(evaluate(policies, run(-1, top))), seed
+    return True
+
+
 @pytest.mark.parametrize("block", range(4))
 def test_random_policies_judge_alike_polled_and_whole(block: int, tmp_path: Path) -> None:
     judged = sum(_judged_alike(seed, tmp_path) for seed in range(block * 150, block * 150 + 150))
@@ -243,3 +314,10 @@ def test_isclose_reports_the_first_point_that_decides_in_step_order(tmp_path: Pa
     for result in (whole, polled):
         assert (result.status.value, result.step, result.judged) == ("fail", 5, 6)
         assert result.message.startswith("x = 0.9 vs ref 0.5 at step 5")
+
+
+@pytest.mark.parametrize("block", range(2))
+def test_random_template_rules_judge_alike_restored_and_whole(block: int, tmp_path: Path) -> None:
+    seeds = range(block * 150, block * 150 + 150)
+    judged = sum(_templates_judged_alike(seed, tmp_path) for seed in seeds)
+    assert judged >= 120
