@@ -51,12 +51,14 @@ _NAN = struct.pack("<d", math.nan)
 
 
 def _points(parser_chunks: dict[str, Any]) -> dict[str, list[tuple[int, bytes]]]:
-    """A parser's chunks as sorted (step, value bits) per metric, every NaN alike."""
+    """A parser's chunks as (step, value bits) per metric, every NaN alike, in the order
+    the series has them: by step, stably (`merge_chunks`), so points at one step keep the
+    order the reader gave them -- the file's, whatever the blocks and key orders."""
     out = {}
     for metric, parts in parser_chunks.items():
         pts = [(s, v.tobytes() if v == v else _NAN)
                for steps, values in parts for s, v in zip(steps.tolist(), values, strict=True)]
-        out[metric] = sorted(pts)
+        out[metric] = sorted(pts, key=lambda p: p[0])
     return out
 
 
@@ -77,7 +79,8 @@ def _agrees(path: Path, monkeypatch: pytest.MonkeyPatch, blocks: tuple[int, ...]
         return "error"
     assert outcomes[0][0] == "ok", f"{outcomes[0]} {where}"
     _, _, _, got, step_keys, metric_errors, got_events, _ = outcomes[0]
-    assert got == {m: sorted(pts) for m, pts in points.items()}, where
+    # the reference's points in file order, by step stably: one step's points as written
+    assert got == {m: sorted(pts, key=lambda p: p[0]) for m, pts in points.items()}, where
     assert step_keys == axes and set(metric_errors) == unjudgeable, where
     assert got_events == events, where
     return "ok"

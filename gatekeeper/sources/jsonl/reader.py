@@ -149,10 +149,16 @@ class JsonlParser:
         with _gc_paused():
             groups = self._group_lines(pieces, nl)
             self._mark_plain(groups, pieces, quotes)
+            # several groups: per metric, the line numbers of each chunk this block adds
+            lines: dict[str, list[np.ndarray]] | None = (
+                {} if sum(g.kind != "event" for g in groups.values()) > 1 else None)
             for keys, group in groups.items():
                 if group.kind == "record":
-                    for conv in group.items:
+                    for conv, line in zip(group.items, group.lines, strict=False):
                         self._commit_record(conv)
+                        if lines is not None:
+                            lines.setdefault(conv.metric, []).append(
+                                np.full(conv.steps.size, line))
                     if group.error is not None:  # raised in its turn, as if met here
                         raise group.error
                 elif group.kind == "event":
@@ -160,6 +166,29 @@ class JsonlParser:
                         self.events.append({**obj, "line": line})
                 else:
                     self._row_group(keys, group)
+                    if lines is not None:
+                        at = np.asarray(group.lines)
+                        for key in keys:
+                            if not is_step_key(key):
+                                lines.setdefault(key, []).append(at)
+            if lines is not None:
+                self._in_line_order(lines)
+
+    def _in_line_order(self, lines: dict[str, list[np.ndarray]]) -> None:
+        """A metric that lines of several key orders (or record lines) logged in this block:
+        its chunks of the block joined in step order, equal steps in the order of their
+        lines, as a poll that held one line at a time has them (grouped by key order, two
+        points at one step came in the order of their groups: where a block or a poll
+        ended changed the order, and so `last`, `for` and windowed verdicts)."""
+        for metric, parts in lines.items():
+            if len(parts) < 2:
+                continue
+            chunks = self.chunks[metric]
+            mine = chunks[-len(parts) :]
+            steps = np.concatenate([c[0] for c in mine])
+            values = np.concatenate([c[1] for c in mine])
+            order = np.lexsort((np.concatenate(parts), steps))
+            chunks[-len(parts) :] = [(steps[order], values[order])]
 
     def _group_lines(self, pieces: list[bytes], nl: bytes) -> dict[tuple[str, ...], _Group]:
         """Every line parsed (the first that is not JSON is the block's error), then the
