@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 import numpy as np
@@ -64,6 +64,9 @@ class _Tail:
     ended: RunState | None = None
     # lines of an earlier run this one resumed (appended to): their end marker is not its end
     earlier_lines: int = 0
+    # per metric, the highest step this file gave it: a later point below it (a resume
+    # from an earlier checkpoint appending to the file) makes the run read again whole
+    tops: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +78,7 @@ class _Tail:
             "emitted": dict(self.emitted),
             "ended": self.ended.value if self.ended else None,
             "earlier_lines": self.earlier_lines,
+            "tops": dict(self.tops),
         }
 
     @classmethod
@@ -90,6 +94,9 @@ class _Tail:
             emitted={str(k): int(v) for k, v in dict(data.get("emitted", {})).items()},
             ended=RunState(ended) if ended else None,
             earlier_lines=int(data.get("earlier_lines", 0)),
+            # saved before it was kept: unknown, so a step going back right after the
+            # restart is not found (from the next point on it is)
+            tops={str(k): int(v) for k, v in dict(data.get("tops", {})).items()},
         )
 
 
@@ -294,6 +301,9 @@ class LiveJsonlSource(LiveSource):
         self.seen: dict[str, _Seen] = {}  # record metric -> its steps emitted so far
         self._recall = False  # a version-1 cursor: rebuild `seen` before the next poll
         self._is_dir = False  # what the last `_files` found the path to be
+        # this poll: a file gave a row metric a step below an earlier poll's; the record
+        # metrics it did that to (a record step again is a duplicate, an error in any order)
+        self._back, self._back_records = False, set[str]()
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -308,6 +318,7 @@ class LiveJsonlSource(LiveSource):
             self._recall_emitted()
         records, emitted = set(self.record_metrics), set(self.step_keys)
         chunks: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._back, self._back_records = False, set()
         for path in self._files():
             if path in self.held:
                 change = self.held[path].change(path)
@@ -324,6 +335,8 @@ class LiveJsonlSource(LiveSource):
             if tail is None:
                 tail = self.tails[path] = _Tail(path)
             self._poll_file(tail, chunks)
+        if self._back:
+            return self._reread()
         ordered: dict[int, bool] = {}  # a row's metrics share one steps array: check it once
         series = {
             metric: merge_chunks(metric, parts, self.step_keys[metric], ordered)
@@ -335,6 +348,8 @@ class LiveJsonlSource(LiveSource):
         self._check_steps({m: s for m, s in series.items() if m not in late})
         if late:
             self._recall_emitted(late)
+        if self._back_records - self.metric_errors.keys():  # steps filled in below, no dup
+            return self._reread()
         points = sum(len(s) for s in series.values())
         ended = bool(self.tails) and all(t.ended is not None for t in self.tails.values())
         state = self._files_end_state() if ended else RunState.RUNNING
@@ -342,6 +357,17 @@ class LiveJsonlSource(LiveSource):
         run.metric_errors = dict(self.metric_errors)
         run.capture = miles_capture(self.step_keys, self.record_metrics)
         return Poll(series=series, run=run, ended=ended, points=points)
+
+    def _reread(self) -> Poll:
+        """A file gave a metric a step below one it gave in an earlier poll: `check` sorts
+        those points by step, a poll would have judged them after the later ones (`for`,
+        windows and `last` judged otherwise). The run is read again from the start of each
+        file (held ones stay held), as `check` reads it, and the poll says so (`reset`):
+        the session judges it anew, as for a TensorBoard restart."""
+        self.tails = {p: _Tail(p, earlier_lines=t.earlier_lines) for p, t in self.tails.items()}
+        self.step_keys, self.metric_errors, self.record_metrics = {}, {}, set()
+        self.seen, self._recall = {}, False
+        return replace(self.poll(), reset=True)
 
     def cursor(self) -> dict[str, Any]:
         return {
@@ -535,11 +561,23 @@ class LiveJsonlSource(LiveSource):
             if steps.size > done:  # whole arrays kept as they are: their steps are shared
                 part = (steps[done:], values[done:]) if done else (steps, values)
                 out.setdefault(metric, []).append(part)
+                self._top(tail, metric, part[0], parser.record_metrics)
             if skip_emitted:
                 tail.emitted[metric] = max(done, int(steps.size))
             else:
                 tail.emitted[metric] = tail.emitted.get(metric, 0) + int(steps.size)
         parser.chunks = {}
+
+    def _top(self, tail: _Tail, metric: str, steps: np.ndarray, records: set[str]) -> None:
+        """Keep the file's highest step of `metric`; note a new point below it (of a record
+        metric, `records`, to be told from a duplicate first: see `poll`)."""
+        high, top = int(steps.max()), tail.tops.get(metric)
+        if top is not None and int(steps.min()) < top:
+            if metric in records or metric in self.record_metrics:
+                self._back_records.add(metric)
+            else:
+                self._back = True
+        tail.tops[metric] = high if top is None else max(top, high)
 
     def _files_end_state(self) -> RunState:
         states = [t.ended for t in self.tails.values() if t.ended is not None]
