@@ -548,6 +548,7 @@ class LiveJsonlSource(LiveSource):
         skip_emitted: bool,
     ) -> None:
         """Move the parsed points into `out`; after a rewrite, only those not emitted yet."""
+        bounds: dict[int, tuple[int, int]] = {}  # by steps array: a row's metrics share one
         for metric, parts in parser.chunks.items():
             key = parser.step_keys[metric]
             if self.step_keys.setdefault(metric, key) != key:
@@ -561,18 +562,24 @@ class LiveJsonlSource(LiveSource):
             if steps.size > done:  # whole arrays kept as they are: their steps are shared
                 part = (steps[done:], values[done:]) if done else (steps, values)
                 out.setdefault(metric, []).append(part)
-                self._top(tail, metric, part[0], parser.record_metrics)
+                span = bounds.get(id(part[0]))
+                if span is None:
+                    span = bounds[id(part[0])] = (int(part[0].min()), int(part[0].max()))
+                self._top(tail, metric, span, parser.record_metrics)
             if skip_emitted:
                 tail.emitted[metric] = max(done, int(steps.size))
             else:
                 tail.emitted[metric] = tail.emitted.get(metric, 0) + int(steps.size)
         parser.chunks = {}
 
-    def _top(self, tail: _Tail, metric: str, steps: np.ndarray, records: set[str]) -> None:
-        """Keep the file's highest step of `metric`; note a new point below it (of a record
-        metric, `records`, to be told from a duplicate first: see `poll`)."""
-        high, top = int(steps.max()), tail.tops.get(metric)
-        if top is not None and int(steps.min()) < top:
+    def _top(
+        self, tail: _Tail, metric: str, span: tuple[int, int], records: set[str]
+    ) -> None:
+        """Keep the file's highest step of `metric` (`span`: its new points' lowest and
+        highest); note a new point below it (of a record metric, `records`, to be told
+        from a duplicate first: see `poll`)."""
+        (low, high), top = span, tail.tops.get(metric)
+        if top is not None and low < top:
             if metric in records or metric in self.record_metrics:
                 self._back_records.add(metric)
             else:
