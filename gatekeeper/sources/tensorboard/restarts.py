@@ -14,7 +14,9 @@ them — its files in name order (`directory_watcher`), each front to back:
   most recent step.
 
 A live source cannot take back what it delivered, so `Restarts.settle` says when a rule
-discarded a point an earlier poll delivered: the caller then reads the run again whole.
+discarded a point an earlier poll delivered, or when a point that stays comes at a step
+below one delivered (a whole read merges it among them by step): the caller then reads
+the run again whole.
 """
 
 from __future__ import annotations
@@ -102,22 +104,33 @@ class Restarts:
     def settle(self, chunks: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]) -> bool:
         """Drop the discarded points from this poll's `chunks` (tag -> (record, step, value)
         arrays) and note what is delivered. False when a discard reaches a point an
-        earlier poll delivered: nothing is changed then, and the run must be read again."""
+        earlier poll delivered, or a point that stays lands below one (a step logged
+        again without a restart: a whole read sorts it among them, a poll would have
+        judged it after them): nothing is changed then, and the run must be read again."""
         if self._reaches_delivered():
             return False
-        for tag in list(chunks):
+        kept: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        for tag, parts in chunks.items():
             records, steps = self._triggers(tag)
             if records.size:
-                chunks[tag] = [_keep(part, records, steps) for part in chunks[tag]]
-            kept = [part for part in chunks[tag] if part[0].size]
-            if not kept:
-                del chunks[tag]
-                continue
-            chunks[tag] = kept
-            top = max(int(part[1].max()) for part in kept)
+                parts = [_keep(part, records, steps) for part in parts]
+            if mine := [part for part in parts if part[0].size]:
+                kept[tag] = mine
+        if any(self._below_delivered(tag, parts) for tag, parts in kept.items()):
+            return False
+        chunks.clear()
+        chunks.update(kept)
+        for tag, parts in kept.items():
+            top = max(int(part[1].max()) for part in parts)
             self.delivered[tag] = max(self.delivered.get(tag, top), top)
         self._all, self._tag = [], {}
         return True
+
+    def _below_delivered(
+        self, tag: str, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    ) -> bool:
+        top = self.delivered.get(tag)
+        return top is not None and min(int(part[1].min()) for part in parts) < top
 
     def _reaches_delivered(self) -> bool:
         if self._all and self.delivered:
