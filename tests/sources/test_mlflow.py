@@ -650,10 +650,13 @@ def test_each_poll_reads_every_point_logged_since_the_last_in_any_step_or_time_o
     store: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """mlflow 3.17.2 keeps a file store's history as appended and a SQL store's (a server's)
-    by (timestamp, step, value). A point at a lower step comes in the next poll, read from
-    the cursor (one history page per metric); a point logged with an older timestamp lands
-    mid-history in a SQL store, and that poll re-reads the run whole (`reset`). Either way
-    the points polled are the points `check` reads."""
+    by (timestamp, step, value). A point at a later step comes in the next poll, read from
+    the cursor (one history page per metric). A point below a step read already (a
+    resumed run) is found from the cursor too, and `check` sorts it among those points,
+    so that poll re-reads the run whole (`reset`; before the fourteenth session it was
+    judged after them); so does a point logged with an older timestamp, which lands
+    mid-history in a SQL store. Either way the points polled are the points `check`
+    reads, in its order."""
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
@@ -662,21 +665,22 @@ def test_each_poll_reads_every_point_logged_since_the_last_in_any_step_or_time_o
     rid = _log_run(client, "orders", [1.0] * 70, status=None)
     src = open_live_source(f"mlflow+{uri}/runs/{rid}")
     assert isinstance(src, MlflowSource) and src.poll().points == 70
-    client.log_metric(rid, "train/loss", 5.0, step=55)  # a resumed run: lower step, now
+    client.log_metric(rid, "train/loss", 1.0, step=70)  # the next step: from the cursor
     before = src.client.requests
     poll = src.poll()
-    assert poll.series["train/loss"].steps.tolist() == [55] and not poll.reset
+    assert poll.series["train/loss"].steps.tolist() == [70] and not poll.reset
     assert src.client.requests - before == 2  # the run + one history page
+    client.log_metric(rid, "train/loss", 5.0, step=55)  # a resumed run: lower step, now
+    poll = src.poll()
+    assert poll.reset and poll.series["train/loss"].steps.tolist() == sorted([*range(71), 55])
+    assert poll.series["train/loss"].values.tolist()[55:57] == [1.0, 5.0]  # as check: by step
     early = Metric("train/loss", 7.0, 1, 56)  # timestamp 1 ms after the epoch
     client.log_batch(rid, metrics=[early])
     poll = src.poll()
-    expect = sorted([*range(70), 55, 56])
-    if store == "file":  # appended: still read from the cursor
-        assert poll.series["train/loss"].values.tolist() == [7.0] and not poll.reset
-    else:  # mid-history: the run again, whole
-        assert poll.reset and poll.series["train/loss"].steps.tolist() == expect
+    expect = sorted([*range(71), 55, 56])
+    assert poll.reset and poll.series["train/loss"].steps.tolist() == expect
     assert src.poll().points == 0
-    assert sorted(src.read().series["train/loss"].steps.tolist()) == expect
+    assert src.read().series["train/loss"].steps.tolist() == expect
 
 
 def test_a_poll_with_the_run_read_before_its_newest_points_stays_in_step(
@@ -719,9 +723,70 @@ def test_a_saved_cursor_of_the_older_layout_re_reads_the_run_once_as_a_reset(
     src.restore({"version": 1, "latest": {"train/loss": [2, 0.25]}})
     first = src.poll()
     assert first.reset and first.series["train/loss"].values.tolist() == [1.0, 0.5, 0.25]
-    client.log_metric(rid, "train/loss", 9.0, step=1)  # below the highest step
+    client.log_metric(rid, "train/loss", 9.0, step=3)  # after the highest step
     second = src.poll()
     assert not second.reset and second.series["train/loss"].values.tolist() == [9.0]
     fresh = open_live_source(f"mlflow+{store}/runs/{rid}")
     with pytest.raises(SourceError, match="saved cursor version 99"):
         fresh.restore({"version": 99})
+
+
+ORDER_POLICY = """
+version: 1
+name: ml
+rules:
+  - {id: high, metric: "*", check: {max: 1.0}, for: 2}
+  - {id: loss-spike, metric: loss, check: {spike: {window: 3, factor: 2}}}
+  - {id: loss-last, metric: loss, steps: last, check: {min: 0.0}}
+"""
+
+
+@pytest.mark.parametrize("store", ["file", "sqlite"])
+def test_random_runs_polled_as_logged_are_judged_as_check_judges_them(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mlflow 3.17.2's client logs random runs (steps that repeat and now and then go
+    back, as a resume below the old maximum does; NaN; a second metric), polled after
+    each batch of log calls, the cursor restored into a new source at random: the
+    session fed the polls ends on `check`'s verdict. Before the fourteenth session a
+    point below a step delivered was judged after it, while `check` sorts by step (17
+    of 30 such runs differed in a file store, 22 of 40 in sqlite)."""
+    import random
+
+    from mlflow.tracking import MlflowClient
+
+    from gatekeeper.policy.loader import load_policies
+    from gatekeeper.session import JudgingSession, judge_whole
+
+    policies = load_policies([str(write_policy(tmp_path / "order.yaml", ORDER_POLICY))])
+    client = MlflowClient(_store(store, tmp_path, request, monkeypatch))
+    experiment = client.create_experiment("order")
+    for seed in range(12):
+        r = random.Random(seed)
+        rid = client.create_run(experiment).info.run_id
+        spec = f"mlflow+{client.tracking_uri}/runs/{rid}"
+        source, session = open_live_source(spec), JudgingSession(policies, live=True)
+        step = ts = 0
+        for _ in range(r.randint(3, 12)):
+            for _ in range(r.randint(1, 4)):
+                step = max(0, step + (r.choice([1, 1, 2, 0]) if r.random() > 0.12
+                                      else -r.randint(1, 3)))
+                ts += 1000
+                value = r.choice([0.5, 1.5, 0.2, float("nan"), 0.9, 3.0, r.uniform(0, 1.2)])
+                client.log_metric(rid, "loss", value, timestamp=ts, step=step)
+                if r.random() < 0.4:
+                    client.log_metric(rid, "kl", r.uniform(0, 1.2), timestamp=ts, step=step)
+            if r.random() < 0.3:  # a restart: a new source from the cursor saved as JSON
+                cursor = json.loads(json.dumps(source.cursor()))
+                source = open_live_source(spec)
+                source.restore(cursor)
+            poll = source.poll()
+            session.feed(poll.series, poll.run, reset=poll.reset)
+        client.set_terminated(rid)
+        poll = source.poll()
+        session.feed(poll.series, poll.run, reset=poll.reset)
+        polled = [(x.rule, x.status, x.message, x.step)
+                  for x in session.verdict(final=True).results]
+        checked = [(x.rule, x.status, x.message, x.step)
+                   for x in judge_whole(policies, open_source(spec).read())[1].results]
+        assert polled == checked, seed

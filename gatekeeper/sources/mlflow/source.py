@@ -147,10 +147,13 @@ class MlflowSource(LiveSource):
         try:
             chunks = {key: self._new_points(key) for key in sorted(info.latest)}
             reset, self._reread = self._reread, False
+            if self._below_top(chunks):
+                raise _Shifted("a point below one delivered")
         except _Shifted:
             self._cursors = {}  # re-read whole: positions no longer tell new from old
             chunks = {key: self._new_points(key) for key in sorted(info.latest)}
             reset = True
+        self._note_tops(chunks)
         series = {key: _series(key, points) for key, points in chunks.items() if points}
         run = self._run(info)
         points_read = sum(len(s) for s in series.values())
@@ -190,6 +193,25 @@ class MlflowSource(LiveSource):
         if page.points:  # a page after a token is never empty: the cursor keeps a point
             cur.update(token=token, seen=len(page.points), last=_mark(page.points[-1]))
         return out
+
+    def _below_top(self, chunks: dict[str, list[Point]]) -> bool:
+        """Whether a new point lands below a step delivered before (a resumed run logging
+        below its old maximum): `check` sorts it among those points by step, so the run
+        is read again whole (`Poll.reset`) rather than judged after them."""
+        for key, points in chunks.items():
+            top = self._cursors[key].get("top")
+            if points and top is not None and min(p.step for p in points) < top:
+                return True
+        return False
+
+    def _note_tops(self, chunks: dict[str, list[Point]]) -> None:
+        """Each metric's highest step delivered, kept in its cursor (a cursor saved before
+        it was kept: unknown until the next point)."""
+        for key, points in chunks.items():
+            if points:
+                cur, high = self._cursors[key], max(p.step for p in points)
+                top = cur.get("top")
+                cur["top"] = high if top is None else max(int(top), high)
 
     def _run(self, info: RunInfo) -> Run:
         tags = tuple(
