@@ -279,3 +279,52 @@ def test_watch_follows_a_live_wandb_run_to_its_end_and_annotates(
     )
     assert written["tag"] == "gate:pass" and written["final"] is True
     assert written["run"]["state"] == "finished"
+
+
+def test_a_step_axis_going_back_is_judged_live_as_check_judges_it(tmp_path: Path) -> None:
+    """wandb 0.2x SDK, offline: `train/global_step` 0..20 with a high loss at 16, then a
+    resume from step 10 logging 10..15 with a high loss at 15. `check` sorts the points
+    by step, so 15 (resumed, high) and 16 (first, high) are two in a row and `for: 2`
+    fails. Polled as the log grows (random byte chunks), the resumed points came after
+    step 20: the watch passed what `check` fails. The poll that brings a point below a
+    step delivered now reads the run again whole (`Poll.reset`)."""
+    import random
+
+    from gatekeeper.policy.loader import load_policies
+    from gatekeeper.session import JudgingSession, judge_whole
+    from tests.helpers import write_policy
+    from tests.wandb.conftest import sdk_env
+
+    root = tmp_path / "sdk"
+    root.mkdir()
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("step_back_writer.py"))],
+                          env=sdk_env(root), cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = (root / "wandb").glob("offline-run-*")
+    (log,) = run_dir.glob("*.wandb")
+    data = log.read_bytes()
+    text = ("version: 1\nname: p\nrules:\n"
+            "  - {id: hi, metric: train/loss, check: {max: 1.0}, for: 2}\n")
+    policies = load_policies([str(write_policy(tmp_path / "p.yaml", text))])
+    checked = judge_whole(policies, WandbLocalSource(str(run_dir)).read())[1].results[0]
+    assert (checked.status.value, checked.step) == ("fail", 16)
+    for seed in range(3):
+        r = random.Random(seed)
+        copy = tmp_path / f"copy{seed}" / run_dir.name
+        shutil.copytree(run_dir, copy)
+        grown = copy / log.name
+        grown.write_bytes(b"")
+        source, session = WandbLocalSource(str(copy)), JudgingSession(policies, live=True)
+        at = resets = 0
+        while at < len(data):
+            end = min(len(data), at + r.randint(50, 600))
+            with open(grown, "ab") as fh:
+                fh.write(data[at:end])
+            at = end
+            poll = source.poll()
+            resets += poll.reset
+            session.feed(poll.series, poll.run, reset=poll.reset)
+        polled = session.verdict(final=True).results[0]
+        assert (polled.status, polled.message) == (checked.status, checked.message), seed
+        assert resets >= 1, seed  # once a poll that brings one of the resumed points
