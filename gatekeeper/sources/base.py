@@ -120,6 +120,32 @@ def check_cursor_version(cursor: dict[str, Any], version: int, where: str) -> No
         )
 
 
+class StepTops:
+    """Each metric's highest step a live source delivered. A poll whose points land below
+    it (a run resumed from an earlier checkpoint, its step logged again) is not `check`'s
+    order: `check` sorts a metric's points by step, a session would judge these after
+    the later ones (`for`, windows, `last`). The source then reads the run again whole
+    (`Poll.reset`). Kept in the cursor; a cursor saved before it was: unknown until the
+    next point."""
+
+    def __init__(self, saved: Any = None):
+        self.top: dict[str, int] = {str(k): int(v) for k, v in dict(saved or {}).items()}
+
+    def below(self, series: dict[str, Any]) -> bool:
+        """Whether a metric's new points (sorted by step) reach below its top."""
+        return any(len(s) and m in self.top and int(s.steps[0]) < self.top[m]
+                   for m, s in series.items())
+
+    def note(self, series: dict[str, Any]) -> None:
+        for m, s in series.items():
+            if len(s):
+                high = int(s.steps[-1])
+                self.top[m] = max(self.top.get(m, high), high)
+
+    def to_json(self) -> dict[str, int]:
+        return dict(self.top)
+
+
 class Annotator(ABC):
     """Writes a verdict onto the run it judged: a tag and summary keys on a server, or a
     `gatekeeper-verdict.json` next to local records. Only ever adds gatekeeper's own

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -191,3 +193,46 @@ def test_check_cli_on_a_wandb_url_with_annotate(standin: StandinWandb, tmp_path:
     assert (grad["step"], grad["step_key"]) == (5, "train/step")
     assert "gate:fail" in standin.run.tags
     assert standin.run.summary["gatekeeper/report"] == str(out)
+
+
+def test_a_step_axis_going_back_is_polled_as_check_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run of step_back_writer.py (the real SDK: `train/global_step` 0..20, then a
+    resume from step 10 logging 10..15 again), served row by row: a poll whose rows bring
+    a step below one delivered reads the run again whole, so the session ends on
+    `check`'s verdict (before the fourteenth session the resumed points came after step
+    20: `for: 2` passed live and failed in `check`)."""
+    from gatekeeper.policy.loader import load_policies
+    from gatekeeper.session import JudgingSession, judge_whole
+    from tests.helpers import write_policy
+    from tests.wandb.conftest import sdk_env
+
+    root = tmp_path / "sdk"
+    root.mkdir()
+    writer = str(Path(__file__).with_name("step_back_writer.py"))
+    proc = subprocess.run([sys.executable, writer], env=sdk_env(root), cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = ("version: 1\nname: p\nrules:\n"
+            "  - {id: hi, metric: train/loss, check: {max: 1.0}, for: 2}\n")
+    policies = load_policies([str(write_policy(tmp_path / "p.yaml", text))])
+    fixture = fixture_from_offline_run(root / "wandb")
+    rows = fixture.rows
+    with StandinWandb(fixture) as server:
+        monkeypatch.setenv("WANDB_BASE_URL", server.url)
+        monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+        monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+        monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
+        checked = judge_whole(policies, WandbApiSource(SPEC).read())[1].results[0]
+        assert (checked.status.value, checked.step) == ("fail", 16)
+        source, session = WandbApiSource(SPEC, page_size=4), JudgingSession(policies, live=True)
+        resets = 0
+        for upto in range(3, len(rows) + 3, 3):
+            server.run.rows = rows[:upto]
+            poll = source.poll()
+            resets += poll.reset
+            session.feed(poll.series, poll.run, reset=poll.reset)
+        polled = session.verdict(final=True).results[0]
+    assert (polled.status, polled.message) == (checked.status, checked.message)
+    assert resets >= 1

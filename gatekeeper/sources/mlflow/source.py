@@ -28,7 +28,7 @@ import numpy as np
 from gatekeeper.errors import UsageError
 from gatekeeper.extras import require
 from gatekeeper.model import Run, Series, merge_chunks
-from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
+from gatekeeper.sources.base import LiveSource, Poll, StepTops, check_cursor_version
 from gatekeeper.sources.mlflow.client import Point, RunInfo, TrackingClient, param_value
 from gatekeeper.sources.mlflow.scheme import PREFIX, SCHEME, SCHEMES, names_a_run
 
@@ -120,6 +120,7 @@ class MlflowSource(LiveSource):
         self._client = client
         self._cursors: dict[str, dict[str, Any]] = {}
         self._reread = False  # the next poll holds the whole run again (Poll.reset)
+        self._tops = StepTops()
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -147,14 +148,15 @@ class MlflowSource(LiveSource):
         try:
             chunks = {key: self._new_points(key) for key in sorted(info.latest)}
             reset, self._reread = self._reread, False
-            if self._below_top(chunks):
-                raise _Shifted("a point below one delivered")
+            series = {key: _series(key, points) for key, points in chunks.items() if points}
+            if self._tops.below(series):  # a resumed run below its old maximum: check
+                raise _Shifted("a point below one delivered")  # sorts it among them
         except _Shifted:
-            self._cursors = {}  # re-read whole: positions no longer tell new from old
+            self._cursors, self._tops = {}, StepTops()  # re-read whole
             chunks = {key: self._new_points(key) for key in sorted(info.latest)}
+            series = {key: _series(key, points) for key, points in chunks.items() if points}
             reset = True
-        self._note_tops(chunks)
-        series = {key: _series(key, points) for key, points in chunks.items() if points}
+        self._tops.note(series)
         run = self._run(info)
         points_read = sum(len(s) for s in series.values())
         return Poll(
@@ -162,7 +164,8 @@ class MlflowSource(LiveSource):
         )
 
     def cursor(self) -> dict[str, Any]:
-        return {"version": _CURSOR_VERSION, "metrics": self._cursors}
+        return {"version": _CURSOR_VERSION, "metrics": self._cursors,
+                "tops": self._tops.to_json()}
 
     def restore(self, cursor: dict[str, Any]) -> None:
         """Resume from a saved cursor. An older layout (version 1 kept each metric's
@@ -174,6 +177,7 @@ class MlflowSource(LiveSource):
             return
         check_cursor_version(cursor, _CURSOR_VERSION, self.shown)
         self._cursors = {k: dict(v) for k, v in cursor.get("metrics", {}).items()}
+        self._tops = StepTops(cursor.get("tops"))
 
     # -- internals ----------------------------------------------------------------------
 
@@ -193,25 +197,6 @@ class MlflowSource(LiveSource):
         if page.points:  # a page after a token is never empty: the cursor keeps a point
             cur.update(token=token, seen=len(page.points), last=_mark(page.points[-1]))
         return out
-
-    def _below_top(self, chunks: dict[str, list[Point]]) -> bool:
-        """Whether a new point lands below a step delivered before (a resumed run logging
-        below its old maximum): `check` sorts it among those points by step, so the run
-        is read again whole (`Poll.reset`) rather than judged after them."""
-        for key, points in chunks.items():
-            top = self._cursors[key].get("top")
-            if points and top is not None and min(p.step for p in points) < top:
-                return True
-        return False
-
-    def _note_tops(self, chunks: dict[str, list[Point]]) -> None:
-        """Each metric's highest step delivered, kept in its cursor (a cursor saved before
-        it was kept: unknown until the next point)."""
-        for key, points in chunks.items():
-            if points:
-                cur, high = self._cursors[key], max(p.step for p in points)
-                top = cur.get("top")
-                cur["top"] = high if top is None else max(int(top), high)
 
     def _run(self, info: RunInfo) -> Run:
         tags = tuple(

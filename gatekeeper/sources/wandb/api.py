@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from gatekeeper.errors import SourceError, SourceNotFound, SourceUnavailable, UsageError
 from gatekeeper.extras import load, require
 from gatekeeper.model import Run, RunState, Series, merge_chunks
-from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
+from gatekeeper.sources.base import LiveSource, Poll, StepTops, check_cursor_version
 from gatekeeper.sources.wandb.axes import NESTED, Columns, StepAxes
 from gatekeeper.sources.wandb.scheme import SCHEME
 
@@ -117,6 +117,7 @@ class WandbApiSource(LiveSource):
         self._forms: dict[str, bool] = {}  # metric name -> logged as a nested key
         self._next_step = 0
         self._carry: dict[str, float] = {}
+        self._tops = StepTops()  # a `define_metric` step going back: read again whole
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -129,8 +130,7 @@ class WandbApiSource(LiveSource):
     # -- Source / LiveSource ------------------------------------------------------------
 
     def read(self) -> Run:
-        self._next_step = 0
-        self._carry = {}
+        self._next_step, self._carry, self._tops = 0, {}, StepTops()
         poll = self.poll()
         poll.run.series = poll.series
         return poll.run
@@ -140,6 +140,17 @@ class WandbApiSource(LiveSource):
         run = self._run_meta(sdk_run)
         last = int((sdk_run._attrs.get("historyKeys") or {}).get("lastStep", -1))
         axes = StepAxes.from_config(sdk_run.rawconfig)
+        series, reset = self._new_series(sdk_run, last, axes), False
+        if self._tops.below(series):  # `check` sorts such points among the earlier ones
+            self._next_step, self._carry, self._tops = 0, {}, StepTops()
+            series, reset = self._new_series(sdk_run, last, axes), True
+        self._tops.note(series)
+        points = sum(len(s) for s in series.values())
+        return Poll(series=series, run=run, ended=not run.state.is_live, points=points,
+                    reset=reset)
+
+    def _new_series(self, sdk_run: Any, last: int, axes: StepAxes) -> dict[str, Series]:
+        """The history rows from the cursor's `_step` to `last`, page by page, per metric."""
         chunks: dict[str, list[Series]] = {}
         while self._next_step <= last:
             lo = self._next_step
@@ -148,20 +159,20 @@ class WandbApiSource(LiveSource):
             for metric, part in _rows_to_series(rows, axes, self._carry, self._forms).items():
                 chunks.setdefault(metric, []).append(part)
             self._next_step = hi
-        series = {
+        return {
             m: merge_chunks(m, [(p.steps, p.values) for p in parts], parts[0].step_key)
             for m, parts in sorted(chunks.items())
         }
-        points = sum(len(s) for s in series.values())
-        return Poll(series=series, run=run, ended=not run.state.is_live, points=points)
 
     def cursor(self) -> dict[str, Any]:
-        return {"version": _CURSOR_VERSION, "next_step": self._next_step, "carry": self._carry}
+        return {"version": _CURSOR_VERSION, "next_step": self._next_step, "carry": self._carry,
+                "tops": self._tops.to_json()}
 
     def restore(self, cursor: dict[str, Any]) -> None:
         check_cursor_version(cursor, _CURSOR_VERSION, self.spec)
         self._next_step = int(cursor["next_step"])
         self._carry = {k: float(v) for k, v in cursor.get("carry", {}).items()}
+        self._tops = StepTops(cursor.get("tops"))
 
     def read_summary(self, wanted: set[str]) -> dict[str, float]:
         """Numeric summary values of `wanted` metrics (HF writes `train_loss` there only)."""

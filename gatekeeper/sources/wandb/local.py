@@ -20,7 +20,7 @@ from typing import Any
 from gatekeeper.errors import RecordError, SourceError, SourceNotFound
 from gatekeeper.extras import require
 from gatekeeper.model import Run, RunState, Series, merge_chunks
-from gatekeeper.sources.base import LiveSource, Poll
+from gatekeeper.sources.base import LiveSource, Poll, StepTops
 from gatekeeper.sources.wandb.axes import Columns, StepAxes
 from gatekeeper.sources.wandb.log import LogReader
 from gatekeeper.sources.wandb.segments import (
@@ -118,9 +118,8 @@ class WandbLocalSource(LiveSource):
         self._meta: dict[str, Any] = {"config": {}, "tags": []}
         self._state = RunState.RUNNING
         self._forms: dict[str, bool] = {}  # metric name -> logged as a nested key
-        # per metric, the highest step delivered: a point below it (a `define_metric`
-        # step going back) makes the run read again whole
-        self._tops: dict[str, int] = {}
+        # a point below a step delivered (a `define_metric` step going back): read again
+        self._tops = StepTops()
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -140,32 +139,20 @@ class WandbLocalSource(LiveSource):
         if self._open_reader() is None:
             return Poll(series={}, run=self._run({}), ended=False)
         series, reset = self._read_new(), False
-        if self._below_tops(series):  # `check` sorts such points among the earlier ones
+        if self._tops.below(series):  # `check` sorts such points among the earlier ones
             self._forget()
             series, reset = self._read_new(), True
-        self._note_tops(series)
+        self._tops.note(series)
         points = sum(len(s) for s in series.values())
         ended = not self._state.is_live
         return Poll(series=series, run=self._run({}), ended=ended, points=points, reset=reset)
-
-    def _below_tops(self, series: dict[str, Series]) -> bool:
-        """Whether a new point lands below a step delivered before: a metric's
-        `define_metric` step that goes back (a resumed trainer's global step), which a
-        whole read sorts among the earlier points and a poll would judge after them."""
-        return any(len(s) and m in self._tops and int(s.steps[0]) < self._tops[m]
-                   for m, s in series.items())
-
-    def _note_tops(self, series: dict[str, Series]) -> None:
-        for m, s in series.items():
-            if len(s):  # sorted by step: its last is its highest
-                self._tops[m] = max(self._tops.get(m, int(s.steps[-1])), int(s.steps[-1]))
 
     def _forget(self) -> None:
         """Back to the start of the run's first segment, as a whole read begins."""
         self._segment, self._reader = 0, LogReader(self._logs[0])
         self._join, self._axes, self._carry = StepJoin(), StepAxes(), {}
         self._meta, self._state = {"config": {}, "tags": []}, RunState.RUNNING
-        self._forms, self._tops = {}, {}
+        self._forms, self._tops = {}, StepTops()
         self._count_segments()
 
     def cursor(self) -> dict[str, Any]:
@@ -179,7 +166,7 @@ class WandbLocalSource(LiveSource):
             "carry": dict(self._carry),
             "meta": self._meta,
             "state": self._state.value,
-            "tops": dict(self._tops),
+            "tops": self._tops.to_json(),
         }
 
     def restore(self, cursor: dict[str, Any]) -> None:
@@ -203,8 +190,7 @@ class WandbLocalSource(LiveSource):
         self._carry = {k: float(v) for k, v in cursor.get("carry", {}).items()}
         self._meta = dict(cursor.get("meta", {"config": {}, "tags": []}))
         self._state = RunState(cursor.get("state", RunState.RUNNING.value))
-        # saved before it was kept: unknown until the next point
-        self._tops = {str(k): int(v) for k, v in cursor.get("tops", {}).items()}
+        self._tops = StepTops(cursor.get("tops"))
 
     @property
     def log_path(self) -> str | None:
