@@ -131,16 +131,22 @@ class StepTops:
     def __init__(self, saved: Any = None):
         self.top: dict[str, int] = {str(k): int(v) for k, v in dict(saved or {}).items()}
 
+    def reaches_below(self, metric: str, low: int) -> bool:
+        """Whether a new point of `metric` at step `low` lands below its top."""
+        top = self.top.get(metric)
+        return top is not None and low < top
+
+    def raise_to(self, metric: str, high: int) -> None:
+        self.top[metric] = max(self.top.get(metric, high), high)
+
     def below(self, series: dict[str, Any]) -> bool:
         """Whether a metric's new points (sorted by step) reach below its top."""
-        return any(len(s) and m in self.top and int(s.steps[0]) < self.top[m]
-                   for m, s in series.items())
+        return any(len(s) and self.reaches_below(m, int(s.steps[0])) for m, s in series.items())
 
     def note(self, series: dict[str, Any]) -> None:
         for m, s in series.items():
             if len(s):
-                high = int(s.steps[-1])
-                self.top[m] = max(self.top.get(m, high), high)
+                self.raise_to(m, int(s.steps[-1]))
 
     def to_json(self) -> dict[str, int]:
         return dict(self.top)

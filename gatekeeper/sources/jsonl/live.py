@@ -39,7 +39,7 @@ import numpy as np
 from gatekeeper.errors import SourceError, one_line
 from gatekeeper.model import STEP_DTYPE, Run, RunState, Series, merge_chunks
 from gatekeeper.safe_open import open_regular
-from gatekeeper.sources.base import LiveSource, Poll
+from gatekeeper.sources.base import LiveSource, Poll, StepTops
 from gatekeeper.sources.jsonl.reader import BLOCK_SIZE, JsonlParser
 from gatekeeper.sources.jsonl.records import miles_capture
 from gatekeeper.sources.jsonl.source import JsonlSource, duplicate_reason, end_state
@@ -66,7 +66,7 @@ class _Tail:
     earlier_lines: int = 0
     # per metric, the highest step this file gave it: a later point below it (a resume
     # from an earlier checkpoint appending to the file) makes the run read again whole
-    tops: dict[str, int] = field(default_factory=dict)
+    tops: StepTops = field(default_factory=StepTops)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,7 +78,7 @@ class _Tail:
             "emitted": dict(self.emitted),
             "ended": self.ended.value if self.ended else None,
             "earlier_lines": self.earlier_lines,
-            "tops": dict(self.tops),
+            "tops": self.tops.to_json(),
         }
 
     @classmethod
@@ -96,7 +96,7 @@ class _Tail:
             earlier_lines=int(data.get("earlier_lines", 0)),
             # saved before it was kept: unknown, so a step going back right after the
             # restart is not found (from the next point on it is)
-            tops={str(k): int(v) for k, v in dict(data.get("tops", {})).items()},
+            tops=StepTops(data.get("tops")),
         )
 
 
@@ -578,13 +578,13 @@ class LiveJsonlSource(LiveSource):
         """Keep the file's highest step of `metric` (`span`: its new points' lowest and
         highest); note a new point below it (of a record metric, `records`, to be told
         from a duplicate first: see `poll`)."""
-        (low, high), top = span, tail.tops.get(metric)
-        if top is not None and low < top:
+        low, high = span
+        if tail.tops.reaches_below(metric, low):
             if metric in records or metric in self.record_metrics:
                 self._back_records.add(metric)
             else:
                 self._back = True
-        tail.tops[metric] = high if top is None else max(top, high)
+        tail.tops.raise_to(metric, high)
 
     def _files_end_state(self) -> RunState:
         states = [t.ended for t in self.tails.values() if t.ended is not None]

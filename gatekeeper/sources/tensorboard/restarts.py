@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from gatekeeper.sources.base import StepTops
+
 
 @dataclass(frozen=True)
 class EventInfo:
@@ -55,7 +57,7 @@ class Restarts:
     # The rules looked at the order of events (a START, or the rule without file_version):
     # a file that grows before another one already read changes what is discarded.
     ordered: bool = False
-    delivered: dict[str, int] = field(default_factory=dict)  # tag -> highest step delivered
+    delivered: StepTops = field(default_factory=StepTops)  # tag -> highest step delivered
     _all: list[tuple[int, int]] = field(default_factory=list)  # (record, step): every tag
     _tag: dict[str, list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
 
@@ -116,28 +118,23 @@ class Restarts:
                 parts = [_keep(part, records, steps) for part in parts]
             if mine := [part for part in parts if part[0].size]:
                 kept[tag] = mine
-        if any(self._below_delivered(tag, parts) for tag, parts in kept.items()):
+        if any(self.delivered.reaches_below(tag, min(int(p[1].min()) for p in parts))
+               for tag, parts in kept.items()):
             return False
         chunks.clear()
         chunks.update(kept)
         for tag, parts in kept.items():
-            top = max(int(part[1].max()) for part in parts)
-            self.delivered[tag] = max(self.delivered.get(tag, top), top)
+            self.delivered.raise_to(tag, max(int(part[1].max()) for part in parts))
         self._all, self._tag = [], {}
         return True
 
-    def _below_delivered(
-        self, tag: str, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
-    ) -> bool:
-        top = self.delivered.get(tag)
-        return top is not None and min(int(part[1].min()) for part in parts) < top
-
     def _reaches_delivered(self) -> bool:
-        if self._all and self.delivered:
-            if min(s for _, s in self._all) <= max(self.delivered.values()):
+        delivered = self.delivered.top
+        if self._all and delivered:
+            if min(s for _, s in self._all) <= max(delivered.values()):
                 return True
         for tag, parts in self._tag.items():
-            top = self.delivered.get(tag)
+            top = delivered.get(tag)
             if top is not None and min(int(p[1].min()) for p in parts) <= top:
                 return True
         return False
@@ -155,7 +152,7 @@ class Restarts:
     # ---- cursor ---------------------------------------------------------------------------
     def to_cursor(self) -> dict[str, Any]:
         return {"v2": self.v2, "recent": self.recent, "ordered": self.ordered,
-                "delivered": dict(self.delivered)}
+                "delivered": self.delivered.to_json()}
 
     @classmethod
     def from_cursor(cls, data: dict[str, Any]) -> Restarts:
@@ -163,7 +160,7 @@ class Restarts:
             v2=bool(data["v2"]),
             recent=int(data["recent"]),
             ordered=bool(data["ordered"]),
-            delivered={str(k): int(v) for k, v in data["delivered"].items()},
+            delivered=StepTops(data["delivered"]),
         )
 
 

@@ -115,9 +115,7 @@ class WandbApiSource(LiveSource):
         self._api: Any = None
         self._sdk_run: Any = None
         self._forms: dict[str, bool] = {}  # metric name -> logged as a nested key
-        self._next_step = 0
-        self._carry: dict[str, float] = {}
-        self._tops = StepTops()  # a `define_metric` step going back: read again whole
+        self._rewind()
 
     @classmethod
     def accepts(cls, spec: str) -> bool:
@@ -129,8 +127,14 @@ class WandbApiSource(LiveSource):
 
     # -- Source / LiveSource ------------------------------------------------------------
 
+    def _rewind(self) -> None:
+        """Nothing read yet: the next poll pages the history from `_step` 0."""
+        self._next_step = 0
+        self._carry: dict[str, float] = {}
+        self._tops = StepTops()  # a `define_metric` step going back: read again whole
+
     def read(self) -> Run:
-        self._next_step, self._carry, self._tops = 0, {}, StepTops()
+        self._rewind()
         poll = self.poll()
         poll.run.series = poll.series
         return poll.run
@@ -142,7 +146,7 @@ class WandbApiSource(LiveSource):
         axes = StepAxes.from_config(sdk_run.rawconfig)
         series, reset = self._new_series(sdk_run, last, axes), False
         if self._tops.below(series):  # `check` sorts such points among the earlier ones
-            self._next_step, self._carry, self._tops = 0, {}, StepTops()
+            self._rewind()
             series, reset = self._new_series(sdk_run, last, axes), True
         self._tops.note(series)
         points = sum(len(s) for s in series.values())

@@ -110,8 +110,12 @@ class WandbLocalSource(LiveSource):
         # None until the run exists: a watch may start before training does
         self.run_dir: str | None = self._resolve()
         self._logs: list[str] = []  # the run's segments' `.wandb` logs, oldest first
-        self._segment = 0  # the index in `_logs` of the one `_reader` reads
         self._reader: LogReader | None = None
+        self._from_the_start()
+
+    def _from_the_start(self) -> None:
+        """What is read so far: nothing (a new source, or one that reads the run again)."""
+        self._segment = 0  # the index in `_logs` of the one `_reader` reads
         self._join = StepJoin()
         self._axes = StepAxes()
         self._carry: dict[str, float] = {}
@@ -149,10 +153,8 @@ class WandbLocalSource(LiveSource):
 
     def _forget(self) -> None:
         """Back to the start of the run's first segment, as a whole read begins."""
-        self._segment, self._reader = 0, LogReader(self._logs[0])
-        self._join, self._axes, self._carry = StepJoin(), StepAxes(), {}
-        self._meta, self._state = {"config": {}, "tags": []}, RunState.RUNNING
-        self._forms, self._tops = {}, StepTops()
+        self._from_the_start()
+        self._reader = LogReader(self._logs[0])
         self._count_segments()
 
     def cursor(self) -> dict[str, Any]:
