@@ -310,6 +310,50 @@ def test_present_at_only_counts_the_steps_of_its_axis(tmp_path):
     assert r.status is Status.PASS
 
 
+ROUNDS_OF_B = "  - {id: a-at-b, metric: a, check: {present_at: {steps_of: b, unless: c}}}\n"
+
+
+@pytest.mark.parametrize(("first", "then", "status"), [
+    # `a` on train/step through step 30, then rounds at eval/step 0..3: `a` has no point
+    # at any of them (it counted as present: PASS live, FAIL in `check`)
+    ({"a": (range(31), "train/step")}, {"b": (range(4), "eval/step")}, Status.FAIL),
+    # `a` on the rounds' axis through step 4, then rounds at 4 and 6: present at both
+    ({"a": (range(5), "eval/step")}, {"b": ([4, 6], "eval/step"), "a": ([6], "eval/step")},
+     Status.PASS),
+    # a skip mark before the first round: that step is no round (it was dropped)
+    ({"c": ([2], "eval/step")}, {"b": ([2, 4], "eval/step"), "a": ([4], "eval/step")},
+     Status.PASS),
+    # a skip mark on another axis skips nothing
+    ({"c": ([2], "train/step")}, {"b": ([2, 4], "eval/step"), "a": ([4], "eval/step")},
+     Status.FAIL),
+])
+def test_present_at_points_before_its_axis_is_known_are_judged_as_check_does(
+    tmp_path, first, then, status
+):
+    """Points fed before the first `steps_of` point (another axis counts its own steps:
+    train/step 30 comes before eval/step 0) are kept by their axis until the rounds' axis
+    is known, then judged as `check`, which knows it from the start, judges them. Rows
+    arrive whole (what `present_at` relies on live), so only the steps from their axis'
+    last one on are kept. Also with the state saved as JSON in between (the daemon)."""
+    def part(spec):
+        return {m: Series.from_lists(m, list(steps), [1.0] * len(steps), axis)
+                for m, (steps, axis) in spec.items()}
+
+    policies = policy(tmp_path, ROUNDS_OF_B)
+    whole = {m: (list(steps) + list(then.get(m, ((), ""))[0]), axis)
+             for m, (steps, axis) in first.items()}
+    run = Run(name="r", source="mem", series={**part(then), **part(whole)})
+    (want,) = evaluate(policies, run).results
+    assert want.status is status
+    for saved in (False, True):
+        ev = Evaluation(policies, bounded=saved)
+        ev.feed(part(first), run)
+        if saved:
+            ev = Evaluation.from_state(policies, json.loads(json.dumps(ev.to_state())))
+        ev.feed(part(then), run)
+        same(ev.verdict(run, final=True), evaluate(policies, run))
+
+
 @pytest.mark.parametrize(("check", "words"), [
     ("{present_at: 'eval/*'}\n    reduce: max", "present_at judges whether a metric has a point"),
     ("{present_at: {steps_of: []}}", "steps_of names at least one metric pattern"),

@@ -34,7 +34,9 @@ FORMAT = "gatekeeper-run-state"
 #    the run's length; a selection's parked/dropped/reread.
 # 4: trend keeps its first point (`origin`): every window is fitted from its own points,
 #    the same floats live as in `check`.
-STATE_VERSION = 4
+# 5: present_at keeps, before its axis is known, its metric's and `unless` points by axis
+#    (engine/rounds.py `early`).
+STATE_VERSION = 5
 
 
 # per evaluation: id(tracker) -> (the tracker, its `changes`, its entry's JSON): an entry
