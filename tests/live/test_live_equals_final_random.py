@@ -22,7 +22,12 @@ the points of its own metric that came before the `steps_of` metric (in a poll, 
 before its first point), so `check` settled fewer rounds than the polls had; a state
 restored with a `config.KEY` rule made for a metric not fed yet marked that metric as
 fed, so the pattern rules matching it were never made when its points came (silently
-not judged after a daemon restart)."""
+not judged after a daemon restart).
+
+A fourth draw puts `present_at`'s metric, its `steps_of` and its `unless` metric each on
+one of two step axes, each axis' rows whole and in order, the axes interleaved at random.
+Found in the sixteenth session: points fed before the first `steps_of` point were taken
+whatever their axis (present where `check` saw none) or, for `unless`, dropped."""
 
 from __future__ import annotations
 
@@ -279,6 +284,57 @@ def _templates_judged_alike(seed: int, tmp: Path) -> bool:
     final = ev.verdict(run(-1, top), final=True)
     assert _seen(final) == _seen(evaluate(policies, run(-1, top))), seed
     return True
+
+
+def _axes_judged_alike(seed: int, tmp: Path) -> None:
+    """present_at with a, b (steps_of) and c (unless) on random axes, fed axis rows
+    interleaved; the state through JSON at random polls when bounded."""
+    r = random.Random(seed)
+    extra = r.choice(["", ", for: 2", ", steps: {last: 3}"])
+    unless = r.choice(["", ", unless: c"])
+    text = ("version: 1\nname: p\nrules:\n  - {id: r, metric: a, "
+            f"check: {{present_at: {{steps_of: b{unless}}}}}{extra}}}\n")
+    policies = load_policies([str(write_policy(tmp / f"x{seed}.yaml", text))])
+    axis_of = {m: r.choice(["x/step", "y/step"]) for m in "abc"}
+    rows: list[tuple[int, list[str]]] = []  # (step, metrics) of one axis, in step order
+    lanes: dict[str, list[int]] = {}  # axis -> its rows, as indices into `rows`
+    for axis in ("x/step", "y/step"):
+        step = r.randint(0, 5)
+        for _ in range(r.randint(0, 25)):
+            if names := [m for m in "abc" if axis_of[m] == axis and r.random() < 0.5]:
+                lanes.setdefault(axis, []).append(len(rows))
+                rows.append((step, names))
+            step += r.randint(1, 3)
+    picks = [axis for axis, ids in lanes.items() for _ in ids]
+    r.shuffle(picks)  # the axes interleaved at random, each in its own order
+    order = [lanes[axis].pop(0) for axis in picks]
+
+    def run(ids: list[int]) -> Run:
+        points: dict[str, list[int]] = {}
+        for i in ids:
+            for m in rows[i][1]:
+                points.setdefault(m, []).append(rows[i][0])
+        return Run(name="r", source="mem", series={
+            m: Series(m, np.asarray(st, dtype=np.int64), np.ones(len(st)), axis_of[m])
+            for m, st in points.items()})
+
+    bounded = r.random() < 0.5
+    ev, fed = Evaluation(policies, bounded=bounded), []
+    while len(fed) < len(order):
+        batch = order[len(fed) : len(fed) + r.randint(1, 5)]
+        fed += batch
+        if bounded and r.random() < 0.3:
+            ev = Evaluation.from_state(policies, orjson.loads(orjson.dumps(ev.to_state())))
+        ev.feed(run(batch).series)
+        live = ev.verdict(run(fed), final=False)
+        assert _seen(live) == _seen(evaluate(policies, run(fed), final=False)), (seed, fed)
+    final = ev.verdict(run(fed), final=True)
+    assert _seen(final) == _seen(evaluate(policies, run(fed))), seed
+
+
+def test_present_at_across_axes_judges_alike_polled_and_whole(tmp_path: Path) -> None:
+    for seed in range(400):
+        _axes_judged_alike(seed, tmp_path)
 
 
 @pytest.mark.parametrize("block", range(4))
