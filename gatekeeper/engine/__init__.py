@@ -341,6 +341,8 @@ class Evaluation:
         rule = tracker.rule
         if decided is None and id(tracker) in self.unjudged:  # never judged on a part
             decided = Outcome(Status.ERROR, self.unjudged[id(tracker)])
+        if decided is None and tracker.selection.reread is not None:  # judged on the wrong points
+            decided = Outcome(Status.ERROR, wording.judge_again(tracker.selection.reread))
         names = rule.check.context_fields
         if decided is None:
             tracker.see_axis(self.axis_last.get(tracker.selection.step_key or ""))
@@ -356,7 +358,7 @@ class Evaluation:
             if isinstance(rule.check, AggregateCheck) and outcome.status is not Status.SKIP:
                 overlay = rule.check.overlay(tracker.agg_state, ctx)
         assert outcome is not None
-        result = _result(rule, outcome, tracker, overlay)
+        result = _result(rule, outcome, tracker, overlay, points=decided is None)
         kept = (_reads(tracker, decided), decided, inputs), result
         tracker.kept = None if inputs is None else kept
         return result
@@ -457,9 +459,14 @@ def _inputs(
     return values
 
 
-def _plot(tracker: RuleTracker, overlay: dict[str, list[float]] | None) -> dict[str, Any]:
+def _plot(
+    tracker: RuleTracker, overlay: dict[str, list[float]] | None, points: bool
+) -> dict[str, Any]:
     """What a plot of the rule needs beyond the outcome: bound parameters, the judged
-    selection and the violating steps (reporters draw; the engine only records)."""
+    selection and the violating steps (reporters draw; the engine only records). Not
+    `points`: the run's metadata decided the outcome (not applicable, a bound or period
+    it lacks), so no selection or violation is shown, whatever its points were judged by
+    before the metadata said so (live, a config that came late)."""
     if tracker.plot_params is None:  # dumped once: a live verdict is asked on every poll
         check, rule = tracker.rule.check, tracker.rule
         params = {"kind": check.kind, **check.model_dump(mode="json")}
@@ -474,14 +481,18 @@ def _plot(tracker: RuleTracker, overlay: dict[str, list[float]] | None) -> dict[
         violating = tuple(int(s) for s in (tracker.marked or drift))
     return {
         "check": dict(tracker.plot_params),  # each result its own copy
-        "span": tracker.span,
-        "violating_steps": violating,
+        "span": tracker.span if points else None,
+        "violating_steps": violating if points else (),
         "overlay": overlay,
     }
 
 
 def _result(
-    rule: RuleSpec, out: Outcome, tracker: RuleTracker, overlay: dict[str, list[float]] | None
+    rule: RuleSpec,
+    out: Outcome,
+    tracker: RuleTracker,
+    overlay: dict[str, list[float]] | None,
+    points: bool,
 ) -> RuleResult:
     return RuleResult.of(  # every field given: no per-field frozen setattr
         policy=rule.policy,
@@ -500,6 +511,6 @@ def _result(
         description=rule.description,
         violations=out.violations,
         judged=out.judged,
-        **_plot(tracker, overlay),
+        **_plot(tracker, overlay, points),
         not_judged=out.not_judged,
     )

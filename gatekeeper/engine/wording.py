@@ -62,6 +62,15 @@ def period_changed(old: int, new: int | str) -> str:
     return f"the run's config changed the period of steps every from {old} {now}"
 
 
+def judge_again(why: str) -> str:
+    """A rule whose points were selected by a period the run's config no longer gives: the
+    daemon and `watch` read the run again; an in-process gate cannot."""
+    return (
+        f"{why}: the points judged so far were selected by the old one; judge the run "
+        "again from its start (`gatekeeper check`)"
+    )
+
+
 def _has(axis: str, lo: int | None, hi: int | None) -> str:
     return f"{axis} has {lo}..{hi}"
 

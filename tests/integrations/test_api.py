@@ -104,6 +104,28 @@ def test_steps_of_a_metric_must_not_go_back(pol: Path) -> None:
         gate.observe(None, {"train/loss": 1.0})
 
 
+@pytest.mark.parametrize("judge", ["thread", "process"])
+def test_a_config_that_changes_a_period_after_points_were_judged_is_an_error(
+    tmp_path: Path, judge: str
+) -> None:
+    """`steps: {every: config.k, default: 2}`: steps 0..9 judged by the default, then
+    `update_run(config={"k": 3})`. An in-process gate keeps no points to select again:
+    the rule is an error saying why (it went on judging by the old period, silently
+    unlike `check`), in the judge process too; finalize keeps it."""
+    text = ("version: 1\nname: p\nrules:\n  - {id: r, metric: m, check: {max: 5}, "
+            "steps: {every: config.k, default: 2}}\n")
+    gate = Gate(write_policy(tmp_path / "p.yaml", text), **quiet(on_fail="report", judge=judge))
+    for step in range(10):
+        gate.observe(step, {"m": 1.0})
+    assert gate.verdict().results[0].status is Status.PASS
+    gate.update_run(config={"k": 3})
+    gate.observe(10, {"m": 1.0})
+    (r,) = gate.finalize(write=False).results[:1]
+    assert r.status is Status.ERROR
+    assert r.message.startswith("the run's config changed the period of steps every from 2 to 3")
+    assert "judge the run again from its start" in r.message
+
+
 def test_policy_errors_surface_before_training(tmp_path: Path) -> None:
     bad = write_policy(tmp_path / "bad.yaml", POLICY.replace("1.0e-9", "-1"))
     with pytest.raises(PolicyError, match="bad.yaml"):
