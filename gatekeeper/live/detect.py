@@ -119,6 +119,9 @@ class DetectingSource(LiveSource):
         self._announce(inner, poll.run)
         return poll
 
+    def rewind(self) -> bool:
+        return self.inner is None or self.inner.rewind()  # nothing detected: nothing read
+
     def read(self) -> Run:
         spec = f"tensorboard://{self.path}" if self.only_tensorboard else self.spec
         return (self.inner or open_live_source(spec)).read()

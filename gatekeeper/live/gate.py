@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gatekeeper.engine import Evaluation
 from gatekeeper.model import Run
@@ -57,12 +57,21 @@ class LiveGate:
         return self.session.run
 
     def poll(self, now: float) -> Tick:
-        """Read what is new, judge it live (or final, when the source says it ended)."""
+        """Read what is new, judge it live (or final, when the source says it ended).
+        When the run's config changed which points a rule selects (`Evaluation.reread`),
+        the run is read again from its start and judged anew, as `check` judges it with
+        that config (the daemon does the same); a source that cannot read it again
+        leaves the rule an error that says why."""
         poll = self.source.poll()
         self.session.feed(poll.series, poll.run, now=now, reset=poll.reset)
+        verdict = self.judge(now, final=poll.ended)
+        if self.evaluation.reread() is not None and self.source.rewind():
+            again = self.source.poll()
+            self.session.feed(again.series, again.run, now=now, reset=True)
+            poll = replace(poll, ended=again.ended)  # its points are not new ones
+            verdict = self.judge(now, final=again.ended)
         if poll.points:
             self.last_activity = now
-        verdict = self.judge(now, final=poll.ended)
         return Tick(verdict, self.session.changes(verdict), poll.points, poll.ended)
 
     def judge(self, now: float, *, final: bool) -> Verdict:

@@ -109,6 +109,14 @@ class LiveSource(Source):
     def restore(self, cursor: dict[str, Any]) -> None:
         """Resume from a position `cursor()` returned earlier."""
 
+    def rewind(self) -> bool:
+        """Make the next poll read the run again from its start; False when this source
+        cannot. A live gate asks when the run's config changed which points a rule selects
+        (`steps: {every: config.k}`), as `check`, reading the run with the new config,
+        judges them. Only a source whose run config may change while it runs (wandb,
+        MLflow) needs to: the others' config is fixed when the watch starts."""
+        return False
+
 
 def check_cursor_version(cursor: dict[str, Any], version: int, where: str) -> None:
     """Refuse a saved cursor of another layout than `version` (this source's): a

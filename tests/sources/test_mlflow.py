@@ -790,3 +790,38 @@ def test_random_runs_polled_as_logged_are_judged_as_check_judges_them(
         checked = [(x.rule, x.status, x.message, x.step)
                    for x in judge_whole(policies, open_source(spec).read())[1].results]
         assert polled == checked, seed
+
+
+def test_a_param_logged_late_that_changes_a_period_is_judged_live_as_check_judges_it(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mlflow 3.17.2 (a param may be logged at any time, once): `steps: {every: config.k,
+    default: 2}` is judged live by the default on steps 0..9 (9.0 at step 4: FAIL); then
+    the run logs param k=3 and steps 10..19. `check` selects every third step and passes;
+    the live gate reads the run again from its start and says the same (it went on with
+    the old period, and failed)."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    import gatekeeper
+    from gatekeeper.live.gate import LiveGate
+    from gatekeeper.policy.loader import load_policies
+
+    uri = _store("file", tmp_path, request, monkeypatch)
+    rid = _log_run(MlflowClient(uri), "late", [9.0 if i == 4 else 1.0 for i in range(10)], None)
+    policy = write_policy(tmp_path / "p.yaml", "version: 1\nname: p\nrules:\n  - {id: r, "
+                          "metric: train/loss, check: {max: 5}, steps: {every: config.k, "
+                          "default: 2}}\n")
+    source = f"mlflow+{uri}/runs/{rid}"
+    gate = LiveGate(open_live_source(source), load_policies([str(policy)]), started=0.0)
+    (first,) = gate.poll(1.0).verdict.results[:1]
+    assert (first.status.value, first.step) == ("fail", 4)
+    client, now = MlflowClient(uri), int(time.time() * 1000)
+    client.log_param(rid, "k", "3")
+    client.log_batch(rid, metrics=[Metric("train/loss", 1.0, now + i, i) for i in range(10, 20)])
+    client.set_terminated(rid, "FINISHED")
+    tick = gate.poll(2.0)
+    (live,) = tick.verdict.results[:1]
+    (whole,) = gatekeeper.check(source, [str(policy)]).results[:1]
+    assert tick.ended and (live.status.value, live.message) == ("pass", whole.message)
+    assert whole.judged == live.judged == 7  # steps 0, 3, .., 18

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -281,6 +284,48 @@ def test_watch_follows_a_live_wandb_run_to_its_end_and_annotates(
     assert written["run"]["state"] == "finished"
 
 
+def _written_and_checked(writer: str, rule: str, tmp_path: Path) -> tuple[Path, Path, Any, Any]:
+    """The offline run a writer script of this folder leaves (its directory and log), a
+    policy of one `rule`, and that rule's result as `check` judges the run."""
+    from gatekeeper.policy.loader import load_policies
+    from gatekeeper.session import judge_whole
+    from tests.helpers import write_policy
+    from tests.wandb.conftest import sdk_env
+
+    root = tmp_path / "sdk"
+    root.mkdir()
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name(writer))],
+                          env=sdk_env(root), cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = (root / "wandb").glob("offline-run-*")
+    (log,) = run_dir.glob("*.wandb")
+    text = f"version: 1\nname: p\nrules:\n  - {rule}\n"
+    policies = load_policies([str(write_policy(tmp_path / "p.yaml", text))])
+    checked = judge_whole(policies, WandbLocalSource(str(run_dir)).read())[1].results[0]
+    return run_dir, log, policies, checked
+
+
+def _empty_copy(run_dir: Path, log: Path, where: Path) -> Path:
+    """A copy of the run directory under `where` whose log is empty (to be grown)."""
+    copy = where / run_dir.name
+    shutil.copytree(run_dir, copy)
+    (copy / log.name).write_bytes(b"")
+    return copy
+
+
+def _grow(log: Path, data: bytes, seed: int) -> Iterator[int]:
+    """Append `data` to `log` in random chunks of 50-600 bytes, as wandb-core flushes;
+    yields the bytes written after each."""
+    r, at = random.Random(seed), 0
+    while at < len(data):
+        end = min(len(data), at + r.randint(50, 600))
+        with open(log, "ab") as fh:
+            fh.write(data[at:end])
+        at = end
+        yield at
+
+
 def test_a_step_axis_going_back_is_judged_live_as_check_judges_it(tmp_path: Path) -> None:
     """wandb 0.2x SDK, offline: `train/global_step` 0..20 with a high loss at 16, then a
     resume from step 10 logging 10..15 with a high loss at 15. `check` sorts the points
@@ -288,43 +333,45 @@ def test_a_step_axis_going_back_is_judged_live_as_check_judges_it(tmp_path: Path
     fails. Polled as the log grows (random byte chunks), the resumed points came after
     step 20: the watch passed what `check` fails. The poll that brings a point below a
     step delivered now reads the run again whole (`Poll.reset`)."""
-    import random
+    from gatekeeper.session import JudgingSession
 
-    from gatekeeper.policy.loader import load_policies
-    from gatekeeper.session import JudgingSession, judge_whole
-    from tests.helpers import write_policy
-    from tests.wandb.conftest import sdk_env
-
-    root = tmp_path / "sdk"
-    root.mkdir()
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("step_back_writer.py"))],
-                          env=sdk_env(root), cwd=root, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    (run_dir,) = (root / "wandb").glob("offline-run-*")
-    (log,) = run_dir.glob("*.wandb")
+    run_dir, log, policies, checked = _written_and_checked(
+        "step_back_writer.py", "{id: hi, metric: train/loss, check: {max: 1.0}, for: 2}", tmp_path
+    )
     data = log.read_bytes()
-    text = ("version: 1\nname: p\nrules:\n"
-            "  - {id: hi, metric: train/loss, check: {max: 1.0}, for: 2}\n")
-    policies = load_policies([str(write_policy(tmp_path / "p.yaml", text))])
-    checked = judge_whole(policies, WandbLocalSource(str(run_dir)).read())[1].results[0]
     assert (checked.status.value, checked.step) == ("fail", 16)
     for seed in range(3):
-        r = random.Random(seed)
-        copy = tmp_path / f"copy{seed}" / run_dir.name
-        shutil.copytree(run_dir, copy)
-        grown = copy / log.name
-        grown.write_bytes(b"")
+        copy = _empty_copy(run_dir, log, tmp_path / f"copy{seed}")
         source, session = WandbLocalSource(str(copy)), JudgingSession(policies, live=True)
-        at = resets = 0
-        while at < len(data):
-            end = min(len(data), at + r.randint(50, 600))
-            with open(grown, "ab") as fh:
-                fh.write(data[at:end])
-            at = end
+        resets = 0
+        for _ in _grow(copy / log.name, data, seed):
             poll = source.poll()
             resets += poll.reset
             session.feed(poll.series, poll.run, reset=poll.reset)
         polled = session.verdict(final=True).results[0]
         assert (polled.status, polled.message) == (checked.status, checked.message), seed
         assert resets >= 1, seed  # once a poll that brings one of the resumed points
+
+
+def test_a_config_key_set_mid_run_that_changes_a_period_is_judged_live_as_check_judges_it(
+    tmp_path: Path,
+) -> None:
+    """wandb 0.2x SDK, offline: `steps: {every: config.k, default: 2}` over steps 0..9
+    (9.0 at step 4) judged by the default, then `run.config.update({"k": 3})` and steps
+    10..19. `check` reads k = 3 and passes (step 4 is not selected). Followed as the log
+    grows in random byte chunks, the gate went on with the period it had (FAIL at 4); it
+    now reads the run again from its start when the config changes the period."""
+    from gatekeeper.live.gate import LiveGate
+
+    rule = "{id: r, metric: train/loss, check: {max: 5}, steps: {every: config.k, default: 2}}"
+    run_dir, log, policies, checked = _written_and_checked("config_late_writer.py", rule, tmp_path)
+    data = log.read_bytes()
+    assert (checked.status.value, checked.judged) == ("pass", 7)
+    for seed in range(3):
+        copy = _empty_copy(run_dir, log, tmp_path / f"copy{seed}")
+        gate = LiveGate(WandbLocalSource(str(copy)), policies, started=0.0)
+        said = [gate.poll(float(at)).verdict.results[0].status.value
+                for at in _grow(copy / log.name, data, seed)]
+        assert "fail" in said, seed  # the default period selected step 4 for a while
+        polled = gate.judge(float(len(data)), final=True).results[0]
+        assert (polled.status, polled.message) == (checked.status, checked.message), seed

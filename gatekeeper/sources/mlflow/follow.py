@@ -146,6 +146,9 @@ class NewRunSource(LiveSource):
             return Poll(series={}, run=Run(name=self.shown, source=self.shown), ended=False)
         return self.inner.poll()
 
+    def rewind(self) -> bool:
+        return self.inner is None or self.inner.rewind()  # no run yet: nothing read
+
     def read(self) -> Run:
         if self.inner is None:
             raise UsageError(

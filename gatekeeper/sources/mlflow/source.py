@@ -163,6 +163,10 @@ class MlflowSource(LiveSource):
             series=series, run=run, ended=not run.state.is_live, points=points_read, reset=reset
         )
 
+    def rewind(self) -> bool:
+        self._cursors, self._tops = {}, StepTops()
+        return True
+
     def cursor(self) -> dict[str, Any]:
         return {"version": _CURSOR_VERSION, "metrics": self._cursors,
                 "tops": self._tops.to_json()}

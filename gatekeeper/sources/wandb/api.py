@@ -133,6 +133,10 @@ class WandbApiSource(LiveSource):
         self._carry: dict[str, float] = {}
         self._tops = StepTops()  # a `define_metric` step going back: read again whole
 
+    def rewind(self) -> bool:
+        self._rewind()
+        return True
+
     def read(self) -> Run:
         self._rewind()
         poll = self.poll()

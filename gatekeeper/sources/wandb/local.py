@@ -151,6 +151,11 @@ class WandbLocalSource(LiveSource):
         ended = not self._state.is_live
         return Poll(series=series, run=self._run({}), ended=ended, points=points, reset=reset)
 
+    def rewind(self) -> bool:
+        if self._reader is not None:  # else nothing read yet
+            self._forget()
+        return True
+
     def _forget(self) -> None:
         """Back to the start of the run's first segment, as a whole read begins."""
         self._from_the_start()
