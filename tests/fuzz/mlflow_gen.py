@@ -122,13 +122,19 @@ def _whole_file(rng: random.Random, run: Path, name: str) -> Expect:
 
 
 STATUS = {"1": 1, "2": 1, "3": 0, "4": 1, "5": 1}  # RUNNING/SCHEDULED incomplete, FAILED, KILLED
+WRONG_TYPE = ["soon", "1.5", "[1]", "{a: 1}", "1e3"]  # for an int64 field of RunInfo
 STATUS_BAD = ["-1", "0", "6", "x", "3.5", "null", "[1]", "{a: 1}", "''"]
 
 
 def _meta(rng: random.Random, run: Path, name: str) -> Expect:
     path = run / "meta.yaml"
     text = path.read_text()
-    which = rng.randrange(4)
+    which = rng.randrange(5)
+    if which == 4:  # a value of another type: mlflow keeps what YAML typed (a repeated key:
+        # the last one counts), and meets it only when it sends the run on
+        key = rng.choice(["start_time", "end_time"])
+        path.write_text(text + f"{key}: {rng.choice(WRONG_TYPE)}\n")
+        return Expect(name, 2, "meta.yaml")
     if which == 0:
         status = rng.choice(list(STATUS) + STATUS_BAD)
         path.write_text(text.replace("status: 3", f"status: {status}"))

@@ -398,6 +398,8 @@ DAMAGE = [
     ("bad meta.yaml", "meta.yaml", "status: [\n", None, "mlflow cannot read"),
     ("status -1", "meta.yaml", "status", None, "run status -1"),
     ("empty meta.yaml", "meta.yaml", "empty", None, "mlflow cannot read"),
+    # YAML keeps the last of a repeated key: a string where mlflow's RunInfo needs an int
+    ("end_time not a number", "meta.yaml", "end_time: soon\n", None, "mlflow cannot read"),
     ("non-UTF-8 param", "params/lr", "\xff", None, "utf-8"),
     ("FIFO tag", "tags/team", "fifo", None, "is a FIFO"),
 ]

@@ -140,11 +140,16 @@ class GuardedFileStore(FileStore):
         check_files(run_dir)
         meta = os.path.join(run_dir, "meta.yaml")
         try:
-            return super()._get_run_info_from_dir(run_dir)
+            info = super()._get_run_info_from_dir(run_dir)
         except MlflowException:
             raise  # a folder that is no run (no meta.yaml): mlflow's search skips it
         except Exception as exc:
             _damaged(meta, exc)
+        # mlflow keeps meta.yaml's values as YAML typed them (`start_time: 17x96` a
+        # string) and fails only when the run is sent on: converted here, as the client
+        # will, so a wrong type is this file's damage, not a TypeError further in
+        _read(meta, info.to_proto)
+        return info
 
     @staticmethod
     def _get_metric_from_file(parent_path: str, metric_name: str, run_id: str,
