@@ -437,6 +437,32 @@ def test_a_damaged_file_store_is_exit_2_naming_the_file_whole_and_live(
         assert words in error and "repair the file or remove it" in error, (command, error)
 
 
+@pytest.mark.parametrize("sql", [
+    "UPDATE runs SET start_time = 'soon'",
+    "UPDATE latest_metrics SET step = 'a'",
+    "UPDATE metrics SET timestamp = 't'",
+])
+def test_a_sqlite_store_holding_a_text_where_a_number_goes_is_exit_2_whole_and_live(
+    sql: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mlflow 3.17.2's SQL store hands back what sqlite holds, and sqlite keeps a text in
+    an INTEGER column: the conversion of the run (`to_proto`) or of its points failed with
+    a TypeError, exit 70. It is the store's damage: exit 2, one line naming the store."""
+    from mlflow.tracking import MlflowClient
+
+    uri = _store("sqlite", tmp_path, request, monkeypatch)
+    rid = _log_run(MlflowClient(uri), "typed", [1.0, 0.5, 0.25])
+    with sqlite3.connect(uri.removeprefix("sqlite:///")) as con:
+        con.execute(sql)
+    source = f"mlflow+{uri}/runs/{rid}"
+    for command in ("check", "watch"):
+        live = ("--interval", "0.2") if command == "watch" else ()
+        proc = gatekeeper_in_process(command, source, "-p", str(_policy(tmp_path)), *live)
+        assert proc.returncode == 2, (command, proc.stdout + proc.stderr)
+        (error,) = proc.stderr.strip().splitlines()
+        assert error.startswith(f"gatekeeper: error: {uri}: ") and "wrong type" in error, error
+
+
 def test_a_store_that_is_not_there_or_not_mlflow_is_exit_2_and_nothing_is_created(
     tmp_path: Path,
 ) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from gatekeeper.errors import SourceError, SourceNotFound
 from gatekeeper.extras import load
@@ -24,6 +25,7 @@ from gatekeeper.sources.mlflow.client import (
 )
 from gatekeeper.sources.mlflow.rest import _run_info
 
+T = TypeVar("T")
 
 def _mlflow() -> Any:
     load("mlflow.tracking", "mlflow", "reading a local MLflow store")
@@ -77,11 +79,31 @@ class StoreClient:
                 raise SourceNotFound(f"{self.uri}: {what}: not found") from None
             raise SourceError(f"{self.uri}: {what}: {str(exc)[:300]}") from None
 
-    def get_run(self, run_id: str) -> RunInfo:
+    def _typed(self, what: str, fn: Callable[[], T]) -> T:
+        """What the store read, converted: mlflow's stores hand back the values as they
+        hold them (sqlite keeps a text in an integer column; a file store's meta.yaml is
+        guarded in filestore.py), so a value the message or a step cannot hold is the
+        store's damage (exit 2), not a bug."""
+        try:
+            return fn()
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise SourceError(
+                f"{self.uri}: {what}: the store holds a value of the wrong type "
+                f"({str(exc)[:200]}); repair the store or restore it from a backup"
+            ) from None
+
+    def _message(self, what: str, run: Any) -> dict[str, Any]:
+        """A run as the REST API sends it (`Run.to_proto()`), for the one decoder."""
         from mlflow.utils.proto_json_utils import message_to_json
 
+        data: dict[str, Any] = self._typed(
+            what, lambda: json.loads(message_to_json(run.to_proto()))
+        )
+        return data
+
+    def get_run(self, run_id: str) -> RunInfo:
         run = self._guard(f"run {run_id}", lambda: self.store.get_run(run_id))
-        return _run_info(json.loads(message_to_json(run.to_proto())))
+        return _run_info(self._message(f"run {run_id}", run))
 
     def history_page(self, run_id: str, key: str, token: str | None) -> Page:
         page = self._guard(
@@ -90,13 +112,15 @@ class StoreClient:
                 run_id, key, max_results=PAGE_SIZE, page_token=token
             ),
         )
-        points = [Point(int(m.step), int(m.timestamp), number(m.value)) for m in page]
+        points = self._typed(
+            f"history of {key!r} in {run_id}",
+            lambda: [Point(int(m.step), int(m.timestamp), number(m.value)) for m in page],
+        )
         token_out = getattr(page, "token", None)
         return Page(points, token_out.decode() if isinstance(token_out, bytes) else token_out)
 
     def search_runs(self, experiment_ids: list[str], filter_string: str) -> list[RunInfo]:
         from mlflow.entities import ViewType
-        from mlflow.utils.proto_json_utils import message_to_json
 
         runs: list[RunInfo] = []
         token = None
@@ -107,7 +131,7 @@ class StoreClient:
                     experiment_ids, filter_string, ViewType.ACTIVE_ONLY, 1000, None, t
                 ),
             )
-            runs.extend(_run_info(json.loads(message_to_json(r.to_proto()))) for r in page)
+            runs.extend(_run_info(self._message(f"run {r.info.run_id}", r)) for r in page)
             token = page.token
             if not token:
                 return runs
