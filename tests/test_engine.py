@@ -406,6 +406,22 @@ def test_a_reduction_of_finite_points_never_overflows(
         assert r.value == value
 
 
+@pytest.mark.parametrize("reduce", ["min", "max"])
+@pytest.mark.parametrize("zeros", [[-0.0, 0.0], [0.0, -0.0], [-0.0, -0.0]])
+def test_a_min_or_max_of_zeros_is_the_same_zero_polled_and_whole(tmp_path, reduce, zeros):
+    """Found by tests/fuzz/test_verdict_oracle.py on new seeds: np.min of one chunk and
+    min() across chunks each keep the zero they met first, so a min of -0.0 and 0.0 was
+    -0 polled point by point and 0 whole. Either way it is +0.0 now."""
+    rules = f"  - {{id: m, metric: m, reduce: {reduce}, check: {{abs_max: 1}}}}\n"
+    policies = policy(tmp_path, rules)
+    run = run_of({"m": list(enumerate(zeros))})
+    ev = Evaluation(policies)
+    for step, value in enumerate(zeros):
+        ev.feed({"m": Series.from_lists("m", [step], [value], "train/step")})
+    for r in (one(evaluate(policies, run)), one(ev.verdict(run, final=True))):
+        assert r.status is Status.PASS and math.copysign(1.0, r.value) == 1.0, r.message
+
+
 @pytest.mark.parametrize(
     ("x", "status"),
     [(-1.7e308, Status.FAIL), (-1e308, Status.FAIL), (-0.8e308, Status.PASS), (1.0, Status.PASS)],
