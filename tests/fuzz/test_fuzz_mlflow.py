@@ -104,7 +104,8 @@ def test_damaged_file_stores(template: tuple[Path, str, str], tmp_path: Path) ->
         _check(expect, run, rc, err, "check")
         outcomes[rc] = outcomes.get(rc, 0) + 1
         if seed % 8 == 0:
-            rc, err = _bounded_cli(["watch", source, "-p", policy, "-q", "--interval", "0.05"])
+            rc, err = _bounded_cli(["watch", source, "-p", policy, "-q", "--interval", "0.05",
+                                    "--idle-timeout", "2"])  # a RUNNING run: ends
             _check(expect, run, rc, err, "watch")
         shutil.rmtree(store.parent)
     if len(seeds(160)) >= 160:  # the generator reaches every outcome
