@@ -23,7 +23,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from gatekeeper.errors import SourceError
 from gatekeeper.model import Run, RunState, set_dotted
@@ -31,6 +31,7 @@ from gatekeeper.model import Run, RunState, set_dotted
 if TYPE_CHECKING:
     from gatekeeper.verdict import Verdict
 
+T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RunOverrides:
@@ -116,6 +117,18 @@ class LiveSource(Source):
         judges them. Only a source whose run config may change while it runs (wandb,
         MLflow) needs to: the others' config is fixed when the watch starts."""
         return False
+
+
+def decoded(where: str, what: str, fn: Callable[[], T], fix: str) -> T:
+    """`fn`'s decoding of what a store or a server answered. A value of another type or
+    shape than the tool's (a text in a sqlite INTEGER column, a server on the URL that is
+    not MLflow or Prometheus) is that source's damage: a SourceError naming it and saying
+    `fix` (exit 2), never a bug (exit 70)."""
+    try:
+        return fn()
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+        why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        raise SourceError(f"{where}: {what}: {fix} ({why})") from None
 
 
 def check_cursor_version(cursor: dict[str, Any], version: int, where: str) -> None:

@@ -6,12 +6,17 @@ schema (alembic migrations), which takes a while on a loaded machine: hence one 
 
 from __future__ import annotations
 
+import http.server
+import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,3 +62,29 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@contextmanager
+def json_server(answer: Callable[[str], Any]) -> Iterator[str]:
+    """A loopback HTTP server that answers every GET with `answer(path)` as JSON: a
+    service on the URL a user named that is not the tool gatekeeper expects there."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = json.dumps(answer(self.path)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

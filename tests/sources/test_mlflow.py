@@ -20,7 +20,7 @@ from gatekeeper.sources import open_live_source, open_source
 from gatekeeper.sources.mlflow import MlflowSource
 from gatekeeper.sources.mlflow.source import parse_spec
 from tests.helpers import REPO, gatekeeper, gatekeeper_in_process, write_policy
-from tests.sources.conftest import MlflowServer
+from tests.sources.conftest import MlflowServer, json_server
 
 pytest.importorskip("mlflow")
 WRITER = str(Path(__file__).with_name("mlflow_writer.py"))
@@ -461,6 +461,33 @@ def test_a_sqlite_store_holding_a_text_where_a_number_goes_is_exit_2_whole_and_l
         assert proc.returncode == 2, (command, proc.stdout + proc.stderr)
         (error,) = proc.stderr.strip().splitlines()
         assert error.startswith(f"gatekeeper: error: {uri}: ") and "wrong type" in error, error
+
+
+GOOD_RUN = {"run": {"info": {"run_id": "r1", "status": "FINISHED", "start_time": 1},
+                    "data": {"metrics": [{"key": "train/loss", "value": 0.5, "step": 0,
+                                          "timestamp": 1}]}}}
+ANSWERS = {  # a server that answers JSON, but not MLflow's: (runs/get, metrics/get-history)
+    "run a string": ({"run": "x"}, None),
+    "start_time a word": ({"run": {"info": {"run_id": "r1", "start_time": "soon"}}}, None),
+    "a tag without key": ({"run": {"data": {"tags": [{"value": "1"}]}}}, None),
+    "a step a word": (GOOD_RUN, {"metrics": [{"key": "train/loss", "step": "a", "value": 1}]}),
+    "metrics a mapping": (GOOD_RUN, {"metrics": {"step": 1}}),
+}
+
+
+@pytest.mark.parametrize("answer", sorted(ANSWERS))
+def test_a_server_answering_json_that_is_not_mlflows_is_exit_2(answer: str, tmp_path: Path) -> None:
+    """Any URL may be named: a server whose JSON is not MLflow's shape (another service on
+    the port, a proxy's page) was exit 70 (a KeyError or TypeError while decoding). It is
+    exit 2, one line naming the server. mlflow 3.17.2's REST answers are the shapes read."""
+    run_answer, history = ANSWERS[answer]
+    with json_server(lambda path: history if "get-history" in path else run_answer) as base:
+        proc = gatekeeper_in_process("check", f"mlflow+{base}/runs/r1", "-p",
+                                     str(_policy(tmp_path)))  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (error,) = proc.stderr.strip().splitlines()
+    assert error.startswith(f"gatekeeper: error: {base}: "), error
+    assert "not what an MLflow tracking server sends" in error, error
 
 
 def test_a_store_that_is_not_there_or_not_mlflow_is_exit_2_and_nothing_is_created(

@@ -213,3 +213,34 @@ def test_daemon_discovery_lists_one_run_per_label_value(prom: Prom) -> None:
     runs = {open_source(s).read().name: open_source(s).read() for s in found}
     assert sorted(runs) == ["bad", "good"]
     assert runs["good"].series['gpu_util{gpu="0"}'].values.tolist() == GOOD
+
+
+MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+NOT_PROMETHEUS = {  # JSON a server that is not Prometheus (or a proxy) may answer
+    "a list": [1, 2],
+    "a series without labels": {**MATRIX, "data": {"resultType": "matrix",
+                                                   "result": [{"values": [[1, "1"]]}]}},
+    "a sample time a word": {**MATRIX, "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": "x"}, "values": [["soon", "1"]]}]}},
+    "a sample not a pair": {**MATRIX, "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": "x"}, "values": [[1]]}]}},
+}
+
+
+@pytest.mark.parametrize("answer", sorted(NOT_PROMETHEUS))
+def test_a_server_answering_json_that_is_not_prometheus_is_exit_2(
+    answer: str, tmp_path: Path
+) -> None:
+    """Any URL may be named: JSON of another shape than Prometheus 2.42's query API
+    answers (/api/v1/query: a matrix of {metric, values: [[time, "value"]]}) was exit 70
+    (a KeyError or ValueError while decoding). It is exit 2, one line naming the run."""
+    from tests.helpers import gatekeeper_in_process
+    from tests.sources.conftest import json_server
+
+    with json_server(lambda path: NOT_PROMETHEUS[answer]) as base:
+        proc = gatekeeper_in_process("check", f"prom+{base}?selector={{job=\"x\"}}", "-p",
+                                     str(_policy(tmp_path)))  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (error,) = proc.stderr.strip().splitlines()
+    assert error.startswith("gatekeeper: error: ") and "127.0.0.1" in error, error
+    assert "Prometheus" in error, error

@@ -12,12 +12,15 @@ any user:password part.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import orjson
 
 from gatekeeper.errors import SourceError, SourceNotFound
+from gatekeeper.sources.base import decoded
 from gatekeeper.sources.mlflow.client import (
     PAGE_SIZE,
     Page,
@@ -29,6 +32,7 @@ from gatekeeper.sources.mlflow.client import (
 from gatekeeper.sources.rest import Answer, BoundedHttp, Limits, Transient
 
 API = "/api/2.0/mlflow"
+T = TypeVar("T")
 
 
 def public_url(uri: str) -> str:
@@ -60,20 +64,20 @@ class RestClient(BoundedHttp):
     # -- the calls the source makes -----------------------------------------------------
 
     def get_run(self, run_id: str) -> RunInfo:
-        data = self._call("GET", "/runs/get", params={"run_id": run_id}, what=f"run {run_id}")
-        return _run_info(data.get("run") or {})
+        what = f"run {run_id}"
+        data = self._call("GET", "/runs/get", params={"run_id": run_id}, what=what)
+        return self._shaped(what, lambda: _run_info(data.get("run") or {}))
 
     def history_page(self, run_id: str, key: str, token: str | None) -> Page:
         params: dict[str, Any] = {"run_id": run_id, "metric_key": key, "max_results": PAGE_SIZE}
         if token:
             params["page_token"] = token
-        data = self._call(
-            "GET", "/metrics/get-history", params=params, what=f"history of {key!r} in {run_id}"
-        )
-        points = [
+        what = f"history of {key!r} in {run_id}"
+        data = self._call("GET", "/metrics/get-history", params=params, what=what)
+        points = self._shaped(what, lambda: [
             Point(int(m.get("step", 0)), int(m.get("timestamp", 0)), number(m.get("value")))
             for m in data.get("metrics") or []
-        ]
+        ])
         return Page(points, data.get("next_page_token") or None)
 
     def search_runs(self, experiment_ids: list[str], filter_string: str) -> list[RunInfo]:
@@ -86,7 +90,7 @@ class RestClient(BoundedHttp):
             if token:
                 body["page_token"] = token
             data = self._call("POST", "/runs/search", json=body, what="run search")
-            runs.extend(_run_info(r) for r in data.get("runs") or [])
+            runs.extend(self._shaped("run search", partial(_run_infos, data)))
             token = data.get("next_page_token")
             if not token:
                 return runs
@@ -129,6 +133,11 @@ class RestClient(BoundedHttp):
 
     def run_url(self, run: RunInfo) -> str | None:
         return f"{self.base}/#/experiments/{run.experiment_id}/runs/{run.run_id}"
+
+    def _shaped(self, what: str, fn: Callable[[], T]) -> T:
+        """An answer decoded: one of another shape than MLflow's is the server's fault."""
+        fix = "the answer is not what an MLflow tracking server sends; check the URL names one"
+        return decoded(self.base, what, fn, fix)
 
     # -- transport ----------------------------------------------------------------------
 
@@ -180,6 +189,10 @@ def _error_text(body: bytes) -> str:
         return f"{data.get('error_code', '')}: {str(data.get('message', ''))[:200]}"
     except (orjson.JSONDecodeError, AttributeError):
         return body[:200].decode("utf-8", "replace")
+
+
+def _run_infos(data: dict[str, Any]) -> list[RunInfo]:
+    return [_run_info(r) for r in data.get("runs") or []]
 
 
 def _run_info(run: dict[str, Any]) -> RunInfo:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from gatekeeper.errors import SourceError, SourceNotFound
 from gatekeeper.extras import load
+from gatekeeper.sources.base import decoded
 from gatekeeper.sources.mlflow.client import (
     PAGE_SIZE,
     Page,
@@ -81,16 +82,10 @@ class StoreClient:
 
     def _typed(self, what: str, fn: Callable[[], T]) -> T:
         """What the store read, converted: mlflow's stores hand back the values as they
-        hold them (sqlite keeps a text in an integer column; a file store's meta.yaml is
-        guarded in filestore.py), so a value the message or a step cannot hold is the
-        store's damage (exit 2), not a bug."""
-        try:
-            return fn()
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise SourceError(
-                f"{self.uri}: {what}: the store holds a value of the wrong type "
-                f"({str(exc)[:200]}); repair the store or restore it from a backup"
-            ) from None
+        hold them (sqlite keeps a text in an INTEGER column; a file store's meta.yaml is
+        guarded in filestore.py)."""
+        fix = "the store holds a value of the wrong type; repair it or restore a backup"
+        return decoded(self.uri, what, fn, fix)
 
     def _message(self, what: str, run: Any) -> dict[str, Any]:
         """A run as the REST API sends it (`Run.to_proto()`), for the one decoder."""

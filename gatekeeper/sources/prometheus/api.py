@@ -57,6 +57,9 @@ class PrometheusApi(BoundedHttp):
             answer = orjson.loads(body)
         except orjson.JSONDecodeError:
             raise SourceError(f"{self.base}{path}: HTTP {status}, answer is not JSON") from None
+        if not isinstance(answer, dict):
+            raise SourceError(f"{self.base}{path}: HTTP {status}, answer is not a JSON object; "
+                              "check the URL names a Prometheus server")
         if status != 200 or answer.get("status") != "success":
             detail = f"{answer.get('errorType', '')}: {str(answer.get('error', ''))[:300]}"
             raise SourceError(f"{self.base}{path}: HTTP {status}, {detail}")

@@ -36,7 +36,7 @@ import numpy as np
 
 from gatekeeper.errors import SourceError, UsageError
 from gatekeeper.model import Run, merge_chunks
-from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
+from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version, decoded
 from gatekeeper.sources.prometheus.api import PrometheusApi
 from gatekeeper.sources.prometheus.scheme import SCHEMES
 
@@ -166,7 +166,9 @@ class PrometheusSource(LiveSource):
         found: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         if upper > lower:
             read = self._raw if raw else self._grid
-            for name, steps, values in read(lower, upper):
+            fix = "the answer is not what a Prometheus server sends; check the URL names one"
+            for name, steps, values in decoded(self.shown, "series", lambda: read(lower, upper),
+                                               fix):  # fmt: skip
                 found.setdefault(name, []).append(
                     (np.asarray(steps, np.int64), np.asarray(values, np.float64))
                 )
