@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+
 @dataclass(frozen=True)
 class RunOverrides:
     """Metadata given on the command line; applied over what the source says."""

@@ -28,6 +28,7 @@ from gatekeeper.sources.mlflow.rest import _run_info
 
 T = TypeVar("T")
 
+
 def _mlflow() -> Any:
     load("mlflow.tracking", "mlflow", "reading a local MLflow store")
     return load("mlflow", "mlflow", "reading a local MLflow store")

@@ -167,8 +167,8 @@ class PrometheusSource(LiveSource):
         if upper > lower:
             read = self._raw if raw else self._grid
             fix = "the answer is not what a Prometheus server sends; check the URL names one"
-            for name, steps, values in decoded(self.shown, "series", lambda: read(lower, upper),
-                                               fix):  # fmt: skip
+            chunks = decoded(self.shown, "series", lambda: read(lower, upper), fix)
+            for name, steps, values in chunks:
                 found.setdefault(name, []).append(
                     (np.asarray(steps, np.int64), np.asarray(values, np.float64))
                 )
