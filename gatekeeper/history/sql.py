@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.errors import StateError
+from gatekeeper.errors import StateError, one_line
 from gatekeeper.history import keys
 from gatekeeper.history.base import (
     CoordKey,
@@ -48,15 +48,31 @@ def pack(steps: np.ndarray, values: np.ndarray) -> tuple[int, int, bytes | None,
     return first, n, blob, np.asarray(values, dtype="<f8").tobytes()
 
 
-def unpack(first: int, n: int, steps: bytes | None, vals: bytes) -> Points:
+BLOB = (bytes, bytearray, memoryview)  # what sqlite3 and psycopg hand back for a BLOB/BYTEA
+INT64_MAX = 2**63 - 1
+
+
+def unpack(first: Any, n: Any, steps: Any, vals: Any) -> Points:
+    """A row's points, as `pack` wrote them; ValueError saying how the row is not one (a
+    damaged or hand-edited store: sqlite keeps a text in an INTEGER or BLOB column)."""
+    whole = all(isinstance(x, int) and not isinstance(x, bool) for x in (first, n))
+    if not whole or n < 0 or not -INT64_MAX <= first <= INT64_MAX - max(n, 1) + 1:
+        raise ValueError(f"first_step {first!r} and n {n!r} are not a range of int64 steps")
+    if not isinstance(vals, BLOB) or len(vals) != 8 * n:
+        raise ValueError(f"vals is not {n} float64 values")
     values = np.frombuffer(bytes(vals), dtype="<f8").astype(np.float64)
     if steps is None:
         return np.arange(first, first + n, dtype=np.int64), values
-    return np.frombuffer(bytes(steps), dtype="<i8").astype(np.int64), values
+    if not isinstance(steps, BLOB) or len(steps) != 8 * n:
+        raise ValueError(f"steps is not {n} int64 steps")
+    out = np.frombuffer(bytes(steps), dtype="<i8").astype(np.int64)
+    if n > 1 and not bool(np.all(out[1:] > out[:-1])):
+        raise ValueError("its steps do not increase")
+    return out, values
 
 
 _ROWS = """
-SELECT p.run_seq, p.first_step, p.n, p.steps, p.vals
+SELECT p.run_seq, r.run_id, p.first_step, p.n, p.steps, p.vals
 FROM gk_points p JOIN gk_runs r ON r.seq = p.run_seq
 WHERE p.series_id = {p} AND r.trusted = {p} AND p.run_seq < {p}
 ORDER BY p.run_seq DESC LIMIT {p}
@@ -233,12 +249,23 @@ class SqlStore(HistoryStore):
                 # Newest first in batches of `limit` runs, in one transaction.
                 cur.execute(self._sql(_ROWS), (sid, True, before, enough.limit))
                 batch = cur.fetchall()
-                for run_seq, first, n, steps, vals in batch:
+                for run_seq, run_id, *row in batch:
                     before = int(run_seq)
-                    rows.append(unpack(int(first), int(n), steps, vals))
+                    rows.append(self._unpacked(run_id, key, row))
                     enough.add(rows[-1][0])
                 if len(batch) < enough.limit or enough.met():
                     return rows
+
+    def _unpacked(self, run_id: str, key: CoordKey, row: list[Any]) -> Points:
+        try:
+            return unpack(*row)
+        except ValueError as exc:
+            run = one_line(str(run_id))
+            raise StateError(
+                f"history store {self.display}: run {run}'s baseline of {one_line(key[0])} is "
+                f"damaged ({exc}); restore the store from a backup, or leave that run out: "
+                f"gatekeeper history mark-untrusted --run-id {run} --history {self.display}"
+            ) from None
 
     def mark_untrusted(self, *, run_id: str | None = None, commit: str | None = None) -> int:
         if (run_id is None) == (commit is None):

@@ -87,6 +87,43 @@ def test_data_survives_reopening(store_url):
         assert s.runs(series="nope") == []
 
 
+TWICE_STEP_1 = "0100000000000000" * 2  # two int64 steps 1, 1 (little-endian)
+DAMAGES = {  # (sqlite, postgres): rows `pack` never writes
+    "more steps than values": ("UPDATE gk_points SET n = n + 4",) * 2,
+    "steps that do not increase": (f"UPDATE gk_points SET steps = x'{TWICE_STEP_1}'",
+                                   f"UPDATE gk_points SET steps = '\\x{TWICE_STEP_1}'::bytea"),
+    "a text where the values go": ("UPDATE gk_points SET vals = 'abc'", None),  # BYTEA refuses
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_baseline_row_is_an_error_naming_the_store_and_run(store_url, damage):
+    """A store edited by hand or damaged: a row `pack` did not write was exit 70 (numpy's
+    frombuffer, a broadcast in the baseline's stats) or, steps out of order, judged. It
+    is a StateError (exit 2) naming the store and the run, and how to leave the run out."""
+    postgres = store_url.startswith("postgresql")
+    sql = DAMAGES[damage][postgres]
+    if sql is None:
+        pytest.skip("PostgreSQL refuses this damage itself")
+    with open_store(store_url) as s:
+        s.record(RunRecord.of("a", SERIES, True, {KL0: 1.5, KL1: 2.5}, None))
+    if postgres:
+        import psycopg
+
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            conn.execute(sql)
+    else:
+        import sqlite3
+
+        with sqlite3.connect(store_url) as conn:
+            conn.execute(sql)
+    with open_store(store_url) as s, pytest.raises(StateError) as err:
+        s.baseline(SERIES, KL0.metric, KL0.steps_key, KL0.check_key)
+    text = str(err.value)
+    assert "run a's baseline of train/ppo_kl is damaged" in text, text
+    assert "mark-untrusted --run-id a" in text, text
+
+
 def test_unreachable_postgres_is_a_clear_error_without_the_password():
     with pytest.raises(StateError) as err:
         open_store("postgresql://ci:s3cret@127.0.0.1:1/none")
