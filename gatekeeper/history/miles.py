@@ -26,12 +26,13 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
 
 from gatekeeper.dburl import HISTORY_BOUNDS, KEEPALIVE, connect_postgres
-from gatekeeper.errors import ConfigError, StateError
+from gatekeeper.errors import ConfigError, StateError, one_line, quote
 from gatekeeper.history import is_postgres
 from gatekeeper.history.base import CoordKey, Points, RunRecord, check_record, redact
 from gatekeeper.history.keys import canonical
@@ -236,7 +237,7 @@ def read_runs(url: str) -> list[RunRecord]:
         RunRecord(
             str(run_id),
             series_of(str(test_path), str(backend), str(suite)),
-            bool(trusted),
+            trusted == 1,  # miles reads `trusted = 1` (SQLite) or a true BOOLEAN: 2 is not
             points.get(str(run_id), {}),
             str(commit) if commit is not None else None,
             _iso(created_at),
@@ -250,6 +251,13 @@ def _points_by_run(rows: Any, url: str) -> Iterator[tuple[str, dict[CoordKey, Po
     current: str | None = None
     coords: dict[CoordKey, dict[int, float]] = {}
     for run_id, metric, sk, ck, step, value in rows:
+        if not _whole(step) or not _number(value):
+            raise StateError(
+                f"miles store {redact(url)}: run {one_line(str(run_id))} holds step "
+                f"{quote(step)} and value {quote(value)} at {quote(metric)}, not a whole "
+                "step and a number (miles writes an INTEGER and a REAL); fix or delete "
+                "the row and import again"
+            )
         if str(run_id) != current:
             if current is not None:
                 yield current, _packed(coords)
@@ -265,6 +273,17 @@ def _points_by_run(rows: Any, url: str) -> Iterator[tuple[str, dict[CoordKey, Po
         by_step[int(step)] = float(value)
     if current is not None:
         yield current, _packed(coords)
+
+
+def _whole(step: Any) -> bool:
+    """An int step, or a float one that is whole (sqlite keeps what it was given)."""
+    if isinstance(step, float):
+        return step.is_integer()
+    return isinstance(step, int) and not isinstance(step, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
 
 
 def _packed(coords: dict[CoordKey, dict[int, float]]) -> dict[CoordKey, Points]:

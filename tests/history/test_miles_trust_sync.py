@@ -128,3 +128,40 @@ def test_a_revocation_in_a_postgres_miles_store_syncs(tmp_path, pg_url):
     again = gatekeeper("history", "import", pg_url, "--history", url)
     assert again.returncode == 0 and "1 run(s) now untrusted here too" in again.stdout
     assert trust_here(url) == {ids[0]: True, ids[1]: True, ids[2]: False}
+
+
+def _edited(tmp_path: Path, sql: str) -> str:
+    """A two-run miles history (written by the mirror) with `sql` run on it."""
+    miles_db, _ = miles_history(tmp_path, [1.0, 1.1])
+    with sqlite3.connect(miles_db) as conn:
+        conn.execute(sql)
+    return miles_db
+
+
+def test_a_value_row_miles_never_writes_is_exit_2_naming_the_store(tmp_path):
+    """miles writes step INTEGER, value REAL; sqlite keeps whatever a hand edit gives. A
+    text there was exit 70 (int()/float() while importing), a step 1.5 became 1. Each is
+    exit 2 naming the store, the run and the metric."""
+    cases = (("UPDATE metric_values SET value = 'abc' WHERE rowid = 1", '"abc"'),
+             ("UPDATE metric_values SET step = 'x' WHERE rowid = 1", '"x"'),
+             ("UPDATE metric_values SET step = 1.5 WHERE rowid = 1", "1.5"))
+    for i, (sql, shown) in enumerate(cases):
+        where = tmp_path / f"case{i}"
+        where.mkdir()
+        miles_db = _edited(where, sql)
+        out = gatekeeper("history", "import", miles_db, "--history", str(where / "gk.db"))
+        assert out.returncode == 2, out.stdout + out.stderr
+        (line,) = out.stderr.strip().splitlines()
+        assert line.startswith(f"gatekeeper: error: miles store {miles_db}: run "), line
+        assert shown in line and "not a whole step and a number" in line, line
+
+
+def test_a_run_miles_does_not_read_as_trusted_is_imported_untrusted(tmp_path):
+    """miles reads its baseline `WHERE trusted = 1` (storage/sqlite_store.py at the commit
+    miles_ref mirrors): a run whose trusted is 2 or a text is not in it. It was imported
+    trusted (Python's bool()); now as miles reads it."""
+    miles_db = _edited(tmp_path, "UPDATE runs SET trusted = 2")
+    store = str(tmp_path / "gk.db")
+    assert gatekeeper("history", "import", miles_db, "--history", store).returncode == 0
+    with open_store(store) as s:
+        assert [r.trusted for r in s.runs()] == [False, False]
