@@ -6,17 +6,67 @@ kernel, as `open()` and a shell redirection create files: under the usual umask 
 report is 0644, readable by the artifact uploader or web server that serves it (a
 `tempfile.mkstemp` file is 0600 whatever the umask). No umask is read or set: setting
 it to read it would race with other threads creating files.
+
+A path that is not a regular file, or lies under /dev or /proc, is never renamed over:
+`--json /dev/stdout`, a pipe or a device is written to as a stream (renaming over it
+replaced the device node or the /dev/stdout link itself, as root), and a directory is
+refused. A path that cannot be written is a usage error
+naming it (exit 2), not a bug.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
+import stat
+
+from gatekeeper.errors import UsageError, one_line
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
 def write_atomic(path: str, data: bytes) -> None:
+    try:
+        if _is_stream(path):
+            _write_stream(path, data)
+        else:
+            _replace(path, data)
+    except OSError as exc:
+        raise UsageError(
+            f"{one_line(path)}: cannot write the report: {exc.strerror or exc}; name a "
+            "writable file"
+        ) from None
+
+
+def _is_stream(path: str) -> bool:
+    """Whether `path` (links followed) is a device, pipe or socket, or lies under /dev or
+    /proc (`/dev/stdout` redirected to a file is a link to a regular file: renamed over,
+    the link itself would go); a directory raises."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(21, "it is a directory", path)
+    return os.path.abspath(path).startswith(("/dev/", "/proc/")) or not stat.S_ISREG(mode)
+
+
+def _write_stream(path: str, data: bytes) -> None:
+    """Write to a device or pipe as a shell redirection would. Opened non-blocking, so a
+    pipe nobody reads is an error (ENXIO) rather than a wait without end."""
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)  # its reader sets the pace
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _replace(path: str, data: bytes) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = _new_file(directory)

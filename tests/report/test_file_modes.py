@@ -45,3 +45,48 @@ def test_rewriting_a_report_replaces_it_whole(tmp_path):
     text = (tmp_path / "v.json").read_text()
     assert text.startswith("{") and "stale" not in text
     assert stat.S_IMODE(os.stat(tmp_path / "v.json").st_mode) == 0o644  # a new file, renamed
+
+
+def _check(*report: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    return subprocess.run(
+        [sys.executable, "-m", "gatekeeper", "check", "examples/runs/healthy", "-p", "policies",
+         "-q", *report], cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_a_report_to_a_pipe_or_dev_stdout_is_written_as_a_stream(tmp_path):
+    """`--json /dev/stdout` and a named pipe get the report as a shell redirection would.
+    Renamed over, as root, the /dev/stdout link itself was replaced by a regular file (and
+    `--json /dev/full` replaced the device); as another user the rename failed, exit 70."""
+    out = _check("--json", "/dev/stdout")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith('{\n  "status": "pass"'), out.stdout[:200]
+    assert os.path.islink("/dev/stdout") and os.readlink("/dev/stdout") == "/proc/self/fd/1"
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    out = _check("--junit", str(fifo))
+    assert out.returncode == 0 and reader.communicate(timeout=60)[0].startswith(b"<?xml")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # still the pipe
+
+
+@pytest.mark.parametrize(("where", "why"), [
+    ("/dev/full", "No space left on device"),
+    ("{tmp}", "it is a directory"),
+    ("{tmp}/a-file/v.json", "Not a directory"),
+    ("{tmp}/nobody.fifo", "No such device or address"),  # a pipe nobody reads: no wait
+])
+def test_a_report_path_that_cannot_be_written_is_exit_2_naming_it(tmp_path, where, why):
+    """Was exit 70 (an OSError from makedirs, open or rename): a bad --json is a usage
+    error, one line naming the path and why."""
+    path = where.format(tmp=tmp_path)
+    (tmp_path / "a-file").write_text("a file where a folder would go")
+    if path.endswith(".fifo"):
+        os.mkfifo(path)
+    out = _check("--json", path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line == f"gatekeeper: error: {path}: cannot write the report: {why}; name a " \
+                   "writable file", line
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # the device is still a device
