@@ -115,6 +115,18 @@ def test_github_annotations_point_at_policy_lines(broken, tmp_path):
     assert "| `miles-ci-consistency/ppo-kl-rollout-start` | fail |" in summary.read_text()
 
 
+def test_a_step_summary_that_cannot_be_written_is_exit_2_naming_it(broken, tmp_path):
+    """$GITHUB_STEP_SUMMARY where no file can be made (a parent that is a file): was exit
+    70 (the open's OSError); now exit 2, named in an ::error annotation under Actions."""
+    (tmp_path / "a-file").write_text("not a folder")
+    summary = tmp_path / "a-file" / "summary.md"
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    out = gatekeeper("check", str(broken), "-p", MILES, *DEFAULTS, env=env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = out.stdout + out.stderr
+    assert f"{summary}: cannot write the step summary ($GITHUB_STEP_SUMMARY)" in said, said
+
+
 def test_validate_and_checks_commands():
     out = gatekeeper("validate", "policies", cwd=REPO)
     assert out.returncode == 0 and "ok: " in out.stdout

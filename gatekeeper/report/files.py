@@ -39,6 +39,18 @@ def write_atomic(path: str, data: bytes) -> None:
         ) from None
 
 
+def append_text(path: str, text: str, what: str) -> None:
+    """Append `text` to `path` (the GitHub step summary); one that cannot be written is a
+    usage error naming it (exit 2), as for a report file."""
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise UsageError(
+            f"{one_line(path)}: cannot write {what}: {exc.strerror or exc}"
+        ) from None
+
+
 def _is_stream(path: str) -> bool:
     """Whether `path` (links followed) is a device, pipe or socket, or lies under /dev or
     /proc (`/dev/stdout` redirected to a file is a link to a regular file: renamed over,

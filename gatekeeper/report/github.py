@@ -13,6 +13,7 @@ from typing import TextIO
 
 from gatekeeper.errors import one_line
 from gatekeeper.model import Run
+from gatekeeper.report.files import append_text
 from gatekeeper.report.text import (
     detail_lines,
     listed,
@@ -170,11 +171,14 @@ def emit(verdict: Verdict, stream: TextIO, summary_path: str | None) -> None:
 
 
 def write_summary(verdict: Verdict, summary_path: str) -> None:
-    existing = os.path.getsize(summary_path) if os.path.exists(summary_path) else 0
+    try:
+        existing = os.path.getsize(summary_path)
+    except OSError:  # not there yet; one that cannot be written says so below
+        existing = 0
     budget = max(0, SUMMARY_LIMIT - existing)
     if budget > 1024:
-        with open(summary_path, "a", encoding="utf-8") as fh:
-            fh.write(step_summary(verdict, budget))
+        what = "the step summary ($GITHUB_STEP_SUMMARY)"
+        append_text(summary_path, step_summary(verdict, budget), what)
 
 
 MAX_CHARTS = 20
