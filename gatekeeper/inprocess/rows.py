@@ -66,14 +66,34 @@ def to_float(metric: str, value: Any) -> float:
     if not is_scalar(value):
         raise UsageError(f"metric {metric!r}: expected a number, got {type(value).__name__}")
     item = getattr(value, "item", None)
-    return float(item() if callable(item) else value)
+    try:
+        return float(item() if callable(item) else value)
+    except OverflowError:  # an int past float64's range: the JSONL reader refuses it too
+        raise UsageError(
+            f"metric {metric!r}: {value!r:.40} is out of the range of a float64"
+        ) from None
+
+
+def metric_name(key: Any) -> str:
+    """A row's key as a metric name: a string (as JSON keys are), else a UsageError."""
+    if not isinstance(key, str):
+        raise UsageError(f"metric names are strings, got {key!r:.40} ({type(key).__name__})")
+    return str(key)
 
 
 def to_step(key: str, value: Any) -> int:
-    number = to_float(key, value)
-    if not math.isfinite(number) or number != int(number):
-        raise UsageError(f"step {key!r} must be a whole number, got {value!r}")
-    return int(number)
+    """A step: a whole number that fits int64 (the steps' type), as the JSONL reader
+    takes it. An int is kept exact (a float would round 2**53 + 1)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        step = value
+    else:
+        number = to_float(key, value)
+        if not math.isfinite(number) or number != int(number):
+            raise UsageError(f"step {key!r} must be a whole number, got {value!r}")
+        step = int(number)
+    if not -(2**63) <= step < 2**63:
+        raise UsageError(f"step {key!r} must fit int64, got {step}")
+    return step
 
 
 class RowBuffer:
@@ -89,6 +109,8 @@ class RowBuffer:
     def add(self, row: Mapping[str, Any]) -> int:
         """Buffer one row; returns how many points it held. Checks everything before
         keeping anything, so a rejected row leaves the buffer as it was."""
+        for key in row:
+            metric_name(key)
         steps = {k: to_step(k, v) for k, v in row.items() if self._is_axis(k)}
         taken: list[tuple[str, str, int, float]] = []
         for key, value in row.items():

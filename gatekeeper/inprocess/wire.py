@@ -26,7 +26,7 @@ import orjson
 
 from gatekeeper import errors
 from gatekeeper.inprocess.local import Judged
-from gatekeeper.inprocess.rows import PLAIN_TYPES, to_float
+from gatekeeper.inprocess.rows import PLAIN_TYPES, metric_name, to_float
 from gatekeeper.session import Change
 from gatekeeper.verdict import GateStatus, RuleResult, Status
 
@@ -68,13 +68,13 @@ def plain_row(row: Mapping[str, Any]) -> dict[str, Any]:
     as its marker string (read back as the same float)."""
     out: dict[str, Any] = {}
     for k, v in row.items():
-        key = k if type(k) is str else str(k)
+        key = k if type(k) is str else metric_name(k)
         if type(v) not in PLAIN_TYPES:
             v = _exact(key, v)
         if type(v) is float and v - v != 0.0:  # NaN or an infinity
             v = "NaN" if v != v else "Infinity" if v > 0 else "-Infinity"
         elif type(v) is int and not -_WIDE <= v < _WIDE:
-            v = float(v)  # what the row reader makes of it
+            v = to_float(key, v)  # what the row reader makes of it (past float64: refused)
         out[key] = v
     return out
 

@@ -126,6 +126,27 @@ def test_a_config_that_changes_a_period_after_points_were_judged_is_an_error(
     assert "judge the run again from its start" in r.message
 
 
+@pytest.mark.parametrize(("step", "metrics", "words"), [
+    (2**70, {"train/loss": 1.0}, "must fit int64"),
+    (1, {"train/loss": 10**400}, "out of the range of a float64"),
+    (1, {7: 1.0}, "metric names are strings"),
+])
+@pytest.mark.parametrize("judge", ["thread", "process"])
+def test_a_row_the_jsonl_reader_refuses_is_refused_and_the_gate_goes_on(
+    pol: Path, step: int, metrics: dict, words: str, judge: str
+) -> None:
+    """As the JSONL reader refuses a step past int64 or a number past float64: a
+    UsageError, nothing of the row kept, whichever judge. A step 2**70 was an
+    OverflowError after the row was kept (every later step "went back"); a key that is no
+    string an AttributeError in a thread and a metric "7" in the judge process."""
+    gate = Gate(pol, **quiet(judge=judge))
+    with pytest.raises(UsageError, match=words):
+        gate.observe(step, metrics)
+    assert gate.observe(2, {"train/loss": 1.0}).points == 1
+    gate.observe(2**53 + 1, {"train/loss": 1.0})  # exact: not rounded through a float
+    assert gate.verdict().results[1].step == 2**53 + 1
+
+
 def test_policy_errors_surface_before_training(tmp_path: Path) -> None:
     bad = write_policy(tmp_path / "bad.yaml", POLICY.replace("1.0e-9", "-1"))
     with pytest.raises(PolicyError, match="bad.yaml"):
