@@ -53,6 +53,15 @@ SIMPLE = ("max", "min", "abs_max", "lt", "gt", "abs_lt", "between", "strictly_be
 KINDS = (*SIMPLE, "reach", "spike", "trend", "flat", "fraction", "rise", "isclose")
 
 
+def drawn(path: Path, text: str) -> list[Any] | None:
+    """The drawn policy, written and loaded; None for a draw the language refuses (a
+    check that takes no `for:`, ...)."""
+    try:
+        return load_policies([str(write_policy(path, text))])
+    except GatekeeperError:
+        return None
+
+
 def _check(r: random.Random) -> tuple[str, str]:
     """A kind and its check, parameters drawn from the grid."""
     k, g = r.choice(KINDS), lambda: r.choice(GRID)
@@ -179,9 +188,8 @@ def _judged_alike(seed: int, tmp: Path) -> bool:
     """The seed's policy and run, polled and whole; False if the policy is refused."""
     r = random.Random(seed)
     n = r.randint(5, 60)
-    try:
-        policies = load_policies([str(write_policy(tmp / f"p{seed}.yaml", _policy(r, n)))])
-    except GatekeeperError:  # a draw the language refuses (a check that takes no `for:`)
+    policies = drawn(tmp / f"p{seed}.yaml", _policy(r, n))
+    if policies is None:  # a draw the language refuses (a check that takes no `for:`)
         return False
     steps, values = _series(r, n)
     refs = {"ref": _run(steps.copy(), _series(r, n)[1])}
@@ -204,9 +212,8 @@ def _two_judged_alike(seed: int, tmp: Path) -> bool:
     """As `_judged_alike`, two metrics polled by step."""
     r = random.Random(seed)
     n = r.randint(5, 60)
-    try:
-        policies = load_policies([str(write_policy(tmp / f"q{seed}.yaml", _policy(r, n, True)))])
-    except GatekeeperError:
+    policies = drawn(tmp / f"q{seed}.yaml", _policy(r, n, True))
+    if policies is None:
         return False
     data = _two(r, n)
     top, lo = int(max(s.max() for s, _ in data.values() if s.size)), -1
@@ -223,12 +230,16 @@ def _two_judged_alike(seed: int, tmp: Path) -> bool:
     return True
 
 
+def check_without_reference(r: random.Random) -> tuple[str, str]:
+    """As `_check`, `finite` for `isclose` (a draw with no reference run to compare to)."""
+    kind, check = _check(r)
+    return ("finite", "{finite: true}") if kind == "isclose" else (kind, check)
+
+
 def _templates(r: random.Random, n: int) -> str:
     rules = []
     for i in range(r.randint(1, 4)):
-        kind, check = _check(r)
-        if kind == "isclose":
-            kind, check = "finite", "{finite: true}"
+        kind, check = check_without_reference(r)
         target = r.choice(["e/*/x", "e/*/x", "config.key", "e/a/x"])
         parts = [f"id: r{i}", f"metric: {target}", f"check: {check}"]
         if (steps := _steps(r, n)) is not None:
@@ -246,9 +257,8 @@ def _templates_judged_alike(seed: int, tmp: Path) -> bool:
     step; bounded, restored from its state as JSON at random polls (the daemon's path)."""
     r = random.Random(seed)
     n = r.randint(5, 50)
-    try:
-        policies = load_policies([str(write_policy(tmp / f"t{seed}.yaml", _templates(r, n)))])
-    except GatekeeperError:
+    policies = drawn(tmp / f"t{seed}.yaml", _templates(r, n))
+    if policies is None:
         return False
     data = {}
     for name in ("e/a/x", "e/b/x", "e/c/x"):
