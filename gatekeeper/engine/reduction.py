@@ -57,15 +57,15 @@ REDUCERS: dict[Reduce, Callable[[np.ndarray], Any]] = {
 }
 
 
-# reductions folded chunk by chunk: the same value as of all the points at once. A min
-# or max of zeros is +0.0 (`+ 0.0`), whichever of -0.0 and 0.0 came first: np.min of a
-# chunk and min() across chunks each keep their own, so a run polled in chunks said -0
-# where `check`, one chunk, said 0 (found by the verdict oracle on new seeds)
+# reductions folded chunk by chunk: the same value as of all the points at once
 RUNNING: dict[Reduce, Callable[[float, float], float]] = {
-    Reduce.MIN: lambda a, b: min(a, b) + 0.0,
-    Reduce.MAX: lambda a, b: max(a, b) + 0.0,
+    Reduce.MIN: lambda a, b: min(a, b),
+    Reduce.MAX: lambda a, b: max(a, b),
     Reduce.LAST: lambda a, b: b,
 }
+# A chunk's min or max of zeros is folded as +0.0, whichever of -0.0 and 0.0 it met first:
+# np.min of a chunk and min() across chunks each keep the one they meet first, so a run
+# polled in chunks said -0 where `check`, one chunk, said 0 (the verdict oracle, new seeds)
 SIGNED_ZERO_FREE = (Reduce.MIN, Reduce.MAX)
 
 
