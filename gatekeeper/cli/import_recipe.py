@@ -37,6 +37,12 @@ def cmd_import_recipe(args: argparse.Namespace) -> int:
         recipe = import_recipe(text, args.about, args.eval_every)
     except RecipeDocError as exc:
         raise UsageError(f"import-recipe: {args.doc}: {exc}") from None
+    if not recipe.rules:  # a policy of no rules does not load: say why, write nothing
+        why = "; ".join(f"line {n}: {reason}" for n, _row, reason in recipe.not_read[:3])
+        raise UsageError(
+            f"import-recipe: {args.doc}: no row of the table reads as a rule "
+            f"({why or 'no rows'})"
+        )
     stem = os.path.basename(args.doc).rsplit(".", 1)[0]
     name = args.name or "recipe-" + "".join(c if c.isalnum() or c in ".-" else "-" for c in stem)
     write_atomic(args.output, render(recipe, args.doc, name, match).encode())

@@ -28,6 +28,7 @@ A leading "stays"/"remains" is allowed. Step cells: `0`, `step 0`, `all`, `every
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -140,7 +141,21 @@ class Unreadable(ValueError):
 
 
 def _n(text: str) -> float:
-    return float(text)
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: no policy bound is past float64
+        raise Unreadable(f"{text} is past the range of a float64")
+    return value
+
+
+def _tol(text: str) -> float:
+    """A tolerance (± or within): above 0, or the policy language refuses it."""
+    value = _n(text)
+    if value <= 0:
+        raise Unreadable(
+            f"a tolerance of {text} allows nothing: give one above 0, or a bound (at most, "
+            "between)"
+        )
+    return value
 
 
 def _f(x: float) -> str:
@@ -183,9 +198,9 @@ def parse_expected(text: str, about: float) -> tuple[str, int | None]:
     if m := re.fullmatch(rf"(?:about|around|roughly|~|≈) ?({NUM})", t):
         return f"{{approx: {{value: {_f(_n(m.group(1)))}, rel: {_f(about)}}}}}", None
     if m := re.fullmatch(rf"({NUM}) ?(?:±|\+/-) ?({NUM})", t):
-        return f"{{approx: {{value: {_f(_n(m.group(1)))}, abs: {_f(_n(m.group(2)))}}}}}", None
+        return f"{{approx: {{value: {_f(_n(m.group(1)))}, abs: {_f(_tol(m.group(2)))}}}}}", None
     if m := re.fullmatch(rf"within ({NUM})(%?) of ({NUM})", t):
-        tol, pct, value = _n(m.group(1)), m.group(2), _n(m.group(3))
+        tol, pct, value = _tol(m.group(1)), m.group(2), _n(m.group(3))
         key, tol = ("rel", tol / 100) if pct else ("abs", tol)
         return f"{{approx: {{value: {_f(value)}, {key}: {_f(tol)}}}}}", None
     if m := re.fullmatch(rf"\|x\| (?:below|under|at most|<=|≤|<) ?({NUM})", t):

@@ -70,7 +70,10 @@ def test_expected_cells(cell, check, deadline):
 
 
 @pytest.mark.parametrize(
-    "cell", ["rises", "0.3 – 0.1", "0.5", "about half", "above 0.8 eventually"]
+    "cell", ["rises", "0.3 – 0.1", "0.5", "about half", "above 0.8 eventually",
+             # a policy refuses these, so writing them was exit 70 (found by mutating the
+             # example recipe's table): a tolerance of 0 or below, a number past float64
+             "40 ± 0", "40 ± -8", "within 0% of 3", "below 1e400", "between 1e400 and 1e401"]
 )
 def test_cells_it_cannot_read_are_refused(cell):
     with pytest.raises(Unreadable):
@@ -91,6 +94,20 @@ def test_a_doc_without_the_table_exits_2(tmp_path):
     doc.write_text("# R\n\n## Launch\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
     out = gatekeeper("import-recipe", str(doc), "-o", str(tmp_path / "p.yaml"))
     assert out.returncode == 2 and "What to expect" in out.stderr and str(doc) in out.stderr
+
+
+def test_a_table_of_which_no_row_reads_as_a_rule_exits_2_saying_why(tmp_path):
+    """The table found, every row refused: the policy of no rules that was written then
+    did not load, exit 70. Now exit 2 with the first rows' reasons, and nothing written."""
+    doc = tmp_path / "r.md"
+    doc.write_text("## What to expect\n\n| Metric | Step | Expected |\n|---|---|---|\n"
+                   "| `a/x` | 0 | rises |\n| `a/y` | 0 | 40 ± 0 |\n")
+    out = gatekeeper("import-recipe", str(doc), "-o", str(tmp_path / "p.yaml"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert f"{doc}: no row of the table reads as a rule (line 5: " in line, line
+    assert "line 6: a tolerance of 0 allows nothing" in line, line
+    assert not (tmp_path / "p.yaml").exists()
 
 
 def test_prose_cells_are_read_clause_by_clause():
