@@ -99,9 +99,13 @@ def up(x: float) -> float:
 
 
 def _round(x: float, how: object) -> float:
+    x = float(x)
     if x == 0 or not math.isfinite(x):
         return x
-    scale = 10 ** (math.floor(math.log10(abs(x))) - 2)
+    exponent = math.floor(math.log10(abs(x))) - 2
+    if exponent < -300:  # a subnormal: 10**exponent is 0 (a ZeroDivisionError, exit 70)
+        return x
+    scale = 10.0**exponent
     return float(f"{how(x / scale) * scale:.6g}")  # type: ignore[operator]
 
 
@@ -233,7 +237,11 @@ def _metric_bands(metric: str, runs: list[Run], s: Settings, out: Suggestion) ->
 
 
 def _add(out: Suggestion, s: Settings, band: Band, vals: np.ndarray, what: str) -> None:
-    if not too_noisy(band, float(np.median(vals)), s, out, what):
+    if not (math.isfinite(band.lo) and math.isfinite(band.hi)):  # values near float64's end
+        out.unusable.append(
+            f"{band.metric} ({what}): its band {_g(band.lo)}..{_g(band.hi)} overflows float64"
+        )
+    elif not too_noisy(band, float(np.median(vals)), s, out, what):
         out.bands.append(band)
 
 

@@ -13,12 +13,14 @@
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from gatekeeper.errors import UsageError
 from gatekeeper.model import Run
 from gatekeeper.toolkit.suggest import (
     Band,
@@ -128,10 +130,15 @@ def write_verified(
     from gatekeeper.report.files import write_atomic
     from gatekeeper.verdict import Status
 
+    written = False  # this call wrote `output` (a dropped rule's round)
     while True:
+        if not sug.bands:  # a policy of no rules does not load: say why, leave no file
+            if os.path.exists(output) and written:
+                os.unlink(output)
+            reasons = "; ".join((sug.noisy + sug.unusable)[:3]) or "no metric in every run"
+            raise UsageError(f"suggest: no metric could be banded ({reasons})")
         write_atomic(output, render(sug, name, sources, s).encode())
-        if not sug.bands:
-            return
+        written = True
         policy = load_policy(output)
         failing = {
             (r.rule, run.name, r.message)

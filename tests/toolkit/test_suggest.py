@@ -3,6 +3,7 @@ run of the same recipe (real seeds of a real trainer), and fail broken runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -195,3 +196,40 @@ def test_two_runs_say_the_bands_are_unchecked(tmp_path):
     out = gatekeeper("suggest", *map(str, runs), "-o", str(tmp_path / "p.yaml"))
     assert out.returncode == 0 and "leave-one-out: not run: it needs 3 runs" in out.stdout
     assert 'leave-one-out: not run"' in (tmp_path / "p.yaml").read_text()
+
+
+def _constant_runs(tmp_path: Path, values: list[float]) -> list[str]:
+    """One JSONL run per value, `loss` at that value for 20 steps."""
+    paths = []
+    for i, value in enumerate(values):
+        path = tmp_path / f"r{i}.jsonl"
+        rows = (json.dumps({"step": s, "loss": value}) + "\n" for s in range(20))
+        path.write_text("".join(rows))  # json writes a NaN as Python's json does: NaN
+        paths.append(str(path))
+    return paths
+
+
+def test_subnormal_values_are_banded_not_a_division_by_zero(tmp_path):
+    """5e-324: rounding a band's end divided by 10**-326, which is 0.0, exit 70. A
+    subnormal end is kept as it is; the policy loads and passes its runs."""
+    runs = _constant_runs(tmp_path, [5e-324, 5e-324, 5e-324])
+    out = gatekeeper("suggest", *runs, "-o", str(tmp_path / "s.yaml"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    check = gatekeeper("check", runs[0], "-p", str(tmp_path / "s.yaml"), "-q")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.parametrize(("values", "why"), [
+    ([1.0, 1.7e308], "overflows float64"),  # the band's spread is past float64
+    ([float("nan"), float("nan")], "NaN/Inf in r0, r1"),
+])
+def test_runs_of_which_nothing_can_be_banded_are_exit_2_and_write_nothing(tmp_path, values, why):
+    """A band past float64 was written as `np.float64(-inf)`, a policy that does not load
+    (exit 2 naming the written file); no band at all wrote `rules: []` with exit 0, a
+    policy that does not load either. Both are exit 2 saying why, and no file."""
+    out = gatekeeper("suggest", *_constant_runs(tmp_path, values), "-o", str(tmp_path / "s.yaml"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("gatekeeper: error: suggest: no metric could be banded (")
+    assert why in line, line
+    assert not (tmp_path / "s.yaml").exists()
