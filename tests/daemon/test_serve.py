@@ -22,6 +22,16 @@ def firing_lines(bodies: list[dict]) -> Counter[tuple[str, str, str]]:
     )
 
 
+def created_alerts(bodies: list[dict]) -> Counter[tuple[str, str, str]]:
+    """(run, rule, state) of every alert the daemon created, however often delivered: an
+    outbox row sent again after a kill -9 between the receiver's 200 and the row marked
+    sent carries the same payload (its `time` is when the alert was made), while an alert
+    made twice has two times."""
+    made = {(a["run"], a["rule"], a["state"], a["time"])
+            for b in bodies for g in b["groups"] for a in g["alerts"]}
+    return Counter(key[:3] for key in made)
+
+
 def test_live_runs_are_judged_and_alerted_once_grouped_on_every_channel(tmp_path: Path) -> None:
     slack, lark, hook = Recorder(), Recorder(lark_secret="lark-s3cret"), Recorder()
     config = write_config(
@@ -94,8 +104,11 @@ def test_kill9_at_random_moments_loses_no_point_no_verdict_and_sends_no_alert_tw
 def kill9_at_random_moments(tmp: Path, seed: int, **poll: object) -> None:
     """Three runs written by child processes, each going bad at its own step, and the
     daemon killed with -9 five times at random moments: every point read once across
-    its six lives, each run failed at its bad step, each alert sent once. `poll`: more
-    poll settings (test_checkpoint's `checkpoint`)."""
+    its six lives, each run failed at its bad step, each alert made once. Delivery is at
+    least once (docs/daemon.md, "Crash safety"): a kill between the receiver accepting a
+    body and the row marked sent sends that same alert again, which CI's load made
+    happen once; so alerts are counted as made, by their payload. `poll`: more poll
+    settings (test_checkpoint's `checkpoint`)."""
     hook = Recorder()
     config = write_config(
         tmp,
@@ -137,7 +150,9 @@ def kill9_at_random_moments(tmp: Path, seed: int, **poll: object) -> None:
             assert (run["status"], kl["step"]) == ("fail", 10 + 12 * i)
         assert hook.wait(lambda: len(firing_lines(hook.bodies)) == 3)
         time.sleep(1.0)
-        assert firing_lines(hook.bodies) == {(f"r{i}", "kl-small", "firing"): 1 for i in range(3)}
+        assert created_alerts(hook.bodies) == {
+            (f"r{i}", "kl-small", "firing"): 1 for i in range(3)
+        }
     finally:
         for kid in kids:
             kid.kill()
