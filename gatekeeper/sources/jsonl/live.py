@@ -140,7 +140,7 @@ class Held:
             return None  # between a writer's unlink and rename: the next poll sees it
         except OSError as exc:  # the poll fails (retried) and the file stays held: taken
             # for "rewritten", a transient error would have the earlier run judged as new
-            raise SourceError(f"{one_line(path)}: cannot read: {exc.strerror or exc}") from None
+            raise _cannot_read(path, exc) from None
 
 
 def held_files(path: str) -> dict[str, Held]:
@@ -158,11 +158,14 @@ def held_files(path: str) -> dict[str, Held]:
     return {p: h for p in paths if (h := Held.of(p)) is not None}
 
 
+def _cannot_read(path: str, exc: OSError, why: str = "") -> SourceError:
+    return SourceError(f"{one_line(path)}: cannot read: {exc.strerror or exc}{why}")
+
+
 def _unheld(path: str, exc: OSError) -> SourceError:
-    return SourceError(
-        f"{one_line(path)}: cannot read: {exc.strerror or exc}; it is there before the "
-        "command starts, so it must be readable to be told apart from the command's run "
-        "(fix it or move it away)"
+    return _cannot_read(
+        path, exc, "; it is there before the command starts, so it must be readable to be "
+        "told apart from the command's run (fix it or move it away)"
     )
 
 
@@ -364,10 +367,16 @@ class LiveJsonlSource(LiveSource):
         windows and `last` judged otherwise). The run is read again from the start of each
         file (held ones stay held), as `check` reads it, and the poll says so (`reset`):
         the session judges it anew, as for a TensorBoard restart."""
+        self.rewind()
+        return replace(self.poll(), reset=True)
+
+    def rewind(self) -> bool:
+        """Back to the start of each file (held ones stay held, an appended file's earlier
+        lines stay the earlier run's)."""
         self.tails = {p: _Tail(p, earlier_lines=t.earlier_lines) for p, t in self.tails.items()}
         self.step_keys, self.metric_errors, self.record_metrics = {}, {}, set()
         self.seen, self._recall = {}, False
-        return replace(self.poll(), reset=True)
+        return True
 
     def cursor(self) -> dict[str, Any]:
         return {
@@ -638,7 +647,7 @@ def _lines_in(path: str, size: int) -> int:
         with open_regular(path) as fh:
             return fh.read(size).count(b"\n")
     except OSError as exc:
-        raise SourceError(f"{one_line(path)}: cannot read: {exc.strerror or exc}") from None
+        raise _cannot_read(path, exc) from None
 
 
 def _signature(fh: IO[bytes], offset: int) -> str:

@@ -146,16 +146,13 @@ class MlflowSource(LiveSource):
     def poll_info(self, info: RunInfo) -> Poll:
         """A poll from the run as already fetched (one run search serves many runs)."""
         try:
-            chunks = {key: self._new_points(key) for key in sorted(info.latest)}
+            series = self._new_series(info)
             reset, self._reread = self._reread, False
-            series = {key: _series(key, points) for key, points in chunks.items() if points}
             if self._tops.below(series):  # a resumed run below its old maximum: check
                 raise _Shifted("a point below one delivered")  # sorts it among them
         except _Shifted:
-            self._cursors, self._tops = {}, StepTops()  # re-read whole
-            chunks = {key: self._new_points(key) for key in sorted(info.latest)}
-            series = {key: _series(key, points) for key, points in chunks.items() if points}
-            reset = True
+            self.rewind()  # re-read whole
+            series, reset = self._new_series(info), True
         self._tops.note(series)
         run = self._run(info)
         points_read = sum(len(s) for s in series.values())
@@ -184,6 +181,11 @@ class MlflowSource(LiveSource):
         self._tops = StepTops(cursor.get("tops"))
 
     # -- internals ----------------------------------------------------------------------
+
+    def _new_series(self, info: RunInfo) -> dict[str, Series]:
+        """Each metric's points after the cursor (every metric asked, the empty left out)."""
+        chunks = {key: self._new_points(key) for key in sorted(info.latest)}
+        return {key: _series(key, points) for key, points in chunks.items() if points}
 
     def _new_points(self, key: str) -> list[Point]:
         """The points of `key` after the cursor: its history from the page the cursor
