@@ -227,6 +227,17 @@ def report_options(args: argparse.Namespace) -> ReportOptions:
     )
 
 
+def try_report_paths(args: argparse.Namespace) -> None:
+    """Exit 2 now, naming it, for a report path that could not be written when the verdict
+    is in (`run` and `watch` may work for hours before it is)."""
+    from gatekeeper.report.files import writable
+
+    opts = report_options(args)
+    for path in (opts.json_path, opts.junit_path, plot_options(args).html_path):
+        if path:
+            writable(path)
+
+
 def plot_options(args: argparse.Namespace) -> PlotOptions:
     return PlotOptions(
         html_path=_report_setting(args, "html_path", "html"),

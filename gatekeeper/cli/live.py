@@ -13,6 +13,7 @@ from gatekeeper.cli.args import (
     policy_options,
     report_options,
     run_overrides,
+    try_report_paths,
 )
 from gatekeeper.errors import UsageError
 
@@ -81,6 +82,7 @@ def open_follower(
 
     policy = policy_options(args)
     policies = gate.load(list(policy.paths), list(policy.overrides))
+    try_report_paths(args)
     settings = _settings(args, grace)
     printer = Printer(sys.stdout, progress_every=args.progress_every, quiet=args.quiet)
     # opened before CMD starts: the runs already in a wandb folder are not the one to gate

@@ -11,7 +11,11 @@ A path that is not a regular file, or lies under /dev or /proc, is never renamed
 `--json /dev/stdout`, a pipe or a device is written to as a stream (renaming over it
 replaced the device node or the /dev/stdout link itself, as root), and a directory is
 refused. A path that cannot be written is a usage error
-naming it (exit 2), not a bug.
+naming it (exit 2), not a bug. A symbolic link is written through: its target gets the
+report and the link stays (as `cp` and a shell redirection do).
+
+`writable` tries a path before the work whose report it will hold (`run -- CMD`, `watch`),
+so a typo in `--json` is found before an hour of training, not after it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,25 @@ def write_atomic(path: str, data: bytes) -> None:
         raise UsageError(
             f"{one_line(path)}: cannot write the report: {exc.strerror or exc}; name a "
             "writable file"
+        ) from None
+
+
+def writable(path: str) -> None:
+    """Raise the UsageError `write_atomic` would, for a path it could not write: its
+    folder is made and a new file created and removed there (a stream path is only
+    checked for write permission, as writing to it is the report)."""
+    try:
+        if _is_stream(path):
+            if not os.access(path, os.W_OK):
+                raise PermissionError(13, "Permission denied", path)
+            return
+        fd, tmp = _new_file(_folder(path))
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UsageError(
+            f"{one_line(path)}: cannot write the report there: {exc.strerror or exc}; name "
+            "a writable file"
         ) from None
 
 
@@ -78,14 +101,26 @@ def _write_stream(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def _replace(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
+def _folder(path: str) -> str:
+    """The folder the report's new file goes in (made if missing): the link's target's,
+    for a symbolic link."""
+    directory = os.path.dirname(_through_link(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = _new_file(directory)
+    return directory
+
+
+def _through_link(path: str) -> str:
+    """`path`, or where it leads if it is a symbolic link (one that leads nowhere yet
+    included: the report is created at its target)."""
+    return os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path)
+
+
+def _replace(path: str, data: bytes) -> None:
+    fd, tmp = _new_file(_folder(path))
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.replace(tmp, path)
+        os.replace(tmp, _through_link(path))
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

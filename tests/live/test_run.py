@@ -445,3 +445,24 @@ def test_watch_judges_a_file_already_there_at_once(tmp_path: Path) -> None:
     assert "waiting for the command" not in proc.stdout + proc.stderr
     verdict = json.loads((tmp_path / "w.json").read_text())
     assert [step for _, step in _failing(verdict)] == [3]
+
+
+def test_a_report_path_that_cannot_be_written_stops_run_and_watch_before_they_begin(
+    tmp_path: Path,
+) -> None:
+    """The path is tried before CMD starts (and before `watch` waits): an unwritable
+    `--json` was found only when the report was written, after the whole training run."""
+    (tmp_path / "a-file").write_text("a file where a folder would go")
+    bad = str(tmp_path / "a-file" / "v.json")
+    started = tmp_path / "started"
+    policy = _policy(tmp_path)
+    run = gatekeeper("run", "-p", str(policy), "--source", str(tmp_path / "m.jsonl"),
+                     "--junit", bad, "--", "touch", str(started))  # fmt: skip
+    watch = gatekeeper("watch", str(tmp_path / "m.jsonl"), "-p", str(policy),
+                       "--html", bad, "--idle-timeout", "60")  # fmt: skip
+    for proc in (run, watch):
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.strip() == f"gatekeeper: error: {bad}: cannot write the report " \
+                                      "there: Not a directory; name a writable file"
+    assert not started.exists()  # CMD never ran
+    assert sorted(os.listdir(tmp_path)) == ["a-file", "live.yaml"]

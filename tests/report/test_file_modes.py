@@ -90,3 +90,20 @@ def test_a_report_path_that_cannot_be_written_is_exit_2_naming_it(tmp_path, wher
     assert line == f"gatekeeper: error: {path}: cannot write the report: {why}; name a " \
                    "writable file", line
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # the device is still a device
+
+
+def test_a_report_path_that_is_a_link_writes_the_report_through_it(tmp_path):
+    """A link (`latest.json -> runs/42.json`, or one whose target is not there yet) keeps
+    pointing where it did and its target holds the report; renamed over, the link itself
+    was replaced by a file."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "41.json").write_text("old")
+    os.symlink("runs/41.json", tmp_path / "latest.json")
+    os.symlink("runs/42.xml", tmp_path / "latest.xml")  # leads nowhere yet
+    out = _check("--json", str(tmp_path / "latest.json"), "--junit", str(tmp_path / "latest.xml"))
+    assert out.returncode == 0, out.stderr
+    assert os.readlink(tmp_path / "latest.json") == "runs/41.json"
+    assert os.readlink(tmp_path / "latest.xml") == "runs/42.xml"
+    assert (tmp_path / "runs" / "41.json").read_text().startswith('{\n  "status": "pass"')
+    assert (tmp_path / "runs" / "42.xml").read_text().startswith("<?xml")
+    assert sorted(os.listdir(tmp_path / "runs")) == ["41.json", "42.xml"]
