@@ -87,12 +87,16 @@ class Notifier(ABC):
         """Send one body. Translates transport errors and error answers into SendError."""
         try:
             with deadline.within(self.timeout):
-                resp = self.client.post(self._url, json=body)
+                resp = self.client.post(self._url, json=body, headers=self.headers(body))
         except httpx.TimeoutException:
             raise SendError(f"{self.name}: no complete answer within {self.timeout:g}s") from None
         except httpx.HTTPError as exc:
             raise SendError(f"{self.name}: {type(exc).__name__}") from None
         self.check_response(resp)
+
+    def headers(self, body: dict[str, Any]) -> dict[str, str]:
+        """Headers of the request carrying `body`, beyond httpx's own (none by default)."""
+        return {}
 
     def check_response(self, resp: httpx.Response) -> None:
         if resp.status_code == 429:

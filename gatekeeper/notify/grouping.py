@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +71,16 @@ def alert_payload(
         "expected": result.expected,
         "rule_source": result.source,
     }
+
+
+def alert_key(payload: Mapping[str, Any]) -> str:
+    """The alert's identity for a receiver to drop a second delivery of it: a digest of
+    the payload as stored in the outbox, which a re-send after a restart (or from another
+    replica) reads back unchanged, and whose `time` (when it was made) tells two alerts of
+    one rule apart."""
+    text = json.dumps({k: v for k, v in payload.items() if k != "key"}, sort_keys=True,
+                      separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def decide(

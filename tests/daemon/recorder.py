@@ -31,6 +31,7 @@ class Recorder:
         port: int = 0,
     ):
         self.bodies: list[dict[str, Any]] = []
+        self.idempotency: list[str | None] = []  # each recorded body's Idempotency-Key
         self.requests = 0
         self.bad_signatures = 0
         self.times: list[float] = []
@@ -80,6 +81,7 @@ class Recorder:
             return self._answer(h, 200, b'{"code":0,"msg":"success"}')
         with self.lock:
             self.bodies.append(body)
+            self.idempotency.append(h.headers.get("Idempotency-Key"))
         self._answer(h, 200, b"ok")
 
     def _answer(

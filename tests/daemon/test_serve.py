@@ -25,11 +25,11 @@ def firing_lines(bodies: list[dict]) -> Counter[tuple[str, str, str]]:
 def created_alerts(bodies: list[dict]) -> Counter[tuple[str, str, str]]:
     """(run, rule, state) of every alert the daemon created, however often delivered: an
     outbox row sent again after a kill -9 between the receiver's 200 and the row marked
-    sent carries the same payload (its `time` is when the alert was made), while an alert
-    made twice has two times."""
-    made = {(a["run"], a["rule"], a["state"], a["time"])
+    sent carries the same `key` (a digest of the stored payload, whose `time` is when the
+    alert was made), while an alert made twice has two keys: what a receiver dedupes on."""
+    made = {a["key"]: (a["run"], a["rule"], a["state"])
             for b in bodies for g in b["groups"] for a in g["alerts"]}
-    return Counter(key[:3] for key in made)
+    return Counter(made.values())
 
 
 def test_live_runs_are_judged_and_alerted_once_grouped_on_every_channel(tmp_path: Path) -> None:
@@ -157,6 +157,40 @@ def kill9_at_random_moments(tmp: Path, seed: int, **poll: object) -> None:
         for kid in kids:
             kid.kill()
         daemon.stop()
+        hook.close()
+
+
+def test_an_alert_sent_again_after_a_kill_9_carries_the_same_key(tmp_path: Path) -> None:
+    """The one at-least-once window (docs/daemon.md, "Crash safety"), made on purpose: the
+    receiver holds the request while the daemon is killed, so the outbox rows stay pending
+    and are sent again at the next start. Both deliveries carry each alert's `key` and the
+    request's `Idempotency-Key` unchanged; the two runs' alerts have keys of their own."""
+    hook = Recorder(delay=1.5)
+    config = write_config(
+        tmp_path, [{"name": "hook", "kind": "webhook", "url": hook.url, "group_wait": 0.5,
+                    "timeout": 10}], interval=0.1, jitter=0,
+    )  # fmt: skip
+    runs = tmp_path / "runs"
+    daemon = DaemonProcess(config).start()
+    try:
+        for name in ("r0", "r1"):
+            rows = [{"train/step": s, "train/ppo_kl": 0.5 if s == 2 else 0.0} for s in range(4)]
+            (runs / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert hook.wait(lambda: hook.requests == 1), daemon.tail()
+        daemon.kill9()  # the receiver has the body; its answer never reaches the daemon
+        assert hook.wait(lambda: len(hook.bodies) == 1)
+        daemon.start()
+        assert hook.wait(lambda: len(hook.bodies) == 2), daemon.tail()
+        first, again = ([(a["run"], a["key"]) for g in b["groups"] for a in g["alerts"]]
+                        for b in hook.bodies)  # fmt: skip
+        assert sorted(first) == sorted(again) and {r for r, _ in first} == {"r0", "r1"}
+        assert len({k for _, k in first}) == 2
+        assert hook.idempotency[0] == hook.idempotency[1] is not None
+        assert created_alerts(hook.bodies) == {(r, "kl-small", "firing"): 1 for r in ("r0", "r1")}
+        time.sleep(1.0)
+        assert len(hook.bodies) == 2  # the second delivery was marked sent
+    finally:
+        assert daemon.stop() == 0
         hook.close()
 
 
