@@ -203,6 +203,38 @@ def test_live_poll_keeps_samples_stored_after_their_time(prom: Prom) -> None:
         assert all(step >= len(live) and value > values[-1] for step, value in new), new
 
 
+def test_live_grid_points_wait_until_every_sample_before_them_is_stored(prom: Prom) -> None:
+    """A `query=` grid point takes the newest sample at or before its time; a sample stored
+    after its time (the exporter slow by SLOW s) changes the points from its time on. Read
+    one resolution late, as before `late=`, the polls took those points from the sample
+    before it (~3 in 10 of them at 100 ms; the whole read gave the new value); read `late`
+    s late, live = whole, value by value (Prometheus 2.42)."""
+    spec = (f"prom+{prom.url}?query=slow_scrapes&name=n&resolution=100ms&late=1s"
+            f"&start={time.time():.3f}")
+    src = open_live_source(spec)
+    live: list[tuple[int, float]] = []
+    deadline = time.monotonic() + 30
+    while len(live) < 40 and time.monotonic() < deadline:
+        for s in src.poll().series.values():
+            live += zip(s.steps.tolist(), s.values.tolist(), strict=True)
+        time.sleep(0.1)
+    whole = open_source(spec).read().series["n"]
+    assert len(live) >= 40 and len({v for _, v in live}) >= 3, live
+    assert live == list(zip(whole.steps.tolist(), whole.values.tolist(), strict=True))[:len(live)]
+
+
+@pytest.mark.parametrize(("param", "error"), [
+    ("resolution=0s", "resolution is at least 1ms, got '0s'"),  # was exit 70, dividing by 0
+    ("late=soon", "late: expected a duration like 15s, 5m or 6h, got 'soon'"),
+])
+def test_a_bad_duration_in_the_url_is_exit_2_naming_it(tmp_path: Path, param: str,
+                                                         error: str) -> None:
+    spec = f"prom+http://127.0.0.1:9?query=up&name=u&{param}"
+    proc, _ = _check(tmp_path, spec)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"gatekeeper: error: source {spec!r}: {error}"
+
+
 def test_daemon_discovery_lists_one_run_per_label_value(prom: Prom) -> None:
     from gatekeeper.sources.prometheus.discover import PrometheusFilter
 
@@ -213,6 +245,10 @@ def test_daemon_discovery_lists_one_run_per_label_value(prom: Prom) -> None:
     runs = {open_source(s).read().name: open_source(s).read() for s in found}
     assert sorted(runs) == ["bad", "good"]
     assert runs["good"].series['gpu_util{gpu="0"}'].values.tolist() == GOOD
+    late = PrometheusFilter(url=prom.url, selector="{__name__=\"gpu_util\"}", late="35s")
+    assert [s.removesuffix("&late=35s") for s in late.runs()] == [
+        s.replace(f"start={T0 - 60}", "start=-24h") for s in found]  # unset: specs unchanged
+    assert {open_live_source(s).prom.late for s in late.runs()} == {35.0}
 
 
 MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": []}}

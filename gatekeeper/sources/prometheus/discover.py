@@ -7,14 +7,19 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from gatekeeper.errors import UsageError
 from gatekeeper.sources.prometheus.api import PrometheusApi
+from gatekeeper.sources.prometheus.source import seconds
 
 _LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class PrometheusFilter(BaseModel):
     """`prometheus: {url, selector: '{job="trainer"}', run_label: run, start: -24h}`: one
-    run per value of `run_label` among the series the selector matches."""
+    run per value of `run_label` among the series the selector matches. `late` (e.g.
+    `35s`): how long after its time a sample may be stored, for a scrape_timeout above
+    10 s (the source's default, 15s, when unset: the runs' specs, which key their state,
+    stay as they were)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     url: str
@@ -22,6 +27,17 @@ class PrometheusFilter(BaseModel):
     run_label: str = "run"
     start: str = "-24h"
     axis: str = "index"
+    late: str | None = None
+
+    @field_validator("late")
+    @classmethod
+    def _late(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                seconds(value)
+            except UsageError as exc:
+                raise ValueError(str(exc)) from None  # shown at the config's line
+        return value
 
     @field_validator("run_label")
     @classmethod
@@ -50,6 +66,7 @@ class PrometheusFilter(BaseModel):
             out.append(
                 f"prom+{self.url.rstrip('/')}?selector={quote('{' + matchers + '}', safe='{}=,')}"
                 f"&start={self.start}&axis={self.axis}&run={quote(str(value))}"
+                + (f"&late={self.late}" if self.late is not None else "")
             )
         return sorted(out)
 

@@ -1,8 +1,9 @@
 """`PrometheusSource`: series from a Prometheus server as one run's metrics.
 
     prom+http://HOST:9090?selector={run="grpo-7b"}[&start=-6h][&end=...][&axis=index|time]
+        [&late=15s]
     prom+http://HOST:9090?query=rate(nccl_errors_total{run="grpo-7b"}[1m])&name=nccl_errors
-        [&resolution=15s][&start=...][&end=...][&run=grpo-7b]
+        [&resolution=15s][&start=...][&end=...][&run=grpo-7b][&late=15s]
 
 `selector` reads every raw sample of every series it matches (an instant query of a range
 vector: no lookback fill, no resampling), one metric per series; `query` evaluates any
@@ -11,15 +12,17 @@ PromQL on a grid of `resolution` (a range query). A series' metric name is its `
 aside. Steps are the sample's index since `start` (`axis=index`, the default; on the grid
 for a query) or its Unix time in whole seconds (`axis=time`). A relative `start` (`-6h`,
 default `-24h`) is fixed when the source is opened and kept in the cursor. Prometheus runs
-carry no state; a run with an `end` ends when a poll has read past it (for `selector`,
-LATE s past it).
+carry no state; a run with an `end` ends when a poll has read past it, `late` s after it.
 
 A scraped sample is stamped with the time its scrape began but stored when the answer is
-in, so a poll may not yet see a sample older than the time it asks up to. A `selector`
-poll therefore asks again for the last LATE seconds and keeps, per series, only samples
-newer than the newest it delivered (a target's scrapes are stored in order), so a live
-run gets every sample, on the index `check` gives it. A sample stored more than LATE s
-after its time is seen by `check`, not by a poll that has passed it.
+in, up to `late` s later (default LATE: Prometheus' default scrape_timeout, 10 s, plus
+the time to store it), so a poll may not yet see a sample older than the time it asks up
+to. A `selector` poll therefore asks again for the last `late` seconds and keeps, per
+series, only samples newer than the newest it delivered (a target's scrapes are stored in
+order), so a live run gets every sample, on the index `check` gives it. A `query` poll
+reads grid points `late` s old at the newest (at least one resolution), as a sample still
+to be stored may change the value at a later grid time. A sample stored more than `late`
+s after its time is seen by `check`, not by a poll that has passed it.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ _RAW_WINDOW = 6 * 3600.0  # seconds of raw samples asked per request
 # (10 s) bounds a scrape, plus the time to store it
 LATE = 15.0
 _GRID_POINTS = 10000  # Prometheus refuses range queries over 11,000 points per series
-_KEYS = {"selector", "query", "name", "start", "end", "resolution", "axis", "run"}
+_KEYS = {"selector", "query", "name", "start", "end", "resolution", "axis", "run", "late"}
 
 
 def seconds(text: str) -> float:
@@ -87,6 +90,7 @@ class PromSpec:
     resolution: float
     axis: str
     run: str
+    late: float = LATE  # s a sample may be stored after its time
 
     def fixed_labels(self) -> set[str]:
         return {k for k, _ in _MATCHER.findall(self.selector or self.query or "")}
@@ -102,12 +106,16 @@ def parse_spec(spec: str, now: float) -> PromSpec:
     if unknown or ("selector" in params) == ("query" in params):
         raise UsageError(
             f"source {spec!r}: expected prom+http://HOST:PORT?selector={{run=\"NAME\"}} or "
-            f"?query=PROMQL&name=METRIC (and start, end, resolution, axis, run)"
+            f"?query=PROMQL&name=METRIC (and start, end, resolution, axis, run, late)"
             + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
         )
     axis = params.get("axis", "index")
     if axis not in ("index", "time"):
         raise UsageError(f"source {spec!r}: axis is index or time, got {axis!r}")
+    resolution = _duration(spec, params, "resolution", "15s")
+    if resolution < 0.001:  # Prometheus' timestamps are whole milliseconds
+        raise UsageError(f"source {spec!r}: resolution is at least 1ms, got "
+                         f"{params['resolution']!r}")
     expr = params.get("selector") or params.get("query") or ""
     run = params.get("run") or dict(_MATCHER.findall(expr)).get("run") or expr
     return PromSpec(
@@ -117,10 +125,18 @@ def parse_spec(spec: str, now: float) -> PromSpec:
         name=params.get("name"),
         start=timestamp(params.get("start", "-24h"), now),
         end=timestamp(params["end"], now) if "end" in params else None,
-        resolution=seconds(params.get("resolution", "15s")),
+        resolution=resolution,
         axis=axis,
         run=run,
+        late=_duration(spec, params, "late", f"{LATE:g}s"),
     )
+
+
+def _duration(spec: str, params: dict[str, str], key: str, default: str) -> float:
+    try:
+        return seconds(params.get(key, default))
+    except UsageError as exc:
+        raise UsageError(f"source {spec!r}: {key}: {exc}") from None
 
 
 class PrometheusSource(LiveSource):
@@ -156,13 +172,13 @@ class PrometheusSource(LiveSource):
 
     def poll(self) -> Poll:
         now = upper = time.time()
-        raw = self.prom.selector is not None
-        if not raw:
-            upper -= self.prom.resolution  # the newest grid point may still change
+        raw, late = self.prom.selector is not None, self.prom.late
+        if not raw:  # a grid point may change until every sample before it is stored
+            upper -= max(self.prom.resolution, late)
         if self.prom.end is not None:
             upper = min(upper, self.prom.end)
-        # raw: ask again for the last LATE s, where samples may have been stored since
-        lower = max(self._start, self._done - LATE) if raw else self._done
+        # raw: ask again for the last `late` s, where samples may have been stored since
+        lower = max(self._start, self._done - late) if raw else self._done
         found: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         if upper > lower:
             read = self._raw if raw else self._grid
@@ -175,7 +191,7 @@ class PrometheusSource(LiveSource):
             self._done = max(self._done, upper)
         series = {n: merge_chunks(n, parts, self.step_key) for n, parts in sorted(found.items())}
         end = self.prom.end
-        ended = end is not None and self._done >= end and (not raw or now >= end + LATE)
+        ended = end is not None and self._done >= end and (not raw or now >= end + late)
         points = sum(len(s) for s in series.values())
         return Poll(series=series, run=self._run(), ended=ended, points=points)
 
