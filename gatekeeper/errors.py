@@ -46,13 +46,19 @@ def one_line(text: str) -> str:
     return re.sub(_UNSAFE, _escape_char, text)
 
 
+def shown_url(text: str) -> str:
+    """`text` without the user:password@ of a URL in it, for messages."""
+    return re.sub(r"//[^/@\s]*@", "//", text)
+
+
 def quote(value: Any, limit: int = 60) -> str:
-    """A value found in input, as an error message shows it: JSON-like, escaped, bounded.
+    """A value found in input, as an error message shows it: JSON-like, escaped, bounded,
+    a URL without its user:password@.
 
     Never recursive and never fails: a deep or huge value is summarized by type and size.
     """
     if isinstance(value, str):
-        text = json.dumps(value[: limit * 2], ensure_ascii=False)
+        text = json.dumps(shown_url(value[: limit * 2]), ensure_ascii=False)
     elif isinstance(value, bool) or value is None:
         text = json.dumps(value)
     elif isinstance(value, int):

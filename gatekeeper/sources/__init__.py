@@ -29,7 +29,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from gatekeeper.errors import UsageError
+from gatekeeper.errors import UsageError, shown_url
 from gatekeeper.sources.base import LiveSource, RunOverrides, Source, SourceFamily
 from gatekeeper.sources.plugins import with_plugins
 
@@ -119,7 +119,7 @@ def open_source(spec: str) -> Source:
     if found is not None:
         return found[1](spec)
     raise UsageError(
-        f"cannot open source {spec!r}: expected a JSONL file or directory"
+        f"cannot open source {shown_url(spec)!r}: expected a JSONL file or directory"
         + "".join(f", {k.kind}" for k in with_plugins(source_kinds()) if not _is_jsonl(k))
     )
 
@@ -141,7 +141,7 @@ def open_live_source(spec: str) -> LiveSource:
             return kind(spec)
     kinds = [k for k in with_plugins(source_kinds()) if issubclass(k, LiveSource)]
     raise UsageError(
-        f"cannot follow source {spec!r} live: expected a JSONL file or directory"
+        f"cannot follow source {shown_url(spec)!r} live: expected a JSONL file or directory"
         + "".join(f", {k.kind}" for k in kinds)
     )
 

@@ -24,8 +24,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from urllib.parse import SplitResult, urlsplit
 
-from gatekeeper.errors import SourceError
+from gatekeeper.errors import SourceError, UsageError, shown_url
 from gatekeeper.model import Run, RunState, set_dotted
 
 if TYPE_CHECKING:
@@ -130,6 +131,18 @@ def decoded(where: str, what: str, fn: Callable[[], T], fix: str) -> T:
     except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
         why = f"{type(exc).__name__}: {str(exc)[:200]}"
         raise SourceError(f"{where}: {what}: {fix} ({why})") from None
+
+
+def checked_url(url: str, kind: str) -> SplitResult:
+    """`urlsplit` of a URL the user wrote, its port read: a malformed one (`http://[::1`,
+    a port past 65535) is a UsageError (exit 2), not a ValueError deep in a client. The
+    message names `kind` and the URL without its user:password@."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsed on reading: it raises for a bad port
+    except ValueError as exc:
+        raise UsageError(f"{kind} URL {shown_url(url)!r}: {exc}; fix the host or port") from None
+    return parts
 
 
 def check_cursor_version(cursor: dict[str, Any], version: int, where: str) -> None:

@@ -107,6 +107,28 @@ def test_errors_name_file_line_and_field(tmp_path: Path, body: str, expected: st
         load_config(str(write(tmp_path, body)))
 
 
+@pytest.mark.parametrize(("target", "expected"), [
+    ("{url: 'http://u:s3cret@[::1', selector: '{job=\"x\"}'}",
+     "gatekeeper.yaml:2: targets[0].prometheus.url: Prometheus URL 'http://[::1': Invalid IPv6 "
+     "URL; fix the host or port, got \"http://[::1\""),
+    ("{url: 'http://u:s3cret@h:9090', selector: '{job=\"x\"}', late: soon}",
+     "gatekeeper.yaml:2: targets[0].prometheus.late: expected a duration like 15s, 5m or 6h, "
+     "got 'soon'"),
+    ("{url: 'http://u:s3cret@h:9090', selector: 'job=x'}",
+     "gatekeeper.yaml:2: targets[0].prometheus.selector: expected a label selector like "
+     "{job=\"trainer\"}, got \"job=x\""),
+])
+def test_a_bad_prometheus_target_names_its_line_never_the_password(
+    tmp_path: Path, target: str, expected: str
+) -> None:
+    """A malformed URL was taken (a ValueError at the first discovery); a value shown in a
+    config error kept the URL's user:password@ (`quote` now drops it)."""
+    body = f"targets:\n  - prometheus: {target}\n    policies: [p]\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(write(tmp_path, body)))
+    assert expected in str(caught.value) and "s3cret" not in str(caught.value), caught.value
+
+
 def test_state_and_address_can_be_overridden_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

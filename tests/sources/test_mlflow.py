@@ -78,6 +78,26 @@ def test_source_forms() -> None:
         parse_spec("mlflow+http://127.0.0.1:5000/abc")
 
 
+@pytest.mark.parametrize(("source", "error"), [
+    ("mlflow+http://127.0.0.1:99999/runs/abc",
+     "MLflow tracking URL 'http://127.0.0.1:99999': Port out of range 0-65535; fix the host "
+     "or port"),
+    ("mlflow+http://u:s3cret@[::1/runs/abc",
+     "MLflow tracking URL 'http://[::1': Invalid IPv6 URL; fix the host or port"),
+    ("mlflow+http://u:s3cret@127.0.0.1:5000/abc",
+     "source 'mlflow+http://127.0.0.1:5000/abc': expected mlflow+http://HOST:PORT/runs/RUN_ID, "
+     "mlflow+file:///PATH/mlruns/runs/RUN_ID or mlflow+sqlite:///PATH/mlflow.db/runs/RUN_ID"),
+])
+def test_a_malformed_server_url_is_exit_2_without_its_password(
+    tmp_path: Path, source: str, error: str
+) -> None:
+    """A port past 65535 or a broken IPv6 host was exit 70 (a ValueError reading the
+    port); a message quoting the source showed its user:password@."""
+    proc, _ = _check(tmp_path, source)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"gatekeeper: error: {error}", (
+        proc.stderr)
+
+
 def test_server_run_healthy_passes_broken_fails_at_its_step(
     mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:

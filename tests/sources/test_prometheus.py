@@ -226,13 +226,26 @@ def test_live_grid_points_wait_until_every_sample_before_them_is_stored(prom: Pr
 @pytest.mark.parametrize(("param", "error"), [
     ("resolution=0s", "resolution is at least 1ms, got '0s'"),  # was exit 70, dividing by 0
     ("late=soon", "late: expected a duration like 15s, 5m or 6h, got 'soon'"),
+    # exit 70 before (the run's config shows the start as a date)
+    ("start=nan", "start: expected a time of the years 1970 to 9999, got 'nan'"),
+    ("start=1e20", "start: expected a time of the years 1970 to 9999, got '1e20'"),
+    ("end=inf", "end: expected a time of the years 1970 to 9999, got 'inf'"),
 ])
-def test_a_bad_duration_in_the_url_is_exit_2_naming_it(tmp_path: Path, param: str,
-                                                         error: str) -> None:
+def test_a_bad_setting_in_the_url_is_exit_2_naming_it_not_the_password(
+    tmp_path: Path, param: str, error: str
+) -> None:
     spec = f"prom+http://127.0.0.1:9?query=up&name=u&{param}"
-    proc, _ = _check(tmp_path, spec)
+    proc, _ = _check(tmp_path, spec.replace("//", "//u:s3cret@"))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == f"gatekeeper: error: source {spec!r}: {error}"
+
+
+def test_a_malformed_host_is_exit_2() -> None:
+    """Was exit 70: urlsplit's ValueError."""
+    proc = gatekeeper("check", "prom+http://u:s3cret@[::1?query=up", "-p", "policies")
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "gatekeeper: error: Prometheus URL 'http://[::1?query=up': Invalid IPv6 URL; fix the "
+        "host or port"), proc.stderr
 
 
 def test_daemon_discovery_lists_one_run_per_label_value(prom: Prom) -> None:

@@ -25,7 +25,7 @@ from contextlib import closing
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from gatekeeper.errors import SourceError, UsageError
+from gatekeeper.errors import SourceError, UsageError, shown_url
 from gatekeeper.model import Run
 from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.mlflow.client import RunInfo, TrackingClient
@@ -46,7 +46,7 @@ def store_uri(spec: str) -> str:
         uri = spec[len(PREFIX) :].rstrip("/")
     if not uri.startswith(_STORES):
         raise UsageError(
-            f"source {spec!r}: expected mlflow+file:///PATH/mlruns, mlflow+sqlite:///PATH/"
+            f"source {shown_url(spec)!r}: expected mlflow+file:///PATH/mlruns, mlflow+sqlite:///PATH/"
             "mlflow.db or mlflow+http://HOST:PORT (the run created after the watch began), "
             "or one run: .../runs/RUN_ID"
         )

@@ -25,10 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.errors import UsageError
+from gatekeeper.errors import UsageError, shown_url
 from gatekeeper.extras import require
 from gatekeeper.model import Run, Series, merge_chunks
-from gatekeeper.sources.base import LiveSource, Poll, StepTops, check_cursor_version
+from gatekeeper.sources.base import (
+    LiveSource,
+    Poll,
+    StepTops,
+    check_cursor_version,
+    checked_url,
+)
 from gatekeeper.sources.mlflow.client import Point, RunInfo, TrackingClient, param_value
 from gatekeeper.sources.mlflow.scheme import PREFIX, SCHEME, SCHEMES, names_a_run
 
@@ -53,10 +59,10 @@ def parse_spec(spec: str) -> tuple[str, str]:
         if not sep:
             uri, run_id = "", ""
     if uri.startswith("databricks"):
-        raise UsageError(f"source {spec!r}: Databricks-hosted MLflow is not supported")
+        raise UsageError(f"source {shown_url(spec)!r}: Databricks-hosted MLflow is not supported")
     if not run_id or "/" in run_id or not uri.startswith(_LOCAL + _REMOTE):
         raise UsageError(
-            f"source {spec!r}: expected mlflow+http://HOST:PORT/runs/RUN_ID, "
+            f"source {shown_url(spec)!r}: expected mlflow+http://HOST:PORT/runs/RUN_ID, "
             "mlflow+file:///PATH/mlruns/runs/RUN_ID or mlflow+sqlite:///PATH/mlflow.db/runs/RUN_ID"
         )
     return uri, run_id
@@ -66,6 +72,7 @@ def open_client(tracking_uri: str) -> TrackingClient:
     """The client of a server (REST over httpx) or of a local store (mlflow's own store
     classes), each asking for what it imports from `gatekeeper[mlflow]`."""
     if tracking_uri.startswith(_REMOTE):
+        checked_url(tracking_uri, "MLflow tracking")
         require("mlflow", "reading an MLflow tracking server", ("httpx",))
         from gatekeeper.sources.mlflow.rest import RestClient
 

@@ -8,6 +8,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from gatekeeper.errors import UsageError
+from gatekeeper.sources.base import checked_url
 from gatekeeper.sources.prometheus.api import PrometheusApi
 from gatekeeper.sources.prometheus.source import seconds
 
@@ -28,6 +29,15 @@ class PrometheusFilter(BaseModel):
     start: str = "-24h"
     axis: str = "index"
     late: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        try:
+            checked_url(value, "Prometheus")
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None  # shown at the config's line
+        return value
 
     @field_validator("late")
     @classmethod

@@ -30,16 +30,23 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import numpy as np
 
-from gatekeeper.errors import SourceError, UsageError
+from gatekeeper.errors import SourceError, UsageError, shown_url
 from gatekeeper.model import Run, merge_chunks
-from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version, decoded
+from gatekeeper.sources.base import (
+    LiveSource,
+    Poll,
+    check_cursor_version,
+    checked_url,
+    decoded,
+)
 from gatekeeper.sources.prometheus.api import PrometheusApi
 from gatekeeper.sources.prometheus.scheme import SCHEMES
 
@@ -52,6 +59,7 @@ _RAW_WINDOW = 6 * 3600.0  # seconds of raw samples asked per request
 # (10 s) bounds a scrape, plus the time to store it
 LATE = 15.0
 _GRID_POINTS = 10000  # Prometheus refuses range queries over 11,000 points per series
+_YEAR_10000 = 253402300800.0  # Unix seconds of 10000-01-01
 _KEYS = {"selector", "query", "name", "start", "end", "resolution", "axis", "run", "late"}
 
 
@@ -63,14 +71,22 @@ def seconds(text: str) -> float:
 
 
 def timestamp(text: str, now: float) -> float:
-    """Unix seconds, RFC 3339, or relative to now (`-6h`)."""
+    """Unix seconds, RFC 3339, or relative to now (`-6h`): a time of the years 1970 to
+    9999 (a run's config shows it as a date)."""
     text = text.strip()
     if text.startswith("-"):
-        return now - seconds(text[1:])
-    try:
-        return float(text)
-    except ValueError:
-        pass
+        value = now - seconds(text[1:])
+    else:
+        try:
+            value = float(text)
+        except ValueError:
+            value = _iso(text)
+    if not 0 <= value < _YEAR_10000:  # NaN too
+        raise UsageError(f"expected a time of the years 1970 to 9999, got {text!r}")
+    return value
+
+
+def _iso(text: str) -> float:
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
@@ -97,7 +113,7 @@ class PromSpec:
 
 
 def parse_spec(spec: str, now: float) -> PromSpec:
-    url = urlsplit(spec.removeprefix("prom+"))
+    url = checked_url(spec.removeprefix("prom+"), "Prometheus")
     params: dict[str, str] = {}
     for part in url.query.split("&") if url.query else []:
         key, _, value = part.partition("=")  # PromQL may hold `=`; `+` stays a plus
@@ -105,16 +121,17 @@ def parse_spec(spec: str, now: float) -> PromSpec:
     unknown = set(params) - _KEYS
     if unknown or ("selector" in params) == ("query" in params):
         raise UsageError(
-            f"source {spec!r}: expected prom+http://HOST:PORT?selector={{run=\"NAME\"}} or "
+            f"source {shown_url(spec)!r}: expected prom+http://HOST:PORT?selector="
+            f"{{run=\"NAME\"}} or "
             f"?query=PROMQL&name=METRIC (and start, end, resolution, axis, run, late)"
             + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
         )
     axis = params.get("axis", "index")
     if axis not in ("index", "time"):
-        raise UsageError(f"source {spec!r}: axis is index or time, got {axis!r}")
+        raise UsageError(f"source {shown_url(spec)!r}: axis is index or time, got {axis!r}")
     resolution = _duration(spec, params, "resolution", "15s")
     if resolution < 0.001:  # Prometheus' timestamps are whole milliseconds
-        raise UsageError(f"source {spec!r}: resolution is at least 1ms, got "
+        raise UsageError(f"source {shown_url(spec)!r}: resolution is at least 1ms, got "
                          f"{params['resolution']!r}")
     expr = params.get("selector") or params.get("query") or ""
     run = params.get("run") or dict(_MATCHER.findall(expr)).get("run") or expr
@@ -123,8 +140,9 @@ def parse_spec(spec: str, now: float) -> PromSpec:
         selector=params.get("selector"),
         query=params.get("query"),
         name=params.get("name"),
-        start=timestamp(params.get("start", "-24h"), now),
-        end=timestamp(params["end"], now) if "end" in params else None,
+        start=_named(spec, "start", lambda: timestamp(params.get("start", "-24h"), now)),
+        end=_named(spec, "end", lambda: timestamp(params["end"], now)) if "end" in params
+        else None,
         resolution=resolution,
         axis=axis,
         run=run,
@@ -133,10 +151,15 @@ def parse_spec(spec: str, now: float) -> PromSpec:
 
 
 def _duration(spec: str, params: dict[str, str], key: str, default: str) -> float:
+    return _named(spec, key, lambda: seconds(params.get(key, default)))
+
+
+def _named(spec: str, key: str, parse: Callable[[], float]) -> float:
+    """`parse()`, its UsageError naming the source and the setting."""
     try:
-        return seconds(params.get(key, default))
+        return parse()
     except UsageError as exc:
-        raise UsageError(f"source {spec!r}: {key}: {exc}") from None
+        raise UsageError(f"source {shown_url(spec)!r}: {key}: {exc}") from None
 
 
 class PrometheusSource(LiveSource):
