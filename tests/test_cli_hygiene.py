@@ -110,3 +110,40 @@ def test_mistyped_subcommand_or_choice_suggests_the_nearest():
     assert value.returncode == 2 and "did you mean 'always'?" in value.stderr, value.stderr
     far = gatekeeper("check", "r.jsonl", "--github", "zzz")
     assert far.returncode == 2 and "did you mean" not in far.stderr
+
+
+def test_a_number_flag_out_of_range_is_exit_2_naming_it():
+    """NaN, an infinity or a number out of range is refused where the flag is read. Was:
+    `watch --interval nan` (or inf) exit 70 at the first sleep, `--idle-timeout nan` a
+    watch that never ends, `run --grace nan` taken, `suggest --margin nan` bands of NaN
+    listed as not banded (exit 0), `--noise nan` no noise limit at all."""
+    cases = {
+        ("watch", "r.jsonl", "-p", "p", "--interval", "nan"):
+            "watch: argument --interval: expected a number in (0, 604800] seconds, got 'nan'",
+        ("watch", "r.jsonl", "-p", "p", "--interval", "inf"):
+            "watch: argument --interval: expected a number in (0, 604800] seconds, got 'inf'",
+        ("watch", "r.jsonl", "-p", "p", "--idle-timeout", "nan"):
+            "watch: argument --idle-timeout: expected a number in (0, 604800] seconds, "
+            "got 'nan'",
+        ("watch", "r.jsonl", "-p", "p", "--progress-every", "-5"):
+            "watch: argument --progress-every: expected a number in [0, 604800] seconds, "
+            "got '-5'",
+        ("run", "-p", "p", "--source", "r.jsonl", "--grace", "nan", "--", "true"):
+            "run: argument --grace: expected a number in [0, 604800] seconds, got 'nan'",
+        ("export", "prometheus", "p", "-o", "r.yml", "--interval", "0"):
+            "export: argument --interval: expected a number in (0, 604800] seconds, got '0'",
+        ("suggest", "a", "b", "-o", "s.yaml", "--margin", "nan"):
+            "suggest: argument --margin: expected a number in [0, 100], got 'nan'",
+        ("suggest", "a", "b", "-o", "s.yaml", "--noise", "nan"):
+            "suggest: argument --noise: expected a number in (0, 1e+06], got 'nan'",
+        ("suggest", "a", "b", "-o", "s.yaml", "--level", "1"):
+            "suggest: argument --level: expected a number in (0, 1), like 0.99, got '1'",
+        ("import-recipe", "d.md", "-o", "p.yaml", "--about", "0"):
+            "import-recipe: argument --about: expected a number in (0, 1) (a relative "
+            "tolerance), got '0'",
+    }
+    for argv, line in cases.items():
+        out = gatekeeper(*argv)
+        command = argv[0]
+        want = f"gatekeeper: error: {line}; see 'gatekeeper {command} --help'\n"
+        assert out.returncode == 2 and out.stderr == want, (argv, out.stderr)

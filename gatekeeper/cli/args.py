@@ -8,8 +8,10 @@ functions so that building the parser (`gatekeeper --version`) stays cheap.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -72,12 +74,44 @@ def project_config(args: argparse.Namespace) -> ProjectConfig | None:
     return found
 
 
+WEEK = 7 * 86400.0  # the longest duration a flag takes (a sleep of inf overflows)
+
+
+def bounded(
+    low: float, high: float, *, above: bool = False, below: bool = False, like: str = ""
+) -> Callable[[str], float]:
+    """An argparse type: a finite number from `low` to `high` (`above`/`below`: not the
+    end itself). NaN, an infinity or a number out of range is argparse's usage error
+    (exit 2, naming the flag), not a value that breaks the command later."""
+    lo, hi = ("(" if above else "[") + f"{low:g}", f"{high:g}" + (")" if below else "]")
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        fits = (value > low if above else value >= low) and (
+            value < high if below else value <= high)  # NaN fits neither
+        if not fits:
+            raise argparse.ArgumentTypeError(
+                f"expected a number in {lo}, {hi}{like}, got {text!r}")
+        return value
+
+    return number
+
+
+def seconds(*, zero: bool = False) -> Callable[[str], float]:
+    """An argparse type for a duration: seconds above 0 (or from 0), at most a week."""
+    return bounded(0.0, WEEK, above=not zero, like=" seconds")
+
+
 def add_tuning_arg(
-    p: argparse.ArgumentParser, flag: str, default: float, metavar: str, help: str
+    p: argparse.ArgumentParser, flag: str, default: float, metavar: str, help: str,
+    kind: Callable[[str], float],
 ) -> None:
     """A number that tunes a policy-writing command; its help ends with its default."""
     p.add_argument(
-        flag, type=float, default=default, metavar=metavar, help=f"{help} (default {default:g})"
+        flag, type=kind, default=default, metavar=metavar, help=f"{help} (default {default:g})"
     )
 
 

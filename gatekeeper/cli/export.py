@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gatekeeper.cli.args import seconds
 from gatekeeper.cli.test import test_files
 from gatekeeper.errors import UsageError
 
@@ -21,8 +22,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     from gatekeeper.toolkit.promtest import generate, test_file
     from gatekeeper.toolkit.testfile import load_tests
 
-    if args.interval <= 0:
-        raise UsageError(f"--interval {args.interval:g}: must be > 0 seconds")
     if bool(args.tests_from) != bool(args.tests_out):
         raise UsageError("export: --tests-from TEST and --tests-out FILE go together")
     naming = load_naming(args.mapping, args.selector or "")
@@ -56,7 +55,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--interval",
-        type=float,
+        type=seconds(),
         default=60.0,
         metavar="SECONDS",
         help="rule evaluation interval = one point per interval, for `for: N` (default 60)",

@@ -9,7 +9,7 @@ import argparse
 import os
 from typing import Any
 
-from gatekeeper.cli.args import add_tuning_arg
+from gatekeeper.cli.args import add_tuning_arg, bounded
 from gatekeeper.errors import PolicyError, UsageError
 
 
@@ -23,8 +23,6 @@ def cmd_import_recipe(args: argparse.Namespace) -> int:
             text = fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"import-recipe: cannot read {args.doc}: {exc}") from None
-    if not 0 < args.about < 1:
-        raise UsageError(f"--about {args.about:g}: a relative tolerance between 0 and 1")
     match: dict[str, str] = {}
     for item in args.match_config or []:
         key, eq, value = item.partition("=")
@@ -70,7 +68,8 @@ def register(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="apply the policy only to runs with this config value (repeatable)",
     )
-    add_tuning_arg(p, "--about", 0.2, "REL", "relative tolerance 'about'/'~' means")
+    add_tuning_arg(p, "--about", 0.2, "REL", "relative tolerance 'about'/'~' means",
+                   bounded(0, 1, above=True, below=True, like=" (a relative tolerance)"))
     p.add_argument(
         "--eval-every",
         type=int,

@@ -13,9 +13,9 @@ from gatekeeper.cli.args import (
     policy_options,
     report_options,
     run_overrides,
+    seconds,
     try_report_paths,
 )
-from gatekeeper.errors import UsageError
 
 if TYPE_CHECKING:
     from gatekeeper.cli.args import NotifyOptions
@@ -31,21 +31,21 @@ DEFAULT_INTERVAL = 1.0
 def add_follow_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--interval",
-        type=float,
+        type=seconds(),
         default=DEFAULT_INTERVAL,
         metavar="SECONDS",
         help=f"seconds between polls (default {DEFAULT_INTERVAL:g})",
     )
     p.add_argument(
         "--idle-timeout",
-        type=float,
+        type=seconds(),
         default=None,
         metavar="SECONDS",
         help="treat the run as ended after this long without a new point (default: never)",
     )
     p.add_argument(
         "--progress-every",
-        type=float,
+        type=seconds(zero=True),
         default=30.0,
         metavar="SECONDS",
         help="outside a terminal, print the progress line at most this often (default 30)",
@@ -55,12 +55,6 @@ def add_follow_args(p: argparse.ArgumentParser) -> None:
 def _settings(args: argparse.Namespace, grace: float = 30.0) -> LoopSettings:
     from gatekeeper.live.loop import LoopSettings
 
-    if args.interval <= 0:
-        raise UsageError(f"--interval {args.interval:g}: must be > 0 seconds")
-    if args.idle_timeout is not None and args.idle_timeout <= 0:
-        raise UsageError(f"--idle-timeout {args.idle_timeout:g}: must be > 0 seconds")
-    if grace < 0:
-        raise UsageError(f"--grace {grace:g}: must be >= 0 seconds")
     return LoopSettings(interval=args.interval, idle_timeout=args.idle_timeout, grace=grace)
 
 

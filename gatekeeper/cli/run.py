@@ -16,6 +16,7 @@ from gatekeeper.cli.args import (
     add_report_args,
     add_run_args,
     run_overrides,
+    seconds,
 )
 from gatekeeper.cli.live import add_follow_args, finish, open_follower
 from gatekeeper.errors import UsageError
@@ -46,7 +47,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--grace",
-        type=float,
+        type=seconds(zero=True),
         default=DEFAULT_GRACE,
         metavar="SECONDS",
         help="after SIGTERM to CMD's process group and every process it started (setsid "

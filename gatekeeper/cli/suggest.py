@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gatekeeper.cli.args import add_tuning_arg
+from gatekeeper.cli.args import add_tuning_arg, bounded
 from gatekeeper.errors import UsageError
 
 
@@ -19,8 +19,6 @@ def cmd_suggest(args: argparse.Namespace) -> int:
 
     if len(args.runs) < 2:
         raise UsageError("suggest: give at least 2 trusted runs (bands from one run are its noise)")
-    if not 0 < args.level < 1:
-        raise UsageError(f"--level {args.level:g}: need 0 < LEVEL < 1, like 0.99")
     settings = Settings(
         quantiles=_quantiles(args.quantiles), frac=args.margin, level=args.level,
         noise=args.noise, include_timing=tuple(args.include_timing or ()),
@@ -80,12 +78,15 @@ def register(sub: Any) -> None:
         "'*' or 'perf/tokens_per_sec' (repeatable; default: left out, listed)",
     )
     add_tuning_arg(
-        p, "--margin", 0.25, "FRAC", "widen every-point bands by this share of their width"
+        p, "--margin", 0.25, "FRAC", "widen every-point bands by this share of their width",
+        bounded(0, 100),
     )
     add_tuning_arg(
-        p, "--level", 0.95, "P", "one more healthy run passes every band with probability P"
+        p, "--level", 0.95, "P", "one more healthy run passes every band with probability P",
+        bounded(0, 1, above=True, below=True, like=", like 0.99"),
     )
     add_tuning_arg(
-        p, "--noise", 10.0, "X", "too noisy when a band is wider than X times the median"
+        p, "--noise", 10.0, "X", "too noisy when a band is wider than X times the median",
+        bounded(0, 1e6, above=True),
     )
     p.set_defaults(func=cmd_suggest)
