@@ -20,13 +20,16 @@ values for metrics without history points (wandb's summary); callers probe for i
 
 from __future__ import annotations
 
+import math
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import SplitResult, urlsplit
 
-from gatekeeper.errors import SourceError, UsageError, shown_url
+from gatekeeper.errors import SourceError, UsageError, one_line, shown_url
+from gatekeeper.fmt import fmt
 from gatekeeper.model import Run, RunState, set_dotted
 
 if TYPE_CHECKING:
@@ -143,6 +146,24 @@ def checked_url(url: str, kind: str) -> SplitResult:
     except ValueError as exc:
         raise UsageError(f"{kind} URL {shown_url(url)!r}: {exc}; fix the host or port") from None
     return parts
+
+
+def env_number(name: str, default: float, low: float, high: float) -> float:
+    """A limit from the environment (`GATEKEEPER_WANDB_TIMEOUT`, `..._MAX_BYTES`): a
+    finite number from `low` to `high`, `default` when unset or empty. Anything else is
+    a UsageError naming the variable (exit 2), never a ValueError or a limit of NaN."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not low <= value <= high:  # NaN too
+        raise UsageError(
+            f"{name}={one_line(text)[:40]}: expected a number from {fmt(low)} to {fmt(high)}; "
+            f"fix or unset it (default {fmt(default)})")
+    return value
 
 
 def check_cursor_version(cursor: dict[str, Any], version: int, where: str) -> None:

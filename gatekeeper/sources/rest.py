@@ -11,7 +11,6 @@ server by the URL the family gives without credentials.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gatekeeper.errors import SourceError, SourceUnavailable
+from gatekeeper.sources.base import env_number
 
 # httpx is imported when a client is made: every `check` imports the source families,
 # and httpx (which pulls rich) is needed by few of them
@@ -36,11 +36,10 @@ class Limits:
 
     @classmethod
     def from_env(cls, prefix: str, *, retry_seconds: float, timeout: float | None = None) -> Limits:
-        env = os.environ
         return cls(
-            timeout=timeout or float(env.get(f"{prefix}_TIMEOUT", "20")),
-            max_bytes=int(env.get(f"{prefix}_MAX_BYTES", str(64 << 20))),
-            budget=float(env.get(f"{prefix}_RETRY_SECONDS", f"{retry_seconds:g}")),
+            timeout=timeout or env_number(f"{prefix}_TIMEOUT", 20, 0.1, 3600),
+            max_bytes=int(env_number(f"{prefix}_MAX_BYTES", 64 << 20, 1024, 1 << 40)),
+            budget=env_number(f"{prefix}_RETRY_SECONDS", retry_seconds, 0, 86400),
         )
 
 

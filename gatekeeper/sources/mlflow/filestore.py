@@ -29,11 +29,14 @@ from mlflow.utils.file_utils import local_file_uri_to_path
 
 from gatekeeper.errors import GatekeeperError, RecordError, SourceError, SourceNotFound, quote
 from gatekeeper.safe_open import check_regular, open_regular
+from gatekeeper.sources.base import env_number
 
 T = TypeVar("T")
 INT64 = (-(2**63), 2**63 - 1)
 # mlflow reads a metric file whole into Python objects: ~10 M points in 256 MiB
-MAX_METRIC_BYTES = int(os.environ.get("GATEKEEPER_MLFLOW_MAX_FILE_BYTES", str(256 << 20)))
+def max_metric_bytes() -> int:
+    return int(env_number("GATEKEEPER_MLFLOW_MAX_FILE_BYTES", 256 << 20, 1024, 1 << 40))
+
 MAX_OTHER_BYTES = 16 << 20  # meta.yaml, a param, a tag: mlflow caps values at kilobytes
 READ_DIRS = ("metrics", "params", "tags", "inputs", "outputs")
 HOOKS = (
@@ -78,7 +81,7 @@ def check_files(run_dir: str) -> None:
     if os.path.lexists(meta):
         check_regular(meta, MAX_OTHER_BYTES, refuse(meta))
     for sub in READ_DIRS:
-        cap = MAX_METRIC_BYTES if sub == "metrics" else MAX_OTHER_BYTES
+        cap = max_metric_bytes() if sub == "metrics" else MAX_OTHER_BYTES
         for root, _dirs, files in os.walk(os.path.join(run_dir, sub)):
             for name in files:
                 path = os.path.join(root, name)
@@ -89,7 +92,7 @@ def locate(path: str, run_id: str, key: str, exc: BaseException | None) -> NoRet
     """The first line of metric file `path` that mlflow's line parser refuses, or whose step
     or timestamp is outside int64 (gatekeeper's step type), as an error naming that line."""
     with open_regular(path) as fh:  # checked by `check_files`, so bounded
-        raw = fh.read(MAX_METRIC_BYTES + 1)
+        raw = fh.read(max_metric_bytes() + 1)
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()

@@ -14,7 +14,6 @@ GATEKEEPER_WANDB_RETRY_SECONDS (total budget per call, default 120).
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from collections.abc import Callable
@@ -23,7 +22,13 @@ from typing import Any, TypeVar
 from gatekeeper.errors import SourceError, SourceNotFound, SourceUnavailable, UsageError
 from gatekeeper.extras import load, require
 from gatekeeper.model import Run, RunState, Series, merge_chunks
-from gatekeeper.sources.base import LiveSource, Poll, StepTops, check_cursor_version
+from gatekeeper.sources.base import (
+    LiveSource,
+    Poll,
+    StepTops,
+    check_cursor_version,
+    env_number,
+)
 from gatekeeper.sources.wandb.axes import NESTED, Columns, StepAxes
 from gatekeeper.sources.wandb.scheme import SCHEME
 
@@ -109,8 +114,8 @@ class WandbApiSource(LiveSource):
         super().__init__(spec)
         self.entity, self.project, self.run_id = parse_spec(spec)
         self.page_size = page_size
-        self.timeout = timeout or float(os.environ.get("GATEKEEPER_WANDB_TIMEOUT", "20"))
-        budget = retry_seconds or float(os.environ.get("GATEKEEPER_WANDB_RETRY_SECONDS", "120"))
+        self.timeout = timeout or env_number("GATEKEEPER_WANDB_TIMEOUT", 20, 0.1, 3600)
+        budget = retry_seconds or env_number("GATEKEEPER_WANDB_RETRY_SECONDS", 120, 0, 86400)
         self.retry = Retry(budget)
         self._api: Any = None
         self._sdk_run: Any = None

@@ -9,13 +9,12 @@ target's visible error rather than a crash of the daemon.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from gatekeeper.errors import SourceUnavailable
 from gatekeeper.extras import load
-from gatekeeper.sources.base import Discovery
+from gatekeeper.sources.base import Discovery, env_number
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class ProjectRuns(Discovery):
     def runs(self) -> list[str]:
         """`wandb://ENTITY/PROJECT/RUN_ID` of every run matching the filter."""
         wandb = load("wandb", "wandb", f"listing the runs of wandb project {self.project}")
-        timeout = max(1, round(float(os.environ.get("GATEKEEPER_WANDB_TIMEOUT", "20"))))
+        timeout = max(1, round(env_number("GATEKEEPER_WANDB_TIMEOUT", 20, 0.1, 3600)))
         try:
             api = wandb.Api(timeout=timeout)
             found = api.runs(self.project, filters=self.query(), per_page=100)
