@@ -141,9 +141,15 @@ def test_a_number_flag_out_of_range_is_exit_2_naming_it():
         ("import-recipe", "d.md", "-o", "p.yaml", "--about", "0"):
             "import-recipe: argument --about: expected a number in (0, 1) (a relative "
             "tolerance), got '0'",
+        ("import-recipe", "d.md", "-o", "p.yaml", "--eval-every", "0"):
+            "import-recipe: argument --eval-every: expected a whole number from 1 to "
+            "1099511627776, got '0'",
+        ("history", "show", "--history", "h.db", "--limit", "99999999999999999999"):
+            "history show: argument --limit: expected a whole number from 1 to 1000000, got "
+            "'99999999999999999999'",  # exit 70 (past SQLite's INTEGER); -1 listed all
     }
     for argv, line in cases.items():
         out = gatekeeper(*argv)
-        command = argv[0]
+        command = " ".join(argv[:2]) if argv[0] == "history" else argv[0]
         want = f"gatekeeper: error: {line}; see 'gatekeeper {command} --help'\n"
         assert out.returncode == 2 and out.stderr == want, (argv, out.stderr)

@@ -100,6 +100,22 @@ def bounded(
     return number
 
 
+def whole(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high` (exit 2 naming the flag)."""
+
+    def number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from {low} to {high}, got {text!r}")
+        return value
+
+    return number
+
+
 def seconds(*, zero: bool = False) -> Callable[[str], float]:
     """An argparse type for a duration: seconds above 0 (or from 0), at most a week."""
     return bounded(0.0, WEEK, above=not zero, like=" seconds")

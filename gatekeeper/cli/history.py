@@ -22,6 +22,7 @@ from gatekeeper.cli.args import (
     report_options,
     run_overrides,
     store_url,
+    whole,
 )
 from gatekeeper.errors import UsageError
 
@@ -138,7 +139,8 @@ def register(sub: Any) -> None:
     s = hsub.add_parser("show", help="list recorded runs, newest first")
     s.add_argument("--history", metavar="URL", help="store (default: $GATEKEEPER_HISTORY)")
     s.add_argument("--series", help="only runs of this series (canonical JSON as shown)")
-    s.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
+    s.add_argument("--limit", type=whole(1, 1_000_000), default=50,
+                   help="at most this many runs (default 50)")
     s.set_defaults(func=cmd_show)
 
     m = hsub.add_parser("mark-untrusted", help="revoke trust for a run or a commit (rows stay)")

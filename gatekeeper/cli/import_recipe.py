@@ -9,7 +9,7 @@ import argparse
 import os
 from typing import Any
 
-from gatekeeper.cli.args import add_tuning_arg, bounded
+from gatekeeper.cli.args import add_tuning_arg, bounded, whole
 from gatekeeper.errors import PolicyError, UsageError
 
 
@@ -29,8 +29,6 @@ def cmd_import_recipe(args: argparse.Namespace) -> int:
         if not (eq and key):
             raise UsageError(f"--match-config {item!r}: expected KEY=VALUE")
         match[key] = value
-    if args.eval_every is not None and args.eval_every < 1:
-        raise UsageError(f"--eval-every {args.eval_every}: rollouts between evaluations, >= 1")
     try:
         recipe = import_recipe(text, args.about, args.eval_every)
     except RecipeDocError as exc:
@@ -72,7 +70,7 @@ def register(sub: Any) -> None:
                    bounded(0, 1, above=True, below=True, like=" (a relative tolerance)"))
     p.add_argument(
         "--eval-every",
-        type=int,
+        type=whole(1, 1 << 40),
         metavar="ROLLOUTS",
         help="rollouts between evaluations, to place 'eval@N' on eval/step (miles logs the "
         "rollout id there); without it an 'eval@N' is listed as not interpreted",
