@@ -28,13 +28,13 @@ def register(sub: Any) -> None:
 
 
 def cmd_notify(args: argparse.Namespace) -> int:
-    from gatekeeper.notify.ci import read_report
+    from gatekeeper.report.json_report import read
 
     opts = notify_options(args)
     if not opts.targets:
         raise UsageError("notify: say where to post: --notify KIND:URL_ENV, e.g. "
                          "--notify lark:LARK_WEBHOOK_URL")
-    verdicts = [(path, read_report(path)) for path in args.reports]
+    verdicts = [(path, read(path)) for path in args.reports]
     post(opts, verdicts, strict=True)
     return 0
 

@@ -12,7 +12,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from gatekeeper.cli.args import PlotOptions
-from gatekeeper.errors import UsageError
 
 if TYPE_CHECKING:
     from gatekeeper.model import Run
@@ -72,30 +71,11 @@ def write_plot_reports(
         github.append_charts(verdict, run, summary)
 
 
-def load_verdict(path: str) -> Verdict:
-    import orjson
-
-    from gatekeeper.verdict import Verdict
-
-    try:
-        with open(path, "rb") as fh:
-            data = orjson.loads(fh.read())
-    except OSError as exc:
-        raise UsageError(f"report: cannot read {path}: {exc.strerror}") from exc
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"report: {path} is not JSON: {exc}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-        raise UsageError(f"report: {path} is not a gatekeeper JSON verdict (no results list)")
-    try:
-        return Verdict.from_dict(data)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise UsageError(f"report: {path}: a result is malformed: {exc}") from exc
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     from gatekeeper.report import html
+    from gatekeeper.report.json_report import read
 
-    verdict = load_verdict(args.verdict)
+    verdict = read(args.verdict)
     source = args.run or verdict.run.get("source")
     run = read_run(source, None)  # only its series are drawn; the verdict has the metadata
     html.write(verdict, args.html_path, run)

@@ -20,14 +20,13 @@ shared state, no race, one card per CI run.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gatekeeper.errors import GatekeeperError, UsageError, one_line
+from gatekeeper.errors import GatekeeperError
 from gatekeeper.notify.grouping import alert_payload, group_alerts
 from gatekeeper.verdict import GateStatus, Mode, RuleResult, Severity, Status, Verdict
 
@@ -64,22 +63,6 @@ def stamp(verdict: Verdict, job: JobInfo) -> None:
     """Keep the job's label and link in the verdict (its JSON report carries them)."""
     if job.name or job.url:
         verdict.run[JOB_KEY] = {"name": job.name, "url": job.url}
-
-
-def read_report(path: str) -> Verdict:
-    """A gate job's JSON report (`--json`); anything else is bad input naming the file."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        if not (isinstance(data, dict) and isinstance(data.get("results"), list)
-                and isinstance(data.get("run"), dict) and "status" in data):
-            raise ValueError("no status, run and results")
-        return Verdict.from_dict(data)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(
-            f"{path}: not a gatekeeper JSON report ({one_line(str(exc))[:200]}); give the "
-            "files `gatekeeper check|run --json FILE` wrote"
-        ) from None
 
 
 def alerts_of(

@@ -1,4 +1,5 @@
-"""The JSON report: the whole verdict, for machines."""
+"""The JSON report: the whole verdict, for machines; and reading one back (`report`,
+`notify`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from gatekeeper.errors import UsageError, one_line
 from gatekeeper.report.files import write_atomic
 from gatekeeper.verdict import Verdict
 
@@ -33,3 +35,28 @@ def _text_safe(value: Any) -> Any:
 
 def write(verdict: Verdict, path: str) -> None:
     write_atomic(path, dumps(verdict) + b"\n")
+
+
+def read(path: str) -> Verdict:
+    """A JSON report `check|run --json` wrote. Anything else (a file that cannot be read,
+    not JSON, or JSON of another shape, down to one result) is a UsageError naming the
+    file, never a verdict half read or a bug (exit 70)."""
+    try:
+        with open(path, "rb") as fh:
+            data = orjson.loads(fh.read())
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not JSON: {exc}") from None
+    try:
+        if not (isinstance(data, dict) and isinstance(data.get("results"), list)
+                and isinstance(data.get("run"), dict) and "status" in data):
+            raise ValueError("no status, run and results")
+        if not all(isinstance(r, dict) for r in data["results"]):
+            raise ValueError("a result that is not an object")
+        return Verdict.from_dict(data)
+    except (LookupError, ValueError, TypeError, AttributeError, OverflowError) as exc:
+        raise UsageError(
+            f"{path}: not a gatekeeper JSON report ({one_line(str(exc))[:200]}); give a "
+            "file `gatekeeper check|run --json FILE` wrote"
+        ) from None

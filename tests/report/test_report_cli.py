@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import gatekeeper
 from tests.report.runs import SPIKE_STEP, failing_run
 
@@ -28,9 +30,31 @@ def test_report_refuses_what_is_not_a_verdict(tmp_path: Path):
     bad = tmp_path / "x.json"
     bad.write_text('{"hello": 1}')
     proc = gatekeeper("report", str(bad), "--html", str(tmp_path / "r.html"))
-    assert proc.returncode == 2 and "not a gatekeeper JSON verdict" in proc.stderr
+    assert proc.returncode == 2 and "not a gatekeeper JSON report" in proc.stderr
     proc = gatekeeper("report", str(tmp_path / "missing.json"), "--html", str(tmp_path / "r"))
     assert proc.returncode == 2 and "cannot read" in proc.stderr
+
+
+@pytest.mark.parametrize("body", [
+    '{"status": "fail", "run": {"name": "x"}, "results": ["a"]}',  # exit 70 (AttributeError)
+    '{"status": "fail", "run": ["x"], "results": []}',
+    '{"status": "fail", "run": {}, "results": [{"policy": "p", "rule": "r", "status": "fail",'
+    ' "severity": "error", "mode": "enforce", "span": [0]}]}',  # IndexError
+])
+def test_report_and_notify_read_a_report_alike_and_refuse_one_of_another_shape(
+    tmp_path: Path, body: str
+) -> None:
+    """One reader of JSON reports (`report/json_report.read`) for both commands; before,
+    each had its own, and a result that is not an object was exit 70 in both."""
+    bad = tmp_path / "x.json"
+    bad.write_text(body)
+    for argv in (("report", str(bad), "--html", str(tmp_path / "r.html")),
+                 ("notify", str(bad), "--notify", "webhook:HOOK")):
+        proc = gatekeeper(*argv, env={"HOOK": "http://127.0.0.1:9/hook"})
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert proc.stderr.startswith(f"gatekeeper: error: {bad}: not a gatekeeper JSON "
+                                      "report ("), proc.stderr
+    assert not (tmp_path / "r.html").exists()
 
 
 def test_watch_writes_the_html_report_at_the_end(tmp_path: Path):
