@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from gatekeeper.errors import UsageError
 from gatekeeper.sources import open_live_source, open_source
+from gatekeeper.sources.base import LiveSource
 from gatekeeper.sources.prometheus import PrometheusSource
 from gatekeeper.sources.prometheus.source import parse_spec
 from tests.daemon.harness import free_port
@@ -174,6 +175,23 @@ def test_live_poll_reads_only_samples_scraped_since_the_last_poll(prom: Prom) ->
     assert steps[0] >= len(seen)  # indices continue where the last poll stopped
 
 
+def _polled_and_whole_alike(
+    src: LiveSource, spec: str, metric: str, n: int
+) -> list[tuple[int, float]]:
+    """At least `n` points of `metric` polled every 0.1 s (at most 30 s), the same steps and
+    values as the start of the whole read that follows."""
+    live: list[tuple[int, float]] = []
+    deadline = time.monotonic() + 30
+    while len(live) < n and time.monotonic() < deadline:
+        for s in src.poll().series.values():
+            live += zip(s.steps.tolist(), s.values.tolist(), strict=True)
+        time.sleep(0.1)
+    whole = open_source(spec).read().series[metric]
+    assert len(live) >= n, live
+    assert live == list(zip(whole.steps.tolist(), whole.values.tolist(), strict=True))[:len(live)]
+    return live
+
+
 def test_live_poll_keeps_samples_stored_after_their_time(prom: Prom) -> None:
     """A scraped sample carries the scrape's start time but is stored when the answer is
     in: a poll in between must not step past it for good. Polled every 0.1 s, each sample
@@ -182,15 +200,7 @@ def test_live_poll_keeps_samples_stored_after_their_time(prom: Prom) -> None:
     be the final one on the same data)."""
     spec = f'prom+{prom.url}?selector={{__name__="slow_scrapes"}}&start={time.time() - 1:.3f}'
     src = open_live_source(spec)
-    live: list[tuple[int, float]] = []
-    deadline = time.monotonic() + 30
-    while len(live) < 3 and time.monotonic() < deadline:
-        for s in src.poll().series.values():
-            live += zip(s.steps.tolist(), s.values.tolist(), strict=True)
-        time.sleep(0.1)
-    whole = open_source(spec).read().series["slow_scrapes"]
-    assert len(live) >= 3, live
-    assert live == list(zip(whole.steps.tolist(), whole.values.tolist(), strict=True))[:len(live)]
+    live = _polled_and_whole_alike(src, spec, "slow_scrapes", 3)
     values = [v for _, v in live]
     assert values == [values[0] + i for i in range(len(values))]  # no scrape missed
     # a saved cursor goes on where the polls stopped; one saved before it kept each
@@ -211,16 +221,8 @@ def test_live_grid_points_wait_until_every_sample_before_them_is_stored(prom: Pr
     s late, live = whole, value by value (Prometheus 2.42)."""
     spec = (f"prom+{prom.url}?query=slow_scrapes&name=n&resolution=100ms&late=1s"
             f"&start={time.time():.3f}")
-    src = open_live_source(spec)
-    live: list[tuple[int, float]] = []
-    deadline = time.monotonic() + 30
-    while len(live) < 40 and time.monotonic() < deadline:
-        for s in src.poll().series.values():
-            live += zip(s.steps.tolist(), s.values.tolist(), strict=True)
-        time.sleep(0.1)
-    whole = open_source(spec).read().series["n"]
-    assert len(live) >= 40 and len({v for _, v in live}) >= 3, live
-    assert live == list(zip(whole.steps.tolist(), whole.values.tolist(), strict=True))[:len(live)]
+    live = _polled_and_whole_alike(open_live_source(spec), spec, "n", 40)
+    assert len({v for _, v in live}) >= 3, live
 
 
 @pytest.mark.parametrize(("param", "error"), [
