@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
@@ -295,3 +296,37 @@ def test_a_server_answering_json_that_is_not_prometheus_is_exit_2(
     (error,) = proc.stderr.strip().splitlines()
     assert error.startswith("gatekeeper: error: ") and "127.0.0.1" in error, error
     assert "Prometheus" in error, error
+
+
+class _LeftOpenPrometheus:
+    """Prometheus 3's range selector as its HTTP API answers an instant query of
+    `selector[Nms]` at `time`: the samples with time - N < t <= time, `time` taken in
+    whole milliseconds (Prometheus 3 is not packaged here; 2.42 includes t = time - N)."""
+
+    def __init__(self, times_ms: list[int]):
+        self.times_ms = times_ms
+
+    def get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        assert path == "/api/v1/query"
+        at = round(float(params["time"]) * 1000)
+        window = int(params["query"].rsplit("[", 1)[1].removesuffix("ms]"))
+        values = [[t / 1000, "1"] for t in self.times_ms if at - window < t <= at]
+        return {"resultType": "matrix",
+                "result": [{"metric": {"__name__": "m"}, "values": values}]}
+
+
+def test_a_sample_at_a_window_edge_is_read_once_when_ranges_are_left_open() -> None:
+    """`selector=` reads in 6 h windows. A window ending 0.4 ms before a whole second E was
+    asked up to E (rounded) and the next one from exactly E: under Prometheus 3's
+    left-open ranges the sample at E fell between them, read by neither. The windows are
+    now asked in whole milliseconds, from the start rounded down."""
+    edge = 1_700_000_000  # s
+    start = edge - 0.0004 - 6 * 3600
+    times = [round((start + 0.5) * 1000) + 500 * i for i in range(10)]  # 0.5 s apart
+    times += [edge * 1000, edge * 1000 + 500]  # the sample on the edge, and one after it
+    src = PrometheusSource(f"prom+http://h:9?selector={{job=\"t\"}}&start={start!r}&axis=time",
+                           api=_LeftOpenPrometheus(sorted(times)))  # type: ignore[arg-type]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(time, "time", lambda: edge + 7 * 3600.0)  # a second 6 h window
+        run = src.read()
+    assert run.series["m"].steps.tolist() == [t // 1000 for t in sorted(times)]

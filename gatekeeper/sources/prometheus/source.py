@@ -243,9 +243,12 @@ class PrometheusSource(LiveSource):
         out = []
         while lo < hi:
             top = min(hi, lo + _RAW_WINDOW)
-            window_ms = max(1, math.ceil((top - lo) * 1000))
+            # Prometheus reads whole milliseconds: ask up to `top` rounded up, from `lo`
+            # rounded down, so no sample between a window's edge and its rounding is lost
+            top_ms, lo_ms = math.ceil(top * 1000), math.floor(lo * 1000)
             data = self.api.get("/api/v1/query", {
-                "query": f"{self.prom.selector}[{window_ms}ms]", "time": f"{top:.3f}",
+                "query": f"{self.prom.selector}[{max(1, top_ms - lo_ms)}ms]",
+                "time": f"{top_ms // 1000}.{top_ms % 1000:03d}",
             })
             for item in sorted(_matrix(data, self.shown), key=lambda r: self._name(r["metric"])):
                 name = self._name(item["metric"])
