@@ -55,6 +55,9 @@ def parse(value: str) -> StoreUrl:
             f"{redact(value)}: unknown store scheme {scheme.group(1)!r}; use "
             "postgresql://USER@HOST:PORT/DB, sqlite:///ABS/PATH.db or a file path"
         )
+    if value.lower().startswith("sqlite://") and not value.startswith("sqlite:///"):
+        raise ValueError(f"{value!r}: a SQLite URL names no host; use sqlite:///ABS/PATH.db, "
+                         "sqlite:rel/path.db or a path")  # sqlite://x.db was the file /x.db
     path = sqlite_path(value)
     if not path:
         raise ValueError(f"{value!r}: no file path; use sqlite:///path/to/file.db or a path")

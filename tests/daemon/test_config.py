@@ -96,6 +96,10 @@ def test_a_full_config_loads_with_durations_and_relative_paths(tmp_path: Path) -
             "notifiers:\n  - {name: n, kind: slack, url_env: U, retry_backoff: 2m}\n",
             r"notifiers\[0\]: .*retry_backoff \(120s\) must not exceed retry_backoff_max \(60s\)",
         ),
+        (  # was the file /relative.db, in the root folder
+            "state: sqlite://relative.db\ntargets: [{source: x, policies: [p]}]\n",
+            r"gatekeeper.yaml:1: state: 'sqlite://relative.db': a SQLite URL names no host",
+        ),
         (
             "http: {request_timeout: 10m}\ntargets: [{source: x, policies: [p]}]\n",
             r"gatekeeper.yaml:1: http.request_timeout: Input should be less than or equal to 300",

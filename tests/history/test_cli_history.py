@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from tests.helpers import gatekeeper, write_policy, write_record
 
@@ -126,3 +127,24 @@ def test_history_record_and_usage_errors(tmp_path):
         env={"GATEKEEPER_HISTORY": ""},
     )
     assert no_store.returncode == 2 and "no history store" in no_store.stderr
+
+
+def test_a_store_url_of_another_scheme_or_with_a_host_is_exit_2(tmp_path):
+    """`--history` goes through the URL parser the daemon's `state:` uses. Before,
+    `sqlite://h.db` was the file /h.db (the root folder: created as root) and `mysql://x`
+    a SQLite path `mysql:/x` under the working directory."""
+    write_policy(tmp_path / "drift.yaml", POLICY)
+    cases = {
+        "sqlite://h.db": "history store 'sqlite://h.db': a SQLite URL names no host; use "
+                         "sqlite:///ABS/PATH.db, sqlite:rel/path.db or a path",
+        "mysql://u:s3cret@db/x": "history store mysql://u:***@db/x: unknown store scheme "
+                                 "'mysql'; use postgresql://USER@HOST:PORT/DB, "
+                                 "sqlite:///ABS/PATH.db or a file path",
+    }
+    before = set(os.listdir("/"))
+    for url, error in cases.items():
+        proc = gatekeeper("check", run_file(tmp_path, 1, 1.0), "-p", str(tmp_path / "drift.yaml"),
+                          "--history", url, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.strip() == f"gatekeeper: error: {error}", (
+            proc.stderr)
+    assert set(os.listdir("/")) == before and not (tmp_path / "mysql:").exists()
