@@ -33,10 +33,6 @@ from gatekeeper.sources.base import env_number
 
 T = TypeVar("T")
 INT64 = (-(2**63), 2**63 - 1)
-# mlflow reads a metric file whole into Python objects: ~10 M points in 256 MiB
-def max_metric_bytes() -> int:
-    return int(env_number("GATEKEEPER_MLFLOW_MAX_FILE_BYTES", 256 << 20, 1024, 1 << 40))
-
 MAX_OTHER_BYTES = 16 << 20  # meta.yaml, a param, a tag: mlflow caps values at kilobytes
 READ_DIRS = ("metrics", "params", "tags", "inputs", "outputs")
 HOOKS = (
@@ -45,6 +41,12 @@ HOOKS = (
     "_get_experiment",
 )
 _FIX = "repair the file or remove it"
+
+
+def max_metric_bytes() -> int:
+    """The largest metric file read (`GATEKEEPER_MLFLOW_MAX_FILE_BYTES`, 256 MiB): mlflow
+    reads a metric file whole into Python objects, ~10 M points in 256 MiB."""
+    return int(env_number("GATEKEEPER_MLFLOW_MAX_FILE_BYTES", 256 << 20, 1024, 1 << 40))
 
 
 def _damaged(path: str, exc: BaseException, line: int | None = None) -> NoReturn:
