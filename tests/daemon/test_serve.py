@@ -167,15 +167,15 @@ def test_an_alert_sent_again_after_a_kill_9_carries_the_same_key(tmp_path: Path)
     request's `Idempotency-Key` unchanged; the two runs' alerts have keys of their own."""
     hook = Recorder(delay=1.5)
     config = write_config(
-        tmp_path, [{"name": "hook", "kind": "webhook", "url": hook.url, "group_wait": 0.5,
+        tmp_path, [{"name": "hook", "kind": "webhook", "url": hook.url, "group_wait": 1.0,
                     "timeout": 10}], interval=0.1, jitter=0,
     )  # fmt: skip
     runs = tmp_path / "runs"
+    for name in ("r0", "r1"):  # both there at the first discovery: one grouped request
+        rows = [{"train/step": s, "train/ppo_kl": 0.5 if s == 2 else 0.0} for s in range(4)]
+        (runs / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     daemon = DaemonProcess(config).start()
     try:
-        for name in ("r0", "r1"):
-            rows = [{"train/step": s, "train/ppo_kl": 0.5 if s == 2 else 0.0} for s in range(4)]
-            (runs / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         assert hook.wait(lambda: hook.requests == 1), daemon.tail()
         daemon.kill9()  # the receiver has the body; its answer never reaches the daemon
         assert hook.wait(lambda: len(hook.bodies) == 1)
