@@ -19,7 +19,7 @@ from gatekeeper.checks.baseline import Baselines, RuleBaseline
 from gatekeeper.checks.history import INACTIVE, History
 from gatekeeper.engine import RuleTracker
 from gatekeeper.engine.selection import in_range
-from gatekeeper.errors import ConfigError
+from gatekeeper.errors import ConfigError, quote
 from gatekeeper.history import keys, open_store
 from gatekeeper.history.base import HistoryStore, RunRecord
 from gatekeeper.history.keys import canonical
@@ -45,6 +45,10 @@ class HistoryOptions:
 def series_keys(policies: list[PolicySpec], given: tuple[str, ...] | None) -> tuple[str, ...]:
     """`--series-key` if given, else the one `series` the history rules declare, else name."""
     if given:
+        for key in given:
+            if not key.strip(". ") or key.endswith(".") or len(key) > 200:
+                raise ConfigError(f"--series-key {quote(key)}: expected run metadata that "
+                                  "tells runs apart, like config.test_path or name")
         return given
     declared: dict[tuple[str, ...], RuleSpec] = {}
     for rule in history_rules(policies):

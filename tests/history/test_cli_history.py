@@ -148,3 +148,16 @@ def test_a_store_url_of_another_scheme_or_with_a_host_is_exit_2(tmp_path):
         assert proc.returncode == 2 and proc.stderr.strip() == f"gatekeeper: error: {error}", (
             proc.stderr)
     assert set(os.listdir("/")) == before and not (tmp_path / "mysql:").exists()
+
+
+def test_a_series_key_that_names_nothing_is_refused_as_such(tmp_path):
+    """`--series-key ''` or `config.` was looked up on the run and reported as "not set"
+    with the hint `--config =VALUE`; a 5,000-character key was echoed whole."""
+    write_policy(tmp_path / "drift.yaml", POLICY)
+    for key, shown in (("", '""'), ("config.", '"config."'), ("config." + "k" * 300,
+                                                              '"config.' + "k" * 49 + "...")):
+        proc = gatekeeper("check", run_file(tmp_path, 1, 1.0), "-p", str(tmp_path / "drift.yaml"),
+                          "--history", str(tmp_path / "h.db"), "--series-key", key)
+        assert proc.returncode == 2 and proc.stderr.strip() == (
+            f"gatekeeper: error: --series-key {shown}: expected run metadata that tells runs "
+            "apart, like config.test_path or name"), proc.stderr
