@@ -210,10 +210,13 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
 def seconds(raw: Any) -> Any:
     """`30`, `30s`, `5m`, `4h`, `1d`, `250ms` as seconds (float): a pydantic
-    BeforeValidator for durations in config files."""
+    BeforeValidator for durations in config files, and the one duration grammar of the
+    CLI's flags and the source URLs (`late=15s`). NaN and the infinities are not one."""
     if isinstance(raw, bool):
         raise ValueError(f"expected a duration like 30s, 5m or 4h, got {raw!r}")
     if isinstance(raw, (int, float)):
+        if not math.isfinite(raw):
+            raise ValueError(f"expected a duration like 30s, 5m or 4h, got {raw!r}")
         return float(raw)
     if isinstance(raw, str):
         m = _DURATION.match(raw)

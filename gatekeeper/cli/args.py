@@ -78,16 +78,17 @@ WEEK = 7 * 86400.0  # the longest duration a flag takes (a sleep of inf overflow
 
 
 def bounded(
-    low: float, high: float, *, above: bool = False, below: bool = False, like: str = ""
+    low: float, high: float, *, above: bool = False, below: bool = False, like: str = "",
+    parse: Callable[[str], float] = float,
 ) -> Callable[[str], float]:
     """An argparse type: a finite number from `low` to `high` (`above`/`below`: not the
-    end itself). NaN, an infinity or a number out of range is argparse's usage error
-    (exit 2, naming the flag), not a value that breaks the command later."""
+    end itself), read by `parse`. NaN, an infinity or a number out of range is argparse's
+    usage error (exit 2, naming the flag), not a value that breaks the command later."""
     lo, hi = ("(" if above else "[") + f"{low:g}", f"{high:g}" + (")" if below else "]")
 
     def number(text: str) -> float:
         try:
-            value = float(text)
+            value = parse(text)
         except ValueError:
             value = math.nan
         fits = (value > low if above else value >= low) and (
@@ -117,8 +118,15 @@ def whole(low: int, high: int) -> Callable[[str], int]:
 
 
 def seconds(*, zero: bool = False) -> Callable[[str], float]:
-    """An argparse type for a duration: seconds above 0 (or from 0), at most a week."""
-    return bounded(0.0, WEEK, above=not zero, like=" seconds")
+    """An argparse type for a duration (`30`, `30s`, `5m`, `250ms`: the config files'
+    grammar): above 0 (or from 0), at most a week."""
+    return bounded(0.0, WEEK, above=not zero, like=" seconds (or 30s, 5m)", parse=_duration)
+
+
+def _duration(text: str) -> float:
+    from gatekeeper.yamlfile import seconds as duration  # pydantic: only for a flag given
+
+    return float(duration(text))
 
 
 def add_tuning_arg(

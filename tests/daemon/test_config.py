@@ -96,6 +96,10 @@ def test_a_full_config_loads_with_durations_and_relative_paths(tmp_path: Path) -
             "notifiers:\n  - {name: n, kind: slack, url_env: U, retry_backoff: 2m}\n",
             r"notifiers\[0\]: .*retry_backoff \(120s\) must not exceed retry_backoff_max \(60s\)",
         ),
+        (  # was taken: a poll due at infinity
+            "poll: {interval: .inf}\ntargets: [{source: x, policies: [p]}]\n",
+            r"gatekeeper.yaml:1: poll.interval: .*expected a duration like 30s, 5m or 4h, got inf",
+        ),
         (  # was the file /relative.db, in the root folder
             "state: sqlite://relative.db\ntargets: [{source: x, policies: [p]}]\n",
             r"gatekeeper.yaml:1: state: 'sqlite://relative.db': a SQLite URL names no host",
@@ -116,7 +120,7 @@ def test_errors_name_file_line_and_field(tmp_path: Path, body: str, expected: st
      "gatekeeper.yaml:2: targets[0].prometheus.url: Prometheus URL 'http://[::1': Invalid IPv6 "
      "URL; fix the host or port, got \"http://[::1\""),
     ("{url: 'http://u:s3cret@h:9090', selector: '{job=\"x\"}', late: soon}",
-     "gatekeeper.yaml:2: targets[0].prometheus.late: expected a duration like 15s, 5m or 6h, "
+     "gatekeeper.yaml:2: targets[0].prometheus.late: expected a duration like 30s, 5m or 4h, "
      "got 'soon'"),
     ("{url: 'http://u:s3cret@h:9090', selector: 'job=x'}",
      "gatekeeper.yaml:2: targets[0].prometheus.selector: expected a label selector like "

@@ -229,7 +229,7 @@ def test_live_grid_points_wait_until_every_sample_before_them_is_stored(prom: Pr
 
 @pytest.mark.parametrize(("param", "error"), [
     ("resolution=0s", "resolution is at least 1ms, got '0s'"),  # was exit 70, dividing by 0
-    ("late=soon", "late: expected a duration like 15s, 5m or 6h, got 'soon'"),
+    ("late=soon", "late: expected a duration like 30s, 5m or 4h, got 'soon'"),
     # exit 70 before (the run's config shows the start as a date)
     ("start=nan", "start: expected a time of the years 1970 to 9999, got 'nan'"),
     ("start=1e20", "start: expected a time of the years 1970 to 9999, got '1e20'"),

@@ -49,10 +49,9 @@ from gatekeeper.sources.base import (
 )
 from gatekeeper.sources.prometheus.api import PrometheusApi
 from gatekeeper.sources.prometheus.scheme import SCHEMES
+from gatekeeper.yamlfile import seconds as duration
 
 _CURSOR_VERSION = 1
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 _RAW_WINDOW = 6 * 3600.0  # seconds of raw samples asked per request
 # s a scraped sample may reach the TSDB after its time: Prometheus' default scrape_timeout
@@ -64,10 +63,11 @@ _KEYS = {"selector", "query", "name", "start", "end", "resolution", "axis", "run
 
 
 def seconds(text: str) -> float:
-    m = _DURATION.match(text.strip())
-    if not m:
-        raise UsageError(f"expected a duration like 15s, 5m or 6h, got {text!r}")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    """A duration of the URL (`15s`, `6h`, `250ms`): the config files' grammar."""
+    try:
+        return float(duration(text))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def timestamp(text: str, now: float) -> float:
