@@ -77,12 +77,28 @@ def open_follower(
     policy = policy_options(args)
     policies = gate.load(list(policy.paths), list(policy.overrides))
     try_report_paths(args)
+    _warn_unset_notify(args)
     settings = _settings(args, grace)
     printer = Printer(sys.stdout, progress_every=args.progress_every, quiet=args.quiet)
     # opened before CMD starts: the runs already in a wandb folder are not the one to gate
     followed = open_follow_source(source, printer.say, for_command=cmd)
     live = LiveGate(followed, policies, run_overrides(args), started=time.time())
     return Follower(live, settings, printer, child)
+
+
+def _warn_unset_notify(args: argparse.Namespace) -> None:
+    """`run --notify`: say before CMD starts that a card cannot be posted (its URL's or
+    secret's variable unset), not only after the run. A warning, as at the end: a CI job
+    without the secret (a fork's pull request) still gates."""
+    from gatekeeper.errors import GatekeeperError, one_line
+
+    for target in getattr(args, "notify", None) or ():
+        try:
+            target.resolved_url()
+            target.resolved_secret()
+        except GatekeeperError as exc:
+            print(f"gatekeeper: warning: notify {target.name}: {one_line(str(exc))}; the "
+                  "verdict's card will not be posted", file=sys.stderr)
 
 
 def finish(args: argparse.Namespace, follower: Follower, outcome: Outcome) -> int:

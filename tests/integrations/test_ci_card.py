@@ -164,6 +164,24 @@ def test_run_notify_posts_the_card_of_the_command_it_watched(tmp_path):
     assert json.loads((tmp_path / "v.json").read_text())["run"]["ci_job"]["name"] == "e2e"
 
 
+def test_run_notify_warns_of_an_unset_url_before_the_command_starts(tmp_path):
+    """The warning came only after the run (when the card was to be posted); it now comes
+    before CMD starts too. Still a warning, the gate's verdict the exit code: a CI job
+    without the secret (a fork's pull request) still gates."""
+    write_policy(tmp_path / "ci.yaml", POLICY)
+    metrics = tmp_path / "m.jsonl"
+    writer = ("import json,sys; print('CMD STARTED', file=sys.stderr, flush=True); "
+              "open(sys.argv[1],'w').write(json.dumps({'train/step':0,'train/ppo_kl':0.0,"
+              "'train/loss':1.0})+'\\n')")
+    res = gatekeeper("run", "-p", str(tmp_path / "ci.yaml"), "--source", str(metrics),
+                     "--notify", "webhook:NOT_SET_HOOK", "--", sys.executable, "-c", writer,
+                     str(metrics))
+    warning = ("gatekeeper: warning: notify webhook: notifier webhook: environment variable "
+               "NOT_SET_HOOK is not set (it holds the webhook URL)")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stderr.index(warning) < res.stderr.index("CMD STARTED"), res.stderr
+
+
 def test_a_receiver_that_fails_once_gets_the_card_on_the_retry(tmp_path):
     """The daemon's Channel delivers: a 503 is retried (backoff), still one card."""
     reports = a_ci_run(tmp_path)
