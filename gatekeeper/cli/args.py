@@ -288,12 +288,16 @@ def report_options(args: argparse.Namespace) -> ReportOptions:
 def try_report_paths(args: argparse.Namespace) -> None:
     """Exit 2 now, naming it, for a report path that could not be written when the verdict
     is in (`run` and `watch` may work for hours before it is)."""
-    from gatekeeper.report.files import writable
+    from gatekeeper.gate import github_enabled
+    from gatekeeper.report.files import appendable, writable
 
     opts = report_options(args)
     for path in (opts.json_path, opts.junit_path, plot_options(args).html_path):
         if path:
             writable(path)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary and github_enabled(opts.github):
+        appendable(summary, "the step summary ($GITHUB_STEP_SUMMARY)")
 
 
 def plot_options(args: argparse.Namespace) -> PlotOptions:

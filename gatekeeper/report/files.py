@@ -62,6 +62,12 @@ def writable(path: str) -> None:
         ) from None
 
 
+def appendable(path: str, what: str) -> None:
+    """Raise the UsageError `append_text` would, for a path it could not append to (it
+    is opened for appending, nothing written)."""
+    append_text(path, "", what)
+
+
 def append_text(path: str, text: str, what: str) -> None:
     """Append `text` to `path` (the GitHub step summary); one that cannot be written is a
     usage error naming it (exit 2), as for a report file."""

@@ -466,3 +466,18 @@ def test_a_report_path_that_cannot_be_written_stops_run_and_watch_before_they_be
                                       "there: Not a directory; name a writable file"
     assert not started.exists()  # CMD never ran
     assert sorted(os.listdir(tmp_path)) == ["a-file", "live.yaml"]
+
+
+def test_an_unwritable_step_summary_stops_run_before_the_command(tmp_path: Path) -> None:
+    """Under GitHub Actions the summary is appended to when the verdict is in: a
+    `$GITHUB_STEP_SUMMARY` that cannot be written was exit 2 after CMD had run."""
+    (tmp_path / "a-file").write_text("a file where a folder would go")
+    summary = str(tmp_path / "a-file" / "summary.md")
+    started = tmp_path / "started"
+    proc = gatekeeper("run", "-p", str(_policy(tmp_path)), "--source", str(tmp_path / "m.jsonl"),
+                      "--github", "always", "--", "touch", str(started),
+                      env={"GITHUB_STEP_SUMMARY": summary})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{summary}: cannot write the step summary ($GITHUB_STEP_SUMMARY): Not a " \
+           "directory" in proc.stdout + proc.stderr
+    assert not started.exists()
