@@ -161,3 +161,16 @@ def test_a_duration_flag_takes_the_config_files_grammar():
                      "examples/quickstart/policy.yaml", "--interval", "250ms", "--idle-timeout",
                      "1s", "-q", cwd=REPO)
     assert out.returncode == 0 and "no new point for 1 s" in out.stdout + out.stderr, out
+
+
+def test_a_source_that_names_nothing_is_exit_2():
+    """`""`, `file://` or `tensorboard://` was read as the working directory: `check` said
+    ": no such file or directory", `watch` waited and judged a run of no metrics."""
+    policy = ("-p", "examples/quickstart/policy.yaml")
+    for argv in (("check", "", *policy), ("check", "tensorboard://", *policy),
+                 ("watch", "file://", *policy, "--idle-timeout", "1"),
+                 ("watch", "tensorboard://", *policy, "--idle-timeout", "1")):
+        out = gatekeeper(*argv, cwd=REPO)
+        assert out.returncode == 2 and out.stderr == (
+            f"gatekeeper: error: source {argv[1]!r} names no run: give its file, directory or "
+            "URL (gatekeeper sources lists the forms)\n"), (argv, out.stderr)

@@ -16,7 +16,7 @@ from typing import Any
 
 from gatekeeper.errors import SourceError, one_line
 from gatekeeper.model import Run
-from gatekeeper.sources import family_of, open_live_source
+from gatekeeper.sources import family_of, named, open_live_source
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.jsonl import LiveJsonlSource
 from gatekeeper.sources.jsonl.live import held_files
@@ -48,7 +48,7 @@ def open_follow_source(
     after the watch began, and says which once it appears. `for_command` (`run`):
     `wandb/latest-run` means the run CMD is about to start, never the one the link
     points to now (an earlier run)."""
-    path = spec.removeprefix("file://")
+    path = named(spec).removeprefix("file://")
     if "://" not in spec and names_file_store(path):
         spec = f"mlflow+file://{os.path.abspath(path)}"  # an `mlruns/` folder
     if spec.startswith(TB_SCHEMES):  # a run, or a log dir whose new run is followed

@@ -110,8 +110,19 @@ def _added() -> list[type[Source]]:
     return with_plugins(list(_registered))
 
 
+def named(spec: str) -> str:
+    """`spec`, or a UsageError when it names nothing (`""`, `file://`, `tensorboard://`):
+    read as the working directory, it was a run of no metrics or a wait without end."""
+    rest = spec.split("://", 1)[1] if "://" in spec else spec
+    if not rest.strip():
+        raise UsageError(f"source {spec!r} names no run: give its file, directory or URL "
+                         "(gatekeeper sources lists the forms)")
+    return spec
+
+
 def open_source(spec: str) -> Source:
     """The source that understands `spec`, or a UsageError naming the accepted forms."""
+    named(spec)
     for kind in _added():
         if kind.accepts(spec):
             return kind(spec)
@@ -134,6 +145,7 @@ def open_live_source(spec: str) -> LiveSource:
     """The source that follows `spec` while it is written: a kind that accepts it and can
     be polled (wandb), else its family's tail that waits for the run to appear (JSONL: a
     file or directory that does not exist yet)."""
+    named(spec)
     family = family_of(spec)
     found = family.sources + family.live_sources if family is not None else ()
     for kind in [*_added(), *found]:
