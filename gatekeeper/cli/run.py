@@ -107,13 +107,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.source = source  # where the metrics are, for the HTML report's plots
     follower = open_follower(args, source, args.grace, cmd=True)  # policy errors before CMD starts
     miles = _miles_config(args, source, cmd, follower.printer.say) if args.miles else None
-    child = follower.child = ChildGroup(cmd, env)
-    if miles is not None:
-        follower.hold = functools.partial(miles.hold, child)
-    try:
-        with Forwarding(child, on_forward=follower.on_forward):
+    with Forwarding(on_forward=follower.on_forward) as forwarding:  # before CMD starts
+        child = follower.child = forwarding.attach(ChildGroup(cmd, env))
+        if miles is not None:
+            follower.hold = functools.partial(miles.hold, child)
+        try:
             outcome = follower.run()
-    finally:
-        if not child.exited() or child.alive():
-            child.stop(args.grace)  # gatekeeper itself failed: leave nothing running
+        finally:
+            if not child.exited() or child.alive():
+                child.stop(args.grace)  # gatekeeper itself failed: leave nothing running
     return finish(args, follower, outcome)

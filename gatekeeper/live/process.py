@@ -168,14 +168,32 @@ def _pgid(pid: int) -> int | None:
 
 
 class Forwarding:
-    """While active, SIGINT/SIGTERM sent to gatekeeper go to the child group instead."""
+    """While active, SIGINT/SIGTERM sent to gatekeeper go to the child group instead.
+    Entered before CMD starts (`attach` gives it the group once started): a signal that
+    arrives in between is kept and forwarded at `attach`, never taken as gatekeeper's own
+    (a KeyboardInterrupt that left the report unwritten)."""
 
-    def __init__(self, group: ChildGroup, on_forward: Callable[[int], None] | None = None):
-        self.group = group
+    def __init__(self, on_forward: Callable[[int], None] | None = None):
+        self.group: ChildGroup | None = None
         self.on_forward = on_forward
         self._saved: dict[int, object] = {}
+        self._early: list[int] = []  # signals received before the group existed
+
+    def attach(self, group: ChildGroup) -> ChildGroup:
+        self.group = group
+        early, self._early = self._early, []
+        for signum in early:
+            self._forward(signum)
+        return group
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.group is None:
+            self._early.append(signum)
+        else:
+            self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        assert self.group is not None
         self.group.forwarded.append(signum)
         self.group.signal(signum)
         if self.on_forward is not None:

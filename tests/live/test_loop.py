@@ -64,3 +64,23 @@ def test_a_failed_poll_after_the_command_exits_is_retried_before_the_final_verdi
     assert (outcome.reason, outcome.exit_code) == ("exited", 1)
     result = outcome.verdict.results[0]
     assert result.status.value == "fail" and result.step == 2, result.message
+
+
+def test_a_signal_before_the_command_has_started_is_forwarded_once_it_has() -> None:
+    """`run` enters the forwarding before CMD starts: a SIGINT that reaches gatekeeper
+    between the two is kept and sent to CMD's group at `attach`. Before, it was
+    gatekeeper's own KeyboardInterrupt (CMD stopped, no report written); CI's load made
+    that window long enough once (the SIGINT test of test_run.py)."""
+    import os
+    import signal
+
+    from gatekeeper.live.process import Forwarding
+
+    seen: list[int] = []
+    with Forwarding(on_forward=seen.append) as forwarding:
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: kept for the group
+        child = forwarding.attach(ChildGroup([sys.executable, "-c", "import time; "
+                                               "time.sleep(30)"]))
+        assert child.wait(20), "the command never got the SIGINT"
+    assert seen == [signal.SIGINT] and child.forwarded == [signal.SIGINT]
+    assert child.exit_code() == 128 + signal.SIGINT
