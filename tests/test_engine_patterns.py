@@ -83,6 +83,30 @@ def test_other_characters_are_themselves() -> None:
     assert template_id(expanded_id("r", "eval/a/x")) == "r" and template_id("r") == "r"
 
 
+@pytest.mark.parametrize(("pattern", "name", "hit"), [
+    ("a*b*c", "abc", True), ("a*b*c", "aXbYc", True), ("a*b*c", "acb", False),
+    ("ab*ba", "aba", False),  # the ends may not overlap
+    ("*a*", "", False), ("*", "", True), ("**", "x", True), ("x*x*x", "xxx", True),
+    ("a*/b*", "a1/b2", True), ("a*/b*", "a1/x/b2", False),
+])
+def test_stars_within_a_segment(pattern: str, name: str, hit: bool) -> None:
+    assert matches(pattern, name) is hit
+
+
+def test_a_pattern_of_many_stars_matches_in_linear_time() -> None:
+    """A backtracking regex took 4 s for `a*` x 10 + `b` on a 40-character name, and
+    grows as the name's length to the power of the stars: a policy and a long metric name
+    could hang `check` and the daemon. Segments are now matched by finding each fixed
+    piece leftmost in turn."""
+    import time
+
+    start = time.perf_counter()
+    assert not matches("a*" * 30 + "b", "a" * 100_000)
+    assert matches("a*" * 30 + "b", "a" * 100_000 + "b")
+    # ~1 ms; a guard against a hang, not a speed budget (the regex would not end)
+    assert time.perf_counter() - start < 10.0
+
+
 def test_a_pattern_rule_is_judged_on_every_matching_metric_each_its_own_result(tmp_path):
     run = run_of({f"eval/aime/{TITO}": [(0, 0.0), (1, 0.5)], f"eval/gsm8k/{TITO}": [(0, 0.0)],
                   "eval/aime": [(0, 0.3)]})
