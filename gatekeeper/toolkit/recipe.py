@@ -34,12 +34,11 @@ from dataclasses import dataclass, field
 
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 DASH = r"\s*(?:–|—|-|to)\s*"
-_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_HASHES = re.compile(r"^(#{1,6})\s+")  # an ATX heading's opening; its text: `_heading`
 _SECTION = re.compile(r"what to expect|what a healthy run looks like", re.I)
 _METRIC = re.compile(r"^`?([A-Za-z0-9_.@/-]+)`?$")
 _PROSE_METRIC = re.compile(r"^(?:step (\d+) )?`([A-Za-z0-9_.@/-]+/[A-Za-z0-9_.@/-]+)`$", re.I)
 _BULLET = re.compile(r"^\s*[-*]\s+`([A-Za-z0-9_.@/-]+)`\s+(.*)$")
-_FRONT_TITLE = re.compile(r"^title:\s*(.+?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -78,11 +77,11 @@ def _section(lines: list[str]) -> tuple[int, int]:
     healthy run looks like"), up to the next heading of its level or above."""
     level, start = None, 0
     for i, line in enumerate(lines):
-        m = _HEADING.match(line)
-        if m and level is not None and len(m.group(1)) <= level:
+        found = _heading(line)
+        if found and level is not None and found[0] <= level:
             return start, i
-        if m and level is None and _SECTION.search(m.group(2)):
-            level, start = len(m.group(1)), i + 1
+        if found and level is None and _SECTION.search(found[1]):
+            level, start = found[0], i + 1
     if level is None:
         raise RecipeDocError(
             "found no '## What to expect' heading (nor 'What a healthy run looks like')"
@@ -360,15 +359,26 @@ def _front_title(lines: list[str]) -> str | None:
     for line in lines[1:]:
         if line.strip() == "---":
             return None
-        if m := _FRONT_TITLE.match(line):
-            return m.group(1).strip("'\"")
+        key, colon, value = line.partition(":")
+        if colon and key == "title" and value.strip():
+            return value.strip().strip("'\"")
     return None
+
+
+def _heading(line: str) -> tuple[int, str] | None:
+    r"""(level, text) of an ATX heading (`## What to expect ##`): the text without its
+    closing hashes and spaces. String operations, not one regex: `(.*?)\s*#*\s*$` took
+    seconds on a line of a few thousand spaces and hashes (backtracking)."""
+    m = _HASHES.match(line)
+    if m is None:
+        return None
+    return len(m.group(1)), line[m.end():].rstrip().rstrip("#").rstrip()
 
 
 def import_recipe(text: str, about: float = 0.2, eval_every: int | None = None) -> Recipe:
     lines = text.splitlines()
     title = _front_title(lines) or next(
-        (m.group(2) for line in lines if (m := _HEADING.match(line))), "recipe"
+        (found[1] for line in lines if (found := _heading(line))), "recipe"
     )
     header, rows = find_table(lines)
     cols = {
