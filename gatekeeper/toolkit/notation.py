@@ -18,11 +18,14 @@ from __future__ import annotations
 import math
 import re
 
-_NUM = r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+# An unsigned decimal number, written so that a string splits one way only (`[0-9]+\.?[0-9]*`
+# split "1111" many ways: a cell of digits that failed took time quadratic in its length).
+# Shared with the recipe reader (toolkit/recipe.py).
+NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
 _SPECIAL = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf}
-_TOKEN = re.compile(rf"^(?P<start>[-+]?{_NUM})(?:(?P<op>[-+])(?P<inc>{_NUM}))?x(?P<n>[0-9]+)$")
+_TOKEN = re.compile(rf"^(?P<start>[-+]?{NUMBER})(?:(?P<op>[-+])(?P<inc>{NUMBER}))?x(?P<n>[0-9]+)$")
 _GAPS = re.compile(r"^_(?:x(?P<n>[0-9]+))?$")
-_PLAIN = re.compile(rf"^[-+]?{_NUM}$")
+_PLAIN = re.compile(rf"^[-+]?{NUMBER}$")
 MAX_POINTS = 1_000_000  # a typo like 1x10000000000 must not eat the machine
 
 

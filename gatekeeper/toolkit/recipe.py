@@ -32,7 +32,9 @@ import math
 import re
 from dataclasses import dataclass, field
 
-NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+from gatekeeper.toolkit.notation import NUMBER
+
+NUM = rf"[-+]?{NUMBER}"
 DASH = r"\s*(?:–|—|-|to)\s*"
 _HASHES = re.compile(r"^(#{1,6})\s+")  # an ATX heading's opening; its text: `_heading`
 _SECTION = re.compile(r"what to expect|what a healthy run looks like", re.I)

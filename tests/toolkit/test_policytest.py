@@ -37,6 +37,8 @@ def test_notation_matches_promtool_expansion():
     nan, inf, ninf = expand("NaN Inf -Inf")
     assert math.isnan(nan) and inf == math.inf and ninf == -math.inf
     assert expand("1e-9+1e-9x1") == [1e-9, 2e-9]
+    with pytest.raises(NotationError):  # a failing number read in linear time (was quadratic)
+        expand("1" * 200_000 + "x")
     with pytest.raises(NotationError, match="cannot read '1\\+x3'"):
         expand("1+x3")
 

@@ -73,7 +73,9 @@ def test_expected_cells(cell, check, deadline):
     "cell", ["rises", "0.3 – 0.1", "0.5", "about half", "above 0.8 eventually",
              # a policy refuses these, so writing them was exit 70 (found by mutating the
              # example recipe's table): a tolerance of 0 or below, a number past float64
-             "40 ± 0", "40 ± -8", "within 0% of 3", "below 1e400", "between 1e400 and 1e401"]
+             "40 ± 0", "40 ± -8", "within 0% of 3", "below 1e400", "between 1e400 and 1e401",
+             # a number regex that split digits many ways: 6 s for 20,000 of them, quadratic
+             "about " + "1" * 200_000 + "x"]
 )
 def test_cells_it_cannot_read_are_refused(cell):
     with pytest.raises(Unreadable):
