@@ -26,10 +26,11 @@ MAX_BYTES = 64 << 20
 ALIAS_BUDGET = 100_000  # nodes copied through aliases (a shared `when:` block is tens)
 
 
-def read_yaml(path: str) -> Any:
-    """The one YAML document of a file (see the module); every error names file:line."""
+def read_yaml(path: str, what: str = "policy") -> Any:
+    """The one YAML document of a file (see the module); every error names file:line and,
+    where the file could not be read, `what` it is (a policy, a config, a mapping)."""
     shown = display_path(path)
-    raw = _read_bytes(path, shown)
+    raw = _read_bytes(path, shown, what)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -37,15 +38,15 @@ def read_yaml(path: str) -> Any:
     return load_text(text, shown, raw)
 
 
-def _read_bytes(path: str, shown: str) -> bytes:
+def _read_bytes(path: str, shown: str, what: str) -> bytes:
     try:
         with open_regular(path, lambda why: PolicyError(why, file=shown)) as fh:
             raw: bytes = fh.read(MAX_BYTES + 1)
     except OSError as exc:
-        raise PolicyError(f"cannot read policy: {exc.strerror or exc}", file=shown) from None
+        raise PolicyError(f"cannot read {what}: {exc.strerror or exc}", file=shown) from None
     if len(raw) > MAX_BYTES:
         raise PolicyError(
-            f"policy file is larger than {MAX_BYTES >> 20} MiB; split it", file=shown
+            f"{what} file is larger than {MAX_BYTES >> 20} MiB; split it", file=shown
         )
     return raw
 

@@ -74,7 +74,7 @@ def _read_yaml(path: str, shown: str, required: bool) -> ProjectConfig | None:
     from gatekeeper.yamlfile import line_of, read_yaml, to_plain
 
     try:
-        tree = read_yaml(path)
+        tree = read_yaml(path, "config")
         data = to_plain(tree, shown)
     except PolicyError as exc:  # the reader speaks of policies: this file is a config
         text = str(exc).replace("cannot read policy:", "cannot read config:")

@@ -218,7 +218,7 @@ def load_config(path: str) -> DaemonConfig:
     """Read and validate a daemon config; relative paths resolve against its directory."""
     shown = display_path(path)
     try:
-        tree = read_yaml(path)
+        tree = read_yaml(path, "config")
         raw = to_plain(tree, shown)
     except PolicyError as exc:
         raise ConfigError(str(exc).replace("cannot read policy", "cannot read config")) from None

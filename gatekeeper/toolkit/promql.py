@@ -27,6 +27,7 @@ from gatekeeper.checks.isclose import IsClose
 from gatekeeper.checks.rise import Rise
 from gatekeeper.checks.stale import Stale
 from gatekeeper.checks.strictly_between import StrictlyBetween
+from gatekeeper.errors import PolicyError
 from gatekeeper.expr import Node
 from gatekeeper.policy.schema import Reduce
 from gatekeeper.policy.spec import PolicySpec, RuleSpec
@@ -287,9 +288,13 @@ def load_naming(path: str | None, selector: str = "") -> Naming:
     """The default naming, or a mapping file's, plus --selector (which wins)."""
     if path is None:
         return Naming(selector=selector)
-    tree = read_yaml(path)
+    tree = read_yaml(path, "mapping")
     try:
-        data = _NamingFile.model_validate(to_plain(tree, display_path(path)) or {})
+        plain = to_plain(tree, display_path(path))
+        if plain is not None and not isinstance(plain, dict):  # `[]` was the default naming
+            raise PolicyError("a mapping file is a YAML mapping (value, step, metric_label, "
+                              "run_label, selector, metrics)", file=display_path(path))
+        data = _NamingFile.model_validate(plain or {})
     except ValidationError as exc:
         raise validation_error(exc, tree, display_path(path)) from None
     return Naming(**{**data.model_dump(), "selector": selector or data.selector})

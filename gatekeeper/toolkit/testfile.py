@@ -193,7 +193,7 @@ def _default_policy(path: str) -> str:
 
 def load_tests(path: str) -> LoadedTests:
     shown = display_path(path)
-    tree = read_yaml(path)
+    tree = read_yaml(path, "test file")
     if not is_mapping(tree):
         raise PolicyError("a test file is a YAML mapping (policies, tests)", file=shown, line=1)
     try:

@@ -196,6 +196,15 @@ def test_a_mapping_file_renames_series_and_bad_ones_exit_2(tmp_path):
     )
     assert out.returncode == 2
     assert f"{bad}:2: metricz" in out.stderr
+    # a list was taken as no mapping at all; a missing file was "cannot read policy"
+    (tmp_path / "list.yaml").write_text("[]\n")
+    for name, error in (("list.yaml", "a mapping file is a YAML mapping (value, step, "
+                                      "metric_label, run_label, selector, metrics)"),
+                        ("missing.yaml", "cannot read mapping: No such file or directory")):
+        out = gatekeeper("export", "prometheus", str(tmp_path / "shapes.yaml"), "-o",
+                         str(tmp_path / "r.yml"), "--mapping", str(tmp_path / name))
+        assert out.returncode == 2 and out.stderr.strip() == (
+            f"gatekeeper: error: {tmp_path / name}: {error}"), out.stderr
 
 
 STRICT = """
