@@ -518,14 +518,16 @@ def test_a_store_that_is_not_there_or_not_mlflow_is_exit_2_and_nothing_is_create
     missing = tmp_path / "no-such" / "mlruns"
     garbage = tmp_path / "mlflow.db"
     garbage.write_text("not a database\n")
+    absent = tmp_path / "absent.db"  # mlflow created it, with its tables (seventeenth session)
     for source, words in (
         (f"mlflow+file://{missing}/runs/abc", "no MLflow file store"),
         (f"mlflow+sqlite:///{garbage}/runs/abc", "cannot open it as an MLflow store"),
+        (f"mlflow+sqlite:///{absent}/runs/abc", f"no MLflow store at {absent} (no such file)"),
     ):
         proc, _ = _check(tmp_path, source)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
-    assert not missing.parent.exists()
+    assert not missing.parent.exists() and not absent.exists()
     # the store as the source, to follow the next run: what it holds cannot be told
     proc = gatekeeper("watch", f"mlflow+sqlite:///{garbage}", "-p", str(_policy(tmp_path)),
                       "--interval", "0.2", timeout=60)

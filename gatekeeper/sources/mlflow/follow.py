@@ -23,7 +23,7 @@ import sqlite3
 from collections.abc import Callable
 from contextlib import closing
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from gatekeeper.errors import SourceError, UsageError, shown_url
 from gatekeeper.model import Run
@@ -31,6 +31,7 @@ from gatekeeper.sources.base import LiveSource, Poll, check_cursor_version
 from gatekeeper.sources.mlflow.client import RunInfo, TrackingClient
 from gatekeeper.sources.mlflow.scheme import PREFIX, SCHEME, SCHEMES, names_a_run
 from gatekeeper.sources.mlflow.source import MlflowSource, open_client, public_uri, source_for
+from gatekeeper.sources.mlflow.store import local_path
 
 _CURSOR_VERSION = 1
 _STORES = ("file:", "sqlite:", "http://", "https://")
@@ -51,15 +52,6 @@ def store_uri(spec: str) -> str:
             "or one run: .../runs/RUN_ID"
         )
     return uri
-
-
-def local_path(uri: str) -> str | None:
-    """The file or folder of a local store (`file:///x`, `sqlite:////x.db`), else None."""
-    if uri.startswith("file:"):
-        return urlsplit(uri).path or None
-    if uri.startswith("sqlite:"):
-        return urlsplit(uri).path[1:] or None  # sqlite:///rel.db, sqlite:////abs.db
-    return None
 
 
 # How long a look at a sqlite store waits for a writer's lock (SQLite's busy timeout):

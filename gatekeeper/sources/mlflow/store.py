@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from gatekeeper.errors import SourceError, SourceNotFound
 from gatekeeper.extras import load
@@ -34,6 +35,15 @@ def _mlflow() -> Any:
     return load("mlflow", "mlflow", "reading a local MLflow store")
 
 
+def local_path(uri: str) -> str | None:
+    """The file or folder of a local store (`file:///x`, `sqlite:////x.db`), else None."""
+    if uri.startswith("file:"):
+        return urlsplit(uri).path or None
+    if uri.startswith("sqlite:"):
+        return urlsplit(uri).path[1:] or None  # sqlite:///rel.db, sqlite:////abs.db
+    return None
+
+
 class StoreClient:
     def __init__(self, tracking_uri: str):
         mlflow = _mlflow()
@@ -52,6 +62,10 @@ class StoreClient:
             self.store = guarded_file_store(tracking_uri)  # first: the client would mkdir
             self.client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
         else:
+            path = local_path(tracking_uri)
+            if path is not None and not os.path.isfile(path):
+                # mlflow would create the database and its tables: a read writes nothing
+                raise SourceNotFound(f"{tracking_uri}: no MLflow store at {path} (no such file)")
             self.client = self._open_sql(mlflow)
             self.store = self.client._tracking_client.store
 
