@@ -98,8 +98,9 @@ class Target(_Model):
     family (`wandb`, `tensorboard`, `mlflow`, `prometheus`)."""
 
     name: str | None = None
-    source: str | None = None
-    glob: str | None = None
+    # an empty one named the working directory (or nothing: exit 70 at discovery)
+    source: str | None = Field(default=None, min_length=1, pattern=r"\S")
+    glob: str | None = Field(default=None, min_length=1, pattern=r"\S")
     wandb: WandbFilter | None = None
     tensorboard: TensorBoardFilter | None = None
     mlflow: MlflowFilter | None = None

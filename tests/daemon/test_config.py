@@ -96,6 +96,14 @@ def test_a_full_config_loads_with_durations_and_relative_paths(tmp_path: Path) -
             "notifiers:\n  - {name: n, kind: slack, url_env: U, retry_backoff: 2m}\n",
             r"notifiers\[0\]: .*retry_backoff \(120s\) must not exceed retry_backoff_max \(60s\)",
         ),
+        (  # exit 70 (an assertion at discovery) in --check-config and serve
+            "targets: [{source: '', policies: [p]}]\n",
+            r"gatekeeper.yaml:1: targets\[0\].source: String should have at least 1 character",
+        ),
+        (
+            "targets: [{glob: '', policies: [p]}]\n",
+            r"gatekeeper.yaml:1: targets\[0\].glob: String should have at least 1 character",
+        ),
         (  # was taken: a poll due at infinity
             "poll: {interval: .inf}\ntargets: [{source: x, policies: [p]}]\n",
             r"gatekeeper.yaml:1: poll.interval: .*expected a duration like 30s, 5m or 4h, got inf",

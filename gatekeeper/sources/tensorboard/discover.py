@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import os
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from gatekeeper.sources.tensorboard.logdir import is_run_dir, runs_in
 
@@ -15,7 +15,7 @@ class TensorBoardFilter(BaseModel):
     so is each directory below a match that does (a log dir of runs, TensorBoard's way)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    logdir: str
+    logdir: str = Field(min_length=1, pattern=r"\S")  # "" globbed nothing, silently
 
     def runs(self) -> list[str]:
         found: set[str] = set()
