@@ -76,9 +76,8 @@ def _read_yaml(path: str, shown: str, required: bool) -> ProjectConfig | None:
     try:
         tree = read_yaml(path, "config")
         data = to_plain(tree, shown)
-    except PolicyError as exc:  # the reader speaks of policies: this file is a config
-        text = str(exc).replace("cannot read policy:", "cannot read config:")
-        raise ConfigError(text.replace("policy file is larger", "config file is larger")) from None
+    except PolicyError as exc:  # a config's error (read_yaml names it a config)
+        raise ConfigError(str(exc)) from None
     if isinstance(data, dict) and "targets" in data and not required:
         return None  # `gatekeeper serve -c gatekeeper.yaml`'s config, not this one
     if not isinstance(data, dict):

@@ -105,7 +105,8 @@ class Target(_Model):
     tensorboard: TensorBoardFilter | None = None
     mlflow: MlflowFilter | None = None
     prometheus: PrometheusFilter | None = None
-    policies: list[str] = Field(min_length=1)
+    # an empty path was the config's own folder, every YAML file in it loaded as a policy
+    policies: list[Annotated[str, Field(min_length=1, pattern=r"\S")]] = Field(min_length=1)
     interval: PositiveDuration | None = None
     tags: list[str] = []  # added to every run of this target
     # run filters of source families added as packages (SourceFamily.target_model), by

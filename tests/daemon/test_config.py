@@ -100,6 +100,10 @@ def test_a_full_config_loads_with_durations_and_relative_paths(tmp_path: Path) -
             "targets: [{source: '', policies: [p]}]\n",
             r"gatekeeper.yaml:1: targets\[0\].source: String should have at least 1 character",
         ),
+        (  # was the config's folder, every YAML file in it loaded as a policy
+            "targets: [{source: x, policies: ['']}]\n",
+            r"gatekeeper.yaml:1: targets\[0\].policies\[0\]: String should have at least 1",
+        ),
         (
             "targets: [{glob: '', policies: [p]}]\n",
             r"gatekeeper.yaml:1: targets\[0\].glob: String should have at least 1 character",
