@@ -184,19 +184,22 @@ def needed_steps(rule: RuleSpec, run: Run) -> np.ndarray | None:
 
 
 def read_baselines(
-    store: HistoryStore, policies: list[PolicySpec], series: str, run: Run | None = None
+    store: HistoryStore | None, policies: list[PolicySpec], series: str,
+    run: Run | None = None, shown: str = "",
 ) -> Baselines:
+    """Each history rule's trusted rows of `series`; none where there is no `store` yet
+    (a SQLite file not created: `shown` names it)."""
     rules: dict[str, RuleBaseline] = {}
     for rule in history_rules(policies):
         assert isinstance(rule.check, History)
         needed = needed_steps(rule, run) if run is not None else None
-        rows = store.baseline_rows(
+        rows = [] if store is None else store.baseline_rows(
             series, *coordinate_prefix(rule), limit=rule.check.last_n, needed=needed
         )
         positional = rule.steps.kind in ("tail", "last")
         rules[rule.key] = baseline = RuleBaseline(positional=positional, rows=rows)
         baseline.stats(rule.check.last_n)  # computed here, at the edge, not while judging
-    return Baselines(rules, store.display)
+    return Baselines(rules, shown if store is None else store.display)
 
 
 def observations(tracker: RuleTracker) -> tuple[np.ndarray, np.ndarray]:
@@ -261,6 +264,13 @@ def judge(policies: list[PolicySpec], run: Run, opts: HistoryOptions) -> Verdict
     series = series_identity(run, skeys)
     if MILES_KEYS <= set(skeys):  # a miles identity: miles' scope, the declared metrics
         policies = scope_to_declared(policies, run)
+    if not opts.record and (absent := absent_sqlite(opts.url)) is not None:
+        # judged against no history, and nothing created: a read writes nothing
+        baselines = read_baselines(None, policies, series, run, absent)
+        verdict = judge_whole(policies, run, history=baselines)[1]
+        verdict.run["history"] = {"store": absent, "series": series, "recorded": False,
+                                  "absent": True}
+        return verdict
     with open_store(opts.url) as store:
         baselines = read_baselines(store, policies, series, run)
         session, verdict = judge_whole(policies, run, history=baselines)
@@ -285,11 +295,27 @@ def judge(policies: list[PolicySpec], run: Run, opts: HistoryOptions) -> Verdict
     return verdict
 
 
+def absent_sqlite(url: str) -> str | None:
+    """The file a SQLite store URL names, when it is not there yet (else None)."""
+    from gatekeeper.dburl import parse
+
+    try:
+        found = parse(url)
+    except ValueError:
+        return None  # open_store says what is wrong with it
+    if found.engine != "sqlite" or os.path.exists(found.path):
+        return None
+    return found.path
+
+
 def summary(verdict: Verdict) -> str | None:
     """One line about what the history did, for the console."""
     info = verdict.run.get("history")
     if not info:
         return None
+    if info.get("absent"):
+        return (f"history: no store at {info['store']} yet (nothing read, nothing created; "
+                "--record makes it); not recorded")
     if not info["recorded"]:
         return f"history: judged against {info['store']} (series {info['series']}); not recorded"
     trust = "trusted" if info["trusted"] else "UNTRUSTED (never enters a baseline)"

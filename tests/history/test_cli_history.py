@@ -161,3 +161,18 @@ def test_a_series_key_that_names_nothing_is_refused_as_such(tmp_path):
         assert proc.returncode == 2 and proc.stderr.strip() == (
             f"gatekeeper: error: --series-key {shown}: expected run metadata that tells runs "
             "apart, like config.test_path or name"), proc.stderr
+
+
+def test_judging_against_a_store_not_there_yet_creates_nothing(tmp_path):
+    """`check --history new.db` without `--record` read an empty store it created first
+    (a typo'd path left a file behind); now nothing is read or created, the history rules
+    say there is no trusted history yet, and `--record` creates the store."""
+    write_policy(tmp_path / "drift.yaml", POLICY)
+    store = tmp_path / "not-yet.db"
+    first = check(tmp_path, str(store), 1, 1.0)
+    assert first.returncode == 5, first.stdout + first.stderr  # every gating rule skipped
+    assert f"history: no store at {store} yet (nothing read, nothing created; --record " \
+           "makes it); not recorded" in first.stdout
+    assert "no trusted history yet" in first.stdout and not store.exists()
+    recorded = check(tmp_path, str(store), 2, 1.0, "--record")
+    assert recorded.returncode == 5 and store.exists(), recorded.stdout + recorded.stderr
