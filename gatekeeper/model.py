@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 STEP_DTYPE = np.int64
+STEP_MIN, STEP_MAX = -(2**63), 2**63 - 1  # the steps' range (int64), wherever one is read
 VALUE_DTYPE = np.float64
 
 

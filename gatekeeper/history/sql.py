@@ -35,6 +35,7 @@ from gatekeeper.history.base import (
     StoredRun,
     check_record,
 )
+from gatekeeper.model import STEP_MAX, STEP_MIN
 
 LAYOUT = "2"
 
@@ -49,14 +50,13 @@ def pack(steps: np.ndarray, values: np.ndarray) -> tuple[int, int, bytes | None,
 
 
 BLOB = (bytes, bytearray, memoryview)  # what sqlite3 and psycopg hand back for a BLOB/BYTEA
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def unpack(first: Any, n: Any, steps: Any, vals: Any) -> Points:
     """A row's points, as `pack` wrote them; ValueError saying how the row is not one (a
     damaged or hand-edited store: sqlite keeps a text in an INTEGER or BLOB column)."""
     whole = all(isinstance(x, int) and not isinstance(x, bool) for x in (first, n))
-    if not whole or n < 0 or not INT64_MIN <= first <= INT64_MAX - max(n, 1) + 1:
+    if not whole or n < 0 or not STEP_MIN <= first <= STEP_MAX - max(n, 1) + 1:
         raise ValueError(f"first_step {first!r} and n {n!r} are not a range of int64 steps")
     if not isinstance(vals, BLOB) or len(vals) != 8 * n:
         raise ValueError(f"vals is not {n} float64 values")

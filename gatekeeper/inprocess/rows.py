@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from gatekeeper.errors import UsageError
-from gatekeeper.model import STEP_DTYPE, VALUE_DTYPE, Run, Series
+from gatekeeper.model import STEP_DTYPE, STEP_MAX, STEP_MIN, VALUE_DTYPE, Run, Series
 from gatekeeper.sources.base import LiveSource, Poll
 from gatekeeper.sources.jsonl.reader import DEFAULT_STEP_ALIASES, is_step_key
 
@@ -91,7 +91,7 @@ def to_step(key: str, value: Any) -> int:
         if not math.isfinite(number) or number != int(number):
             raise UsageError(f"step {key!r} must be a whole number, got {value!r}")
         step = int(number)
-    if not -(2**63) <= step < 2**63:
+    if not STEP_MIN <= step <= STEP_MAX:
         raise UsageError(f"step {key!r} must fit int64, got {step}")
     return step
 

@@ -37,7 +37,7 @@ from typing import IO, Any
 import numpy as np
 
 from gatekeeper.errors import SourceError, one_line
-from gatekeeper.model import STEP_DTYPE, Run, RunState, Series, merge_chunks
+from gatekeeper.model import STEP_DTYPE, STEP_MAX, STEP_MIN, Run, RunState, Series, merge_chunks
 from gatekeeper.safe_open import open_regular
 from gatekeeper.sources.base import LiveSource, Poll, StepTops
 from gatekeeper.sources.jsonl.reader import BLOCK_SIZE, JsonlParser
@@ -271,7 +271,7 @@ class _Seen:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+    return isinstance(value, int) and not isinstance(value, bool) and STEP_MIN <= value <= STEP_MAX
 
 
 def _count(steps: np.ndarray, step: int) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from gatekeeper.errors import RecordError, quote
-from gatekeeper.model import STEP_DTYPE
+from gatekeeper.model import STEP_DTYPE, STEP_MAX, STEP_MIN
 
 MARKERS = {
     "nan": math.nan,
@@ -30,7 +30,6 @@ MARKERS = {
     "-infinity": -math.inf,
 }
 
-STEP_MIN, STEP_MAX = -(2**63), 2**63 - 1
 EXACT = 2.0**53  # beyond this a float64 step may stand for another whole number
 
 
