@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from gatekeeper import dburl
 from gatekeeper.checks.baseline import Baselines, RuleBaseline
 from gatekeeper.checks.history import INACTIVE, History
 from gatekeeper.engine import RuleTracker
@@ -297,10 +298,8 @@ def judge(policies: list[PolicySpec], run: Run, opts: HistoryOptions) -> Verdict
 
 def absent_sqlite(url: str) -> str | None:
     """The file a SQLite store URL names, when it is not there yet (else None)."""
-    from gatekeeper.dburl import parse
-
     try:
-        found = parse(url)
+        found = dburl.parse(url)
     except ValueError:
         return None  # open_store says what is wrong with it
     if found.engine != "sqlite" or os.path.exists(found.path):

@@ -37,10 +37,7 @@ def write_atomic(path: str, data: bytes) -> None:
         else:
             _replace(path, data)
     except OSError as exc:
-        raise UsageError(
-            f"{one_line(path)}: cannot write the report: {exc.strerror or exc}; name a "
-            "writable file"
-        ) from None
+        raise _refused(path, exc, "cannot write the report") from None
 
 
 def writable(path: str) -> None:
@@ -56,10 +53,11 @@ def writable(path: str) -> None:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise UsageError(
-            f"{one_line(path)}: cannot write the report there: {exc.strerror or exc}; name "
-            "a writable file"
-        ) from None
+        raise _refused(path, exc, "cannot write the report there") from None
+
+
+def _refused(path: str, exc: OSError, what: str) -> UsageError:
+    return UsageError(f"{one_line(path)}: {what}: {exc.strerror or exc}; name a writable file")
 
 
 def appendable(path: str, what: str) -> None:

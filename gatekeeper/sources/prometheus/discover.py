@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from gatekeeper.errors import UsageError
 from gatekeeper.sources.base import checked_url
 from gatekeeper.sources.prometheus.api import PrometheusApi
-from gatekeeper.sources.prometheus.source import seconds
+from gatekeeper.yamlfile import seconds
 
 _LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -43,10 +43,7 @@ class PrometheusFilter(BaseModel):
     @classmethod
     def _late(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                seconds(value)
-            except UsageError as exc:
-                raise ValueError(str(exc)) from None  # shown at the config's line
+            seconds(value)  # its ValueError is shown at the config's line
         return value
 
     @field_validator("run_label")
